@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command: builds the test environment in .venv (idempotent) and runs the suite.
+#   bash scripts/test.sh            # whole suite
+#   bash scripts/test.sh -k scope   # extra arguments go to pytest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# torch is pinned to the CPU wheel: an unpinned torch resolves to a multi-GB CUDA build.
+.venv/bin/python -m pip install -q "torch==2.13.0" -e ".[test]"
+export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,91 @@
+"""trainguard: memory-safe repeated training of deep-learning models.
+
+``import trainguard`` is cheap and imports no framework: the public names below are loaded on
+first use (PEP 562), and torch, tensorflow, jax and keras are only touched when already imported
+or explicitly asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from trainguard.exceptions import (
+    ConfigError,
+    FrameworkOOMError,
+    LeakError,
+    MemoryLimitError,
+    MissingDependencyError,
+    SchemaVersionError,
+    StoreError,
+    TrainguardError,
+    TrialError,
+    TrialTimeoutError,
+    UnitError,
+    WorkerCrashedError,
+    WorkerError,
+)
+from trainguard.units import format_bytes, parse_duration, parse_size
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it, imported on first attribute access
+_LAZY = {
+    "scope": "trainguard.scope",
+    "ScopeReport": "trainguard.scope",
+    "Survivor": "trainguard.scope",
+    "Sampler": "trainguard.sampling",
+    "Timeline": "trainguard.sampling",
+    "census": "trainguard.probes.census",
+    "Census": "trainguard.probes.census",
+    "host_memory": "trainguard.probes.host",
+    "tree_memory": "trainguard.probes.host",
+    "leakcheck": "trainguard.leaks",
+    "LeakReport": "trainguard.leaks",
+    "Runner": "trainguard.runner",
+    "Policy": "trainguard.runner",
+    "TrialResult": "trainguard.runner",
+}
+
+__all__ = [
+    "__version__",
+    "ConfigError",
+    "FrameworkOOMError",
+    "LeakError",
+    "MemoryLimitError",
+    "MissingDependencyError",
+    "SchemaVersionError",
+    "StoreError",
+    "TrainguardError",
+    "TrialError",
+    "TrialTimeoutError",
+    "UnitError",
+    "WorkerCrashedError",
+    "WorkerError",
+    "format_bytes",
+    "parse_duration",
+    "parse_size",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'trainguard' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from trainguard.leaks import LeakReport, leakcheck
+    from trainguard.probes.census import Census, census
+    from trainguard.probes.host import host_memory, tree_memory
+    from trainguard.runner import Policy, Runner, TrialResult
+    from trainguard.sampling import Sampler, Timeline
+    from trainguard.scope import ScopeReport, Survivor, scope

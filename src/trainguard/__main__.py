@@ -1,0 +1,3 @@
+from trainguard.cli import console_main
+
+console_main()

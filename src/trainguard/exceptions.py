@@ -1,0 +1,131 @@
+"""The exceptions trainguard raises, in one tree.
+
+::
+
+    TrainguardError                   base of everything below
+    ├── ConfigError (ValueError)      a bad argument, size, duration, name or file given by the user
+    │   └── UnitError                 a size or duration string that does not parse ("4 potatoes")
+    ├── MissingDependencyError (ImportError)
+    │                                 an optional part is used but its package is absent; names the pip install
+    ├── LeakError                     a scope() grew past its limits; carries the ScopeReport
+    ├── StoreError                    the results store cannot be opened or written
+    │   └── SchemaVersionError        the store was written by another schema version
+    ├── WorkerError                   a worker process ended without a result
+    │   ├── WorkerCrashedError        it died of a signal or a non-zero exit (segfault, SIGKILL, OS OOM killer)
+    │   ├── MemoryLimitError          trainguard killed it at the memory limit
+    │   └── TrialTimeoutError         trainguard killed it at the trial timeout
+    ├── TrialError                    the trial function raised; carries the remote traceback
+    └── FrameworkOOMError             the framework reported out-of-memory (TF, torch, MemoryError)
+
+Every error carries structured attributes (``pid``, ``exitcode``, ``signal``, ``limit_bytes``...) and
+survives pickling, so it can cross a process boundary unchanged. Messages are one line that says what
+was wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "TrainguardError",
+    "ConfigError",
+    "UnitError",
+    "MissingDependencyError",
+    "LeakError",
+    "StoreError",
+    "SchemaVersionError",
+    "WorkerError",
+    "WorkerCrashedError",
+    "MemoryLimitError",
+    "TrialTimeoutError",
+    "TrialError",
+    "FrameworkOOMError",
+]
+
+
+class TrainguardError(Exception):
+    """Base class of every trainguard error.
+
+    Subclasses pass their structured attributes as keyword arguments; they are kept on the
+    instance and restored on unpickling (``__reduce__``), like psutil's errors.
+    """
+
+    def __init__(self, message: str = "", **attrs: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self._attrs = dict(attrs)
+        for key, value in attrs.items():
+            setattr(self, key, value)
+
+    def __reduce__(self):  # noqa: D105 - pickling support
+        return (_rebuild, (type(self), self.message, self._attrs))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type, message: str, attrs: dict[str, Any]) -> TrainguardError:
+    err = cls.__new__(cls)
+    TrainguardError.__init__(err, message, **attrs)
+    return err
+
+
+class ConfigError(TrainguardError, ValueError):
+    """A bad argument or input file. The message names the bad value and a valid example."""
+
+
+class UnitError(ConfigError):
+    """A size or duration string that does not parse."""
+
+
+class MissingDependencyError(TrainguardError, ImportError):
+    """An optional dependency is missing. ``package`` and ``extra`` name what to install."""
+
+    def __init__(self, message: str = "", **attrs: Any) -> None:
+        TrainguardError.__init__(self, message, **attrs)
+
+
+def missing(package: str, purpose: str, extra: str | None = None) -> MissingDependencyError:
+    """Build the standard error for an absent optional package."""
+    hint = f"pip install 'trainguard[{extra}]'" if extra else f"pip install {package}"
+    return MissingDependencyError(
+        f"{purpose} needs the package {package!r}, which is not installed: run `{hint}`",
+        package=package,
+        extra=extra,
+    )
+
+
+class LeakError(TrainguardError):
+    """A ``scope()`` exceeded ``max_survivor_bytes`` or ``max_rss_growth``. ``report`` holds the ScopeReport."""
+
+
+class StoreError(TrainguardError):
+    """The results store cannot be opened, read or written."""
+
+
+class SchemaVersionError(StoreError):
+    """The store's schema version differs from the one this trainguard writes."""
+
+
+class WorkerError(TrainguardError):
+    """A worker process ended without delivering a result."""
+
+
+class WorkerCrashedError(WorkerError):
+    """The worker died: a signal (``signal``), a non-zero ``exitcode``, or the OS OOM killer."""
+
+
+class MemoryLimitError(WorkerError):
+    """trainguard killed the worker's process tree when its memory crossed ``limit_bytes``."""
+
+
+class TrialTimeoutError(WorkerError):
+    """trainguard killed the worker when the trial ran past ``timeout_s``."""
+
+
+class TrialError(TrainguardError):
+    """The trial function raised. ``exc_type`` and ``traceback`` hold the remote exception."""
+
+
+class FrameworkOOMError(TrainguardError):
+    """The framework ran out of memory (``framework``: tensorflow, torch, python)."""

@@ -1,0 +1,1 @@
+"""Integrations with other tools (Keras callback, Optuna, pytest plugin), each imported lazily."""

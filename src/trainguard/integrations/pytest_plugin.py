@@ -1,0 +1,1 @@
+"""pytest plugin (placeholder until the leakcheck plugin lands). Inert unless asked for."""

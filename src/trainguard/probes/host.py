@@ -1,0 +1,228 @@
+"""Host memory probes: one process, a process tree, the system, and the container's cgroup.
+
+All functions are read-only and return frozen records whose field names carry their units.
+RSS is cheap (one ``/proc/PID/statm`` read); USS and PSS need ``/proc/PID/smaps_rollup`` and cost
+more, so they are read only when asked for (``detail=True``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+__all__ = [
+    "ProcessMemory",
+    "TreeMemory",
+    "SystemMemory",
+    "CgroupMemory",
+    "process_memory",
+    "tree_memory",
+    "host_memory",
+    "system_memory",
+    "cgroup_memory",
+    "rss_bytes",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessMemory:
+    """Memory of one process. ``uss_bytes``/``pss_bytes`` are None unless read with ``detail=True``."""
+
+    pid: int
+    rss_bytes: int
+    vms_bytes: int
+    uss_bytes: int | None = None
+    pss_bytes: int | None = None
+    swap_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TreeMemory:
+    """Memory of a process and all its live descendants, summed.
+
+    RSS summed over a tree counts shared pages (libraries, fork copy-on-write) once per process, so
+    it overstates; PSS divides shared pages among their users and is the right sum for a tree.
+    """
+
+    root_pid: int
+    pids: tuple[int, ...]
+    rss_bytes: int
+    uss_bytes: int | None = None
+    pss_bytes: int | None = None
+    children_rss_bytes: int = 0
+
+    @property
+    def process_count(self) -> int:
+        return len(self.pids)
+
+
+@dataclass(frozen=True, slots=True)
+class SystemMemory:
+    total_bytes: int
+    available_bytes: int
+    used_bytes: int
+    percent: float
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupMemory:
+    """The memory limit and usage of the cgroup this process is in (v1 or v2). ``limit_bytes`` is
+    None when the cgroup has no limit. ``oom_kill_count`` comes from ``memory.events`` (v2) or
+    ``memory.oom_control`` (v1) when readable."""
+
+    version: int
+    path: str
+    limit_bytes: int | None
+    usage_bytes: int | None
+    oom_kill_count: int | None = None
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """The resident set size of one process, the cheapest reading there is."""
+    return psutil.Process(pid or os.getpid()).memory_info().rss
+
+
+def process_memory(pid: int | None = None, *, detail: bool = False) -> ProcessMemory:
+    """Memory of one process (default: this one). ``detail=True`` adds USS, PSS and swap."""
+    proc = psutil.Process(pid or os.getpid())
+    if detail:
+        try:
+            full = proc.memory_full_info()
+            return ProcessMemory(
+                pid=proc.pid,
+                rss_bytes=full.rss,
+                vms_bytes=full.vms,
+                uss_bytes=getattr(full, "uss", None),
+                pss_bytes=getattr(full, "pss", None),
+                swap_bytes=getattr(full, "swap", None),
+            )
+        except psutil.AccessDenied:
+            pass
+    info = proc.memory_info()
+    return ProcessMemory(pid=proc.pid, rss_bytes=info.rss, vms_bytes=info.vms)
+
+
+def tree_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
+    """Memory of ``pid`` and its descendants. Processes that exit while being read are skipped.
+
+    Raises:
+        psutil.NoSuchProcess: the root process itself does not exist.
+    """
+    root = psutil.Process(pid or os.getpid())
+    procs = [root]
+    try:
+        procs.extend(root.children(recursive=True))
+    except psutil.NoSuchProcess:
+        raise
+    pids: list[int] = []
+    rss = uss = pss = 0
+    children_rss = 0
+    have_detail = detail
+    for proc in procs:
+        try:
+            if detail:
+                try:
+                    full = proc.memory_full_info()
+                    r, u, p = full.rss, getattr(full, "uss", None), getattr(full, "pss", None)
+                except psutil.AccessDenied:
+                    r, u, p = proc.memory_info().rss, None, None
+                if u is None or p is None:
+                    have_detail = False
+                else:
+                    uss += u
+                    pss += p
+            else:
+                r = proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            if proc is root:
+                raise
+            continue
+        pids.append(proc.pid)
+        rss += r
+        if proc is not root:
+            children_rss += r
+    return TreeMemory(
+        root_pid=root.pid,
+        pids=tuple(pids),
+        rss_bytes=rss,
+        uss_bytes=uss if have_detail else None,
+        pss_bytes=pss if have_detail else None,
+        children_rss_bytes=children_rss,
+    )
+
+
+def system_memory() -> SystemMemory:
+    vm = psutil.virtual_memory()
+    return SystemMemory(total_bytes=vm.total, available_bytes=vm.available, used_bytes=vm.used, percent=vm.percent)
+
+
+def host_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
+    """Alias of :func:`tree_memory`: what a worker and its children hold on the host."""
+    return tree_memory(pid, detail=detail)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if text in ("", "max"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def cgroup_memory(proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> CgroupMemory | None:
+    """The memory cgroup of this process, or None when there is none to read.
+
+    ``proc_root`` and ``cgroup_root`` exist so tests can point at a recorded tree.
+    """
+    try:
+        lines = Path(proc_root, "self", "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v2_path = None
+    v1_path = None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hier, controllers, path = parts
+        if hier == "0" and controllers == "":
+            v2_path = path
+        elif "memory" in controllers.split(","):
+            v1_path = path
+    root = Path(cgroup_root)
+    if v1_path is not None:
+        for base in (root / "memory" / v1_path.lstrip("/"), root / "memory"):
+            if (base / "memory.usage_in_bytes").exists():
+                limit = _read_int(base / "memory.limit_in_bytes")
+                # v1 reports "no limit" as a huge page-aligned number
+                if limit is not None and limit >= 1 << 60:
+                    limit = None
+                oom = None
+                try:
+                    for row in (base / "memory.oom_control").read_text().splitlines():
+                        if row.startswith("oom_kill "):
+                            oom = int(row.split()[1])
+                except (OSError, ValueError, IndexError):
+                    pass
+                return CgroupMemory(1, str(base), limit, _read_int(base / "memory.usage_in_bytes"), oom)
+    if v2_path is not None:
+        for base in (root / v2_path.lstrip("/"), root):
+            if (base / "memory.current").exists():
+                oom = None
+                try:
+                    for row in (base / "memory.events").read_text().splitlines():
+                        key, _, val = row.partition(" ")
+                        if key == "oom_kill":
+                            oom = int(val)
+                except (OSError, ValueError):
+                    pass
+                return CgroupMemory(2, str(base), _read_int(base / "memory.max"), _read_int(base / "memory.current"), oom)
+    return None

@@ -1,0 +1,145 @@
+"""Parsing and formatting of sizes ("4GB", "512MiB") and durations ("30s", "5m").
+
+Decimal units (kB, MB, GB, TB) are powers of 1000 and binary units (KiB, MiB, GiB, TiB) powers of
+1024, as on disk labels and in ``free --si``; ``K``/``M``/``G`` alone are read as binary, as in
+``ulimit`` and Docker. A bare number is bytes (or seconds). Anything else raises a one-line
+:class:`~trainguard.exceptions.UnitError` that shows a valid example.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from trainguard.exceptions import UnitError
+
+__all__ = ["parse_size", "parse_duration", "format_bytes", "format_duration"]
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "k": 1024,
+    "m": 1024**2,
+    "g": 1024**3,
+    "t": 1024**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_DURATION_UNITS = {
+    "": 1.0,
+    "ms": 0.001,
+    "s": 1.0,
+    "sec": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value: str | int | float | None, *, name: str = "size", allow_none: bool = False) -> int | None:
+    """Return ``value`` as a number of bytes.
+
+    Args:
+        value: an int or float of bytes, or a string such as ``"4GB"``, ``"512MiB"``, ``"1.5G"``.
+        name: the argument's name, used in the error message.
+        allow_none: let ``None`` through (meaning "no limit").
+
+    Raises:
+        UnitError: the value is negative, not a number, or has an unknown unit.
+    """
+    if value is None:
+        if allow_none:
+            return None
+        raise UnitError(f"{name} is required: give a size such as '4GB' or '512MiB'", value=value)
+    if isinstance(value, bool):
+        raise UnitError(f"{name}={value!r} is not a size: give a size such as '4GB' or '512MiB'", value=value)
+    if isinstance(value, (int, float)):
+        number, factor = float(value), 1
+    elif isinstance(value, str):
+        match = _NUMBER_UNIT.match(value)
+        unit = match.group(2).lower() if match else None
+        if not match or unit not in _SIZE_UNITS:
+            raise UnitError(
+                f"{name}={value!r} is not a size: use a number and a unit such as '4GB', '512MiB' or '200MB'",
+                value=value,
+            )
+        number, factor = float(match.group(1)), _SIZE_UNITS[unit]
+    else:
+        raise UnitError(
+            f"{name} must be a size string such as '4GB' or a number of bytes, not {type(value).__name__}",
+            value=repr(value),
+        )
+    if not math.isfinite(number) or number < 0:
+        raise UnitError(f"{name}={value!r} must be a non-negative size such as '4GB'", value=value)
+    return int(round(number * factor))
+
+
+def parse_duration(
+    value: str | int | float | None, *, name: str = "duration", allow_none: bool = False
+) -> float | None:
+    """Return ``value`` as seconds. Accepts ``30``, ``"30s"``, ``"5m"``, ``"1.5h"``, ``"250ms"``.
+
+    Raises:
+        UnitError: the value is negative, not a number, or has an unknown unit.
+    """
+    if value is None:
+        if allow_none:
+            return None
+        raise UnitError(f"{name} is required: give a duration such as '30s' or '5m'", value=value)
+    if isinstance(value, bool):
+        raise UnitError(f"{name}={value!r} is not a duration: give one such as '30s' or '5m'", value=value)
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _NUMBER_UNIT.match(value)
+        unit = match.group(2).lower() if match else None
+        if not match or unit not in _DURATION_UNITS:
+            raise UnitError(
+                f"{name}={value!r} is not a duration: use a number and a unit such as '30s', '5m' or '1h'",
+                value=value,
+            )
+        seconds = float(match.group(1)) * _DURATION_UNITS[unit]
+    else:
+        raise UnitError(
+            f"{name} must be a duration string such as '30s' or a number of seconds, not {type(value).__name__}",
+            value=repr(value),
+        )
+    if not math.isfinite(seconds) or seconds < 0:
+        raise UnitError(f"{name}={value!r} must be a non-negative duration such as '30s'", value=value)
+    return seconds
+
+
+def format_bytes(n: float | int | None, *, signed: bool = False) -> str:
+    """Human-readable binary size: ``format_bytes(56_000_000) == '53.4 MiB'``."""
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ("+" if signed and n > 0 else "")
+    value = abs(float(n))
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{sign}{value:.0f} B"
+            return f"{sign}{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_duration(seconds: float | None) -> str:
+    """Human-readable duration: ``'850 ms'``, ``'12.3 s'``, ``'4m05s'``, ``'1h02m'``."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
