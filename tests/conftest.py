@@ -1,0 +1,35 @@
+"""Shared test set-up: marker handling and small helpers. Frameworks are imported only by the tests that use them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+# Quiet TF's C++ logs and keep each test process to modest threading on a 2-core machine.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _gpu_present() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if any(item.get_closest_marker("gpu") for item in items) and not _gpu_present():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU with a driver (nvidia-smi -L failed)")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def python_exe() -> str:
+    return sys.executable
