@@ -1,0 +1,167 @@
+"""The store's SQLite schema, its version, and the vocabularies the supervisor writes into it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Bump on any incompatible change to the tables below; a store with another version is refused
+#: with :class:`~trainguard.exceptions.SchemaVersionError` (no silent migration).
+SCHEMA_VERSION = 1
+
+#: Why a worker ended (``Store.end_worker(reason=...)``), with the words ``trainguard show`` prints.
+WORKER_REASONS: dict[str, str] = {
+    "recycled": "recycled by policy",
+    "killed_memory": "killed at the memory limit",
+    "killed_gpu_memory": "killed at the GPU memory limit",
+    "killed_timeout": "killed at the trial timeout",
+    "os_oom": "killed by the OS out-of-memory killer",
+    "crashed": "crashed",
+    "exited": "exited on its own",
+    "shutdown": "shut down at the end of the run",
+    # written by the store itself when a run is resumed and a worker of an earlier session was
+    # never closed: its supervisor was killed
+    "interrupted": "lost: its supervisor stopped before recording why it ended",
+}
+
+#: ``Store.finish_attempt(status=...)``; "running" and "interrupted" are written by the store itself.
+ATTEMPT_STATUSES = frozenset(
+    {
+        "ok",
+        "exception",
+        "framework_oom",
+        "crashed",
+        "os_oom",
+        "killed_memory",
+        "killed_gpu_memory",
+        "timeout",
+        "not_serializable",
+    }
+)
+
+#: ``Store.finish_trial(status=...)``
+TRIAL_STATUSES = frozenset({"ok", "failed"})
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    name        TEXT NOT NULL UNIQUE,
+    fn_ref      TEXT NOT NULL,
+    params_json TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    trial_count INTEGER NOT NULL,
+    sessions    INTEGER NOT NULL DEFAULT 1,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS trials (
+    run_id         INTEGER NOT NULL REFERENCES runs(run_id),
+    idx            INTEGER NOT NULL,
+    params_json    TEXT NOT NULL,
+    status         TEXT NOT NULL DEFAULT 'pending',
+    value_json     TEXT,
+    error_json     TEXT,
+    attempts       INTEGER NOT NULL DEFAULT 0,
+    peak_rss_bytes INTEGER,
+    worker_id      INTEGER,
+    duration_s     REAL,
+    finished_at    REAL,
+    PRIMARY KEY (run_id, idx)
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    attempt_pk     INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id         INTEGER NOT NULL REFERENCES runs(run_id),
+    idx            INTEGER NOT NULL,
+    attempt        INTEGER NOT NULL,
+    worker_id      INTEGER NOT NULL,
+    status         TEXT NOT NULL DEFAULT 'running',
+    error_json     TEXT,
+    peak_rss_bytes INTEGER,
+    duration_s     REAL,
+    started_at     REAL NOT NULL,
+    finished_at    REAL
+);
+CREATE INDEX IF NOT EXISTS attempts_by_trial ON attempts (run_id, idx, attempt);
+CREATE TABLE IF NOT EXISTS workers (
+    worker_pk   INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      INTEGER NOT NULL REFERENCES runs(run_id),
+    worker_id   INTEGER NOT NULL,
+    pid         INTEGER NOT NULL,
+    config_json TEXT NOT NULL,
+    started_at  REAL NOT NULL,
+    ended_at    REAL,
+    reason      TEXT,
+    detail_json TEXT
+);
+CREATE INDEX IF NOT EXISTS workers_by_run ON workers (run_id, worker_id);
+CREATE TABLE IF NOT EXISTS events (
+    event_id  INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id    INTEGER NOT NULL REFERENCES runs(run_id),
+    time      REAL NOT NULL,
+    kind      TEXT NOT NULL,
+    message   TEXT NOT NULL,
+    data_json TEXT,
+    worker_id INTEGER,
+    idx       INTEGER
+);
+CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, event_id);
+-- One row per time bucket of width base_interval_s * 2**level: the highest reading in it.
+CREATE TABLE IF NOT EXISTS samples (
+    run_id    INTEGER NOT NULL REFERENCES runs(run_id),
+    worker_id INTEGER NOT NULL,
+    bucket    INTEGER NOT NULL,
+    time      REAL NOT NULL,
+    rss_bytes INTEGER NOT NULL,
+    uss_bytes INTEGER,
+    gpu_bytes INTEGER,
+    PRIMARY KEY (run_id, worker_id, bucket)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sample_series (
+    run_id    INTEGER NOT NULL REFERENCES runs(run_id),
+    worker_id INTEGER NOT NULL,
+    level     INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, worker_id)
+);
+"""
+
+TABLES = ("meta", "runs", "trials", "attempts", "workers", "events", "samples", "sample_series")
+
+
+def describe_worker_end(reason: str | None, detail: dict[str, Any] | None = None) -> str:
+    """Say in words why a worker ended, with the numbers ``detail`` carries when it has them.
+
+    Args:
+        reason: a key of :data:`WORKER_REASONS`, or None for a worker still running.
+        detail: what the supervisor recorded (``rss_bytes``, ``limit_bytes``, ``signal``, ``exitcode``,
+            ``trials``, ``message``...). Unknown keys are ignored.
+
+    Returns:
+        One short phrase, such as ``"killed at the memory limit (1.2 GiB > 1.0 GiB)"``.
+    """
+    from trainguard.units import format_bytes
+
+    if reason is None:
+        return "running (or its supervisor stopped)"
+    text = WORKER_REASONS.get(reason, reason.replace("_", " "))
+    detail = detail or {}
+    extras: list[str] = []
+    if isinstance(detail.get("why"), str):
+        extras.append(detail["why"])
+    if isinstance(detail.get("rss_bytes"), int) and isinstance(detail.get("limit_bytes"), int):
+        extras.append(f"{format_bytes(detail['rss_bytes'])} > {format_bytes(detail['limit_bytes'])}")
+    elif isinstance(detail.get("rss_bytes"), int):
+        extras.append(f"at {format_bytes(detail['rss_bytes'])}")
+    if detail.get("signal") is not None:
+        extras.append(f"signal {detail['signal']}")
+    if detail.get("exitcode") not in (None, 0):
+        extras.append(f"exit code {detail['exitcode']}")
+    if isinstance(detail.get("trials"), int):
+        extras.append(f"after {detail['trials']} trial{'s' if detail['trials'] != 1 else ''}")
+    if isinstance(detail.get("message"), str) and detail["message"]:
+        extras.append(detail["message"])
+    return f"{text} ({'; '.join(extras)})" if extras else text
