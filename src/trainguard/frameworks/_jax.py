@@ -1,0 +1,56 @@
+"""JAX adapter: OOM detection and ``device.memory_stats()``."""
+
+from __future__ import annotations
+
+import logging
+
+from trainguard.frameworks._base import AllocatorStats, BaseAdapter
+
+logger = logging.getLogger(__name__)
+
+
+class JaxAdapter(BaseAdapter):
+    name = "jax"
+    module = "jax"
+    distributions = ("jax",)
+
+    def _matches_oom(self, exc: BaseException) -> bool:
+        for module, cls_name in self._names(exc):
+            if cls_name in ("XlaRuntimeError", "JaxRuntimeError") and module.startswith(("jax", "jaxlib")):
+                return "RESOURCE_EXHAUSTED" in str(exc) or "out of memory" in str(exc).lower()
+        return False
+
+    def allocator_stats(self, *, import_framework: bool = False) -> list[AllocatorStats]:
+        """``device.memory_stats()`` for each local device; CPU devices usually return None and are skipped."""
+        jax = self._module_for_stats(import_framework)
+        if jax is None:
+            return []
+        out: list[AllocatorStats] = []
+        try:
+            devices = jax.local_devices()
+        except Exception as err:
+            logger.debug("JAX devices unavailable: %s", err)
+            return []
+        for dev in devices:
+            try:
+                stats = dev.memory_stats()
+            except Exception:
+                stats = None
+            if not stats:
+                continue
+            out.append(
+                AllocatorStats(
+                    framework="jax",
+                    device=f"{dev.platform}:{dev.id}",
+                    allocated_bytes=_int(stats.get("bytes_in_use")),
+                    reserved_bytes=_int(stats.get("bytes_reserved")),
+                    peak_bytes=_int(stats.get("peak_bytes_in_use")),
+                    limit_bytes=_int(stats.get("bytes_limit")),
+                    raw={k: float(v) for k, v in stats.items() if isinstance(v, (int, float))},
+                )
+            )
+        return out
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, (int, float)) else None

@@ -1,0 +1,606 @@
+"""Census of live framework objects: the Python counterpart of TF.js's ``tf.memory()``.
+
+One pass over :func:`gc.get_objects` counts, by framework and kind:
+
+* torch ``Tensor`` and ``Parameter`` (and other ``torch.Tensor`` subclasses by class name), grouped
+  by (dtype, device, shape). Bytes are counted once per storage: views and tensors sharing a
+  storage (``x[1:]``, ``x.detach()``) add to the count but not to the bytes. torch tensors are GC
+  tracked, so ``gc.get_objects`` sees every one that Python code can reach.
+* TensorFlow ``EagerTensor`` and ``Variable`` (every ``tf.Variable`` subclass), with their bytes.
+  Resource handles (dtype ``resource``/``variant``) are skipped: they belong to a variable.
+* Keras 3 ``Variable`` (counted, bytes 0: the backend's tensor under it carries the bytes),
+  and, as graph objects, ``KerasTensor``, ``Model`` and ``Layer`` instances.
+* JAX ``Array`` (concrete ``ArrayImpl`` buffers) with their bytes.
+* numpy ``ndarray``. numpy arrays are **not** GC tracked (they hold no Python references), so
+  ``gc.get_objects`` never returns them: they are found among the referents of tracked objects
+  (``gc.get_referents``), descending through untracked tuples/dicts (which CPython untracks when
+  they hold only untracked objects) and along each array's ``.base`` chain. A view's bytes are
+  attributed to the array that owns the memory, counted once: kind ``ndarray`` is an owning array
+  (with the dtype/shape of the owner); kind ``buffer_view`` is an array over memory that is not a
+  numpy array's (``bytes``, ``mmap``, ``np.frombuffer``, a framework's ``.numpy()``), its bytes
+  counted once per underlying buffer. Arrays reachable only from C code that does not expose its
+  references to the GC (e.g. the ndarray under ``torch.from_numpy``) are not seen.
+* Graph objects, counted by type name with 0 bytes: TensorFlow ``Operation``, ``SymbolicTensor``,
+  ``Graph``, ``FuncGraph``, ``ConcreteFunction``, ``Function``, ``AtomicFunction`` (a repeated
+  Keras ``fit`` on TF leaves about 1,000 ``Operation`` and ``SymbolicTensor`` objects each time);
+  torch ``nn.Module`` instances (kind ``Module``); Keras ``Model``/``Layer``/``KerasTensor``.
+
+Frameworks are never imported: a framework not in ``sys.modules`` has no live objects to count.
+Types are classified once per census (a per-call cache), so a census costs one dict lookup per
+live object plus the per-tensor reads; see bench/census_speed.py for figures.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from trainguard.exceptions import ConfigError
+
+__all__ = ["CensusEntry", "Census", "census", "reachable_ids", "CENSUS_FRAMEWORKS", "format_entries"]
+
+#: Names accepted by ``census(frameworks=...)``.
+CENSUS_FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow", "keras", "jax", "numpy")
+
+_TF_GRAPH_KINDS = frozenset(
+    {"Operation", "SymbolicTensor", "Graph", "FuncGraph", "ConcreteFunction", "Function", "AtomicFunction"}
+)
+_TF_SKIP_DTYPES = frozenset({"resource", "variant"})
+
+EntryKey = tuple[str, str, "str | None", "tuple[int, ...] | None", "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class CensusEntry:
+    """Live objects of one (framework, kind, dtype, shape, device) group.
+
+    ``shape``, ``dtype`` and ``device`` are None for graph objects, whose ``nbytes`` is 0.
+    """
+
+    framework: str
+    kind: str
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    device: str | None
+    count: int
+    nbytes: int
+
+    @property
+    def key(self) -> EntryKey:
+        return (self.framework, self.kind, self.dtype, self.shape, self.device)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "framework": self.framework,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "shape": list(self.shape) if self.shape is not None else None,
+            "device": self.device,
+            "count": self.count,
+            "nbytes": self.nbytes,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CensusEntry:
+        shape = data.get("shape")
+        return cls(
+            framework=data["framework"],
+            kind=data["kind"],
+            dtype=data.get("dtype"),
+            shape=tuple(shape) if shape is not None else None,
+            device=data.get("device"),
+            count=int(data["count"]),
+            nbytes=int(data["nbytes"]),
+        )
+
+    def describe(self) -> str:
+        """``torch Tensor float32[1000, 10] cpu``: one readable label."""
+        parts = [self.framework, self.kind]
+        if self.dtype is not None or self.shape is not None:
+            shape = "" if self.shape is None else "[" + ", ".join(str(d) for d in self.shape) + "]"
+            parts.append(f"{self.dtype or ''}{shape}")
+        if self.device:
+            parts.append(self.device)
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """The result of :func:`census`: entries sorted by bytes then count, largest first."""
+
+    entries: tuple[CensusEntry, ...]
+    elapsed_s: float
+
+    @property
+    def total_count(self) -> int:
+        return sum(e.count for e in self.entries)
+
+    @property
+    def total_nbytes(self) -> int:
+        return sum(e.nbytes for e in self.entries)
+
+    def by_kind(self) -> dict[str, tuple[int, int]]:
+        """``{"tensorflow.Operation": (count, nbytes), ...}`` summed over dtypes, shapes and devices."""
+        out: dict[str, tuple[int, int]] = {}
+        for e in self.entries:
+            name = f"{e.framework}.{e.kind}"
+            count, nbytes = out.get(name, (0, 0))
+            out[name] = (count + e.count, nbytes + e.nbytes)
+        return out
+
+    def count_of(self, kind: str) -> int:
+        """The count for one ``"framework.kind"`` (0 when absent)."""
+        return self.by_kind().get(kind, (0, 0))[0]
+
+    def diff(self, before: Census) -> tuple[CensusEntry, ...]:
+        """Entries that grew since ``before``; their ``count``/``nbytes`` are the growth (>= 0),
+        sorted by grown bytes then grown count, largest first."""
+        old = {e.key: e for e in before.entries}
+        grown: list[CensusEntry] = []
+        for e in self.entries:
+            prev = old.get(e.key)
+            dc = e.count - (prev.count if prev else 0)
+            db = e.nbytes - (prev.nbytes if prev else 0)
+            if dc > 0 or db > 0:
+                grown.append(
+                    CensusEntry(e.framework, e.kind, e.dtype, e.shape, e.device, max(dc, 0), max(db, 0))
+                )
+        grown.sort(key=lambda g: (-g.nbytes, -g.count, g.framework, g.kind))
+        return tuple(grown)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (for the worker pipe and the store)."""
+        return {"elapsed_s": self.elapsed_s, "entries": [e.to_dict() for e in self.entries]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Census:
+        return cls(
+            entries=tuple(CensusEntry.from_dict(d) for d in data.get("entries", ())),
+            elapsed_s=float(data.get("elapsed_s", 0.0)),
+        )
+
+    def to_text(self, limit: int = 20) -> str:
+        return format_entries(self.entries, limit=limit)
+
+
+def format_entries(entries: Iterable[CensusEntry], *, limit: int = 20) -> str:
+    """Entries as aligned text lines, ``limit`` at most (the rest summarised in one line)."""
+    from trainguard.units import format_bytes
+
+    rows = list(entries)
+    lines = [f"{e.count:>8} x {e.describe():<60} {format_bytes(e.nbytes):>10}" for e in rows[:limit]]
+    if len(rows) > limit:
+        rest = rows[limit:]
+        lines.append(
+            f"{sum(e.count for e in rest):>8} x ({len(rest)} more groups)"
+            f"{'':<44} {format_bytes(sum(e.nbytes for e in rest)):>10}"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# classification
+
+_T_TORCH, _T_TF_TENSOR, _T_TF_VAR, _T_KERAS_VAR, _T_JAX, _T_GRAPH, _T_NDARRAY = range(7)
+
+
+def _type_module(t: type) -> str:
+    module = t.__dict__.get("__module__") if hasattr(t, "__dict__") else None
+    if not isinstance(module, str):
+        module = getattr(t, "__module__", "")
+    return module if isinstance(module, str) else ""
+
+
+class _Classifier:
+    """Maps a type to a handler once per census; holds the framework base classes it needs."""
+
+    def __init__(self, frameworks: frozenset[str], numpy: bool, graph_objects: bool) -> None:
+        self.graph_objects = graph_objects
+        mods = sys.modules
+        torch = mods.get("torch") if "torch" in frameworks else None
+        self.torch_tensor = getattr(torch, "Tensor", None) if torch else None
+        nn = getattr(torch, "nn", None) if torch else None
+        self.torch_param = getattr(nn, "Parameter", None) if nn else None
+        self.torch_module = getattr(nn, "Module", None) if nn else None
+        tf = mods.get("tensorflow") if "tensorflow" in frameworks else None
+        self.tf = tf is not None
+        self.tf_variable = getattr(tf, "Variable", None) if tf else None
+        keras = mods.get("keras") if "keras" in frameworks else None
+        self.keras_variable = getattr(keras, "Variable", None) if keras else None
+        self.keras_tensor = getattr(keras, "KerasTensor", None) if keras else None
+        self.keras_model = getattr(keras, "Model", None) if keras else None
+        layers = getattr(keras, "layers", None) if keras else None
+        self.keras_layer = getattr(keras, "Layer", None) or (
+            getattr(layers, "Layer", None) if layers else None
+        )
+        jax = mods.get("jax") if "jax" in frameworks else None
+        self.jax_array = getattr(jax, "Array", None) if jax else None
+        np = mods.get("numpy") if numpy else None
+        self.ndarray = getattr(np, "ndarray", None) if np else None
+        self.cache: dict[type, tuple | None] = {}
+
+    def classify(self, t: type) -> tuple | None:
+        try:
+            return self._classify(t)
+        except Exception:  # exotic metaclasses can make issubclass raise
+            return None
+
+    def _classify(self, t: type) -> tuple | None:
+        if self.ndarray is not None and issubclass(t, self.ndarray):
+            return (_T_NDARRAY,)
+        if self.torch_tensor is not None and issubclass(t, self.torch_tensor):
+            if t is self.torch_tensor:
+                return (_T_TORCH, "Tensor")
+            if self.torch_param is not None and issubclass(t, self.torch_param):
+                return (_T_TORCH, "Parameter")
+            return (_T_TORCH, t.__name__)
+        module = _type_module(t)
+        if self.tf and module.startswith("tensorflow"):
+            if t.__name__ == "EagerTensor":
+                return (_T_TF_TENSOR, "EagerTensor")
+            if self.tf_variable is not None and issubclass(t, self.tf_variable):
+                return (_T_TF_VAR, "Variable")
+            if self.graph_objects and t.__name__ in _TF_GRAPH_KINDS:
+                return (_T_GRAPH, "tensorflow", t.__name__)
+            return None
+        if self.keras_variable is not None and issubclass(t, self.keras_variable):
+            return (_T_KERAS_VAR, "Variable")
+        if self.graph_objects:
+            if self.keras_tensor is not None and issubclass(t, self.keras_tensor):
+                return (_T_GRAPH, "keras", "KerasTensor")
+            if self.keras_model is not None and issubclass(t, self.keras_model):
+                return (_T_GRAPH, "keras", "Model")
+            if self.keras_layer is not None and issubclass(t, self.keras_layer):
+                return (_T_GRAPH, "keras", "Layer")
+            if self.torch_module is not None and issubclass(t, self.torch_module):
+                return (_T_GRAPH, "torch", "Module")
+        if self.jax_array is not None and t.__name__ == "ArrayImpl" and issubclass(t, self.jax_array):
+            return (_T_JAX, "Array")
+        return None
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(d) if d is not None else -1 for d in value)
+    except TypeError:
+        return None
+
+
+def _short_tf_device(device: str) -> str:
+    # "/job:localhost/replica:0/task:0/device:CPU:0" -> "CPU:0"
+    marker = "device:"
+    pos = device.rfind(marker)
+    return device[pos + len(marker) :] if pos >= 0 else device
+
+
+# --------------------------------------------------------------------------------------------
+# the census
+
+
+def census(
+    *,
+    frameworks: Iterable[str] | None = None,
+    numpy: bool = True,
+    graph_objects: bool = True,
+    exclude: Iterable[object] | None = None,
+) -> Census:
+    """Count live framework objects (see the module docstring for what is counted and how).
+
+    Args:
+        frameworks: names among ``torch``, ``tensorflow``, ``keras``, ``jax``, ``numpy``; None
+            means every one already imported. A named framework that is not imported is skipped
+            (it cannot have live objects); it is never imported.
+        numpy: count numpy arrays when ``frameworks`` is None (the referents pass, the costliest
+            part on large heaps). With an explicit list, numpy is counted only if listed.
+        graph_objects: count graph objects (TF operations and functions, Keras models and layers,
+            torch modules).
+        exclude: objects left out of the count, with everything they reference (see
+            :func:`reachable_ids`), as ``scope(keep=...)`` does.
+
+    Returns:
+        A :class:`Census`.
+
+    Raises:
+        ConfigError: an unknown framework name, or ``frameworks`` given as a bare string.
+    """
+    if frameworks is None:
+        names = frozenset(n for n in CENSUS_FRAMEWORKS if n in sys.modules)
+    else:
+        if isinstance(frameworks, str):
+            raise ConfigError(
+                f"frameworks={frameworks!r} must be a list of names such as ['torch'], not a string",
+                value=frameworks,
+            )
+        names_list = list(frameworks)
+        for name in names_list:
+            if name not in CENSUS_FRAMEWORKS:
+                raise ConfigError(
+                    f"unknown framework {name!r} for census(): use one of "
+                    + ", ".join(repr(n) for n in CENSUS_FRAMEWORKS),
+                    value=repr(name),
+                )
+        names = frozenset(names_list)
+        # an explicit list is a selection: numpy is counted only when it is listed
+        numpy = "numpy" in names
+    exclude_ids = reachable_ids(exclude) if exclude is not None else frozenset()
+    start = time.perf_counter()
+    entries = _run_census(names, numpy, graph_objects, exclude_ids)
+    return Census(entries=entries, elapsed_s=time.perf_counter() - start)
+
+
+def _run_census(
+    names: frozenset[str], numpy: bool, graph_objects: bool, exclude_ids: frozenset[int]
+) -> tuple[CensusEntry, ...]:
+    clf = _Classifier(names, numpy, graph_objects)
+    cache = clf.cache
+    classify = clf.classify
+    torch_tensors: list[tuple[str, Any]] = []
+    tf_objects: list[tuple[int, Any]] = []
+    jax_arrays: list[Any] = []
+    keras_vars: list[Any] = []
+    graph_counts: dict[tuple[str, str], int] = {}
+    ndarrays: dict[int, Any] = {}
+    objects = gc.get_objects()
+    try:
+        for obj in objects:
+            t = type(obj)
+            handler = cache.get(t, 0)
+            if handler == 0:
+                handler = cache[t] = classify(t)
+            if handler is None:
+                continue
+            if exclude_ids and id(obj) in exclude_ids:
+                continue
+            code = handler[0]
+            if code == _T_TORCH:
+                torch_tensors.append((handler[1], obj))
+            elif code == _T_GRAPH:
+                key = (handler[1], handler[2])
+                graph_counts[key] = graph_counts.get(key, 0) + 1
+            elif code == _T_TF_TENSOR or code == _T_TF_VAR:
+                tf_objects.append((code, obj))
+            elif code == _T_KERAS_VAR:
+                keras_vars.append(obj)
+            elif code == _T_JAX:
+                jax_arrays.append(obj)
+            elif code == _T_NDARRAY:
+                ndarrays[id(obj)] = obj
+        if clf.ndarray is not None:
+            _find_ndarrays(objects, clf.ndarray, ndarrays, exclude_ids)
+    finally:
+        del objects
+    acc: dict[EntryKey, list[int]] = {}
+    _count_torch(torch_tensors, acc)
+    _count_tf(tf_objects, acc)
+    _count_keras(keras_vars, acc)
+    _count_jax(jax_arrays, acc)
+    _count_ndarrays(ndarrays, clf.ndarray, acc)
+    for (framework, kind), count in graph_counts.items():
+        acc[(framework, kind, None, None, None)] = [count, 0]
+    entries = [CensusEntry(k[0], k[1], k[2], k[3], k[4], v[0], v[1]) for k, v in acc.items()]
+    entries.sort(key=lambda e: (-e.nbytes, -e.count, e.framework, e.kind, str(e.dtype), str(e.shape)))
+    return tuple(entries)
+
+
+def _add(acc: dict[EntryKey, list[int]], key: EntryKey, nbytes: int) -> None:
+    slot = acc.get(key)
+    if slot is None:
+        acc[key] = [1, nbytes]
+    else:
+        slot[0] += 1
+        slot[1] += nbytes
+
+
+def _count_torch(tensors: list[tuple[str, Any]], acc: dict[EntryKey, list[int]]) -> None:
+    if not tensors:
+        return
+    seen_storage: set[tuple[Any, int]] = set()
+    raw: dict[tuple, list[int]] = {}
+    views: list[tuple[str, Any]] = []
+
+    def storage_bytes(t: Any) -> int:
+        try:
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+        except Exception:  # sparse, nested or otherwise storage-less tensors
+            try:
+                return int(t.numel() * t.element_size())
+            except Exception:
+                return 0
+        if not ptr:  # meta tensors and empty storages hold no memory
+            return 0
+        key = (t.device, ptr)
+        if key in seen_storage:
+            return 0
+        seen_storage.add(key)
+        return int(storage.nbytes())
+
+    # Non-views first, so a storage's bytes go to its base tensor rather than to a view of it.
+    for pass_items, is_first in ((tensors, True), (views, False)):
+        for kind, t in pass_items:
+            try:
+                if is_first and t._is_view():
+                    views.append((kind, t))
+                    continue
+                key = (kind, t.dtype, t.device, t.shape)
+            except Exception:
+                continue
+            nbytes = storage_bytes(t)
+            slot = raw.get(key)
+            if slot is None:
+                raw[key] = [1, nbytes]
+            else:
+                slot[0] += 1
+                slot[1] += nbytes
+    for (kind, dtype, device, shape), (count, nbytes) in raw.items():
+        dtype_name = str(dtype).removeprefix("torch.")
+        entry_key = ("torch", kind, dtype_name, tuple(int(d) for d in shape), str(device))
+        slot = acc.setdefault(entry_key, [0, 0])
+        slot[0] += count
+        slot[1] += nbytes
+
+
+def _tf_nbytes(dtype: Any, shape: tuple[int, ...] | None) -> int:
+    if shape is None or any(d < 0 for d in shape):
+        return 0
+    try:
+        size = int(dtype.size)
+    except Exception:
+        return 0
+    n = 1
+    for d in shape:
+        n *= d
+    return n * size
+
+
+def _count_tf(objects: list[tuple[int, Any]], acc: dict[EntryKey, list[int]]) -> None:
+    for code, obj in objects:
+        try:
+            dtype = obj.dtype
+            dtype_name = dtype.name
+            if code == _T_TF_TENSOR and dtype_name in _TF_SKIP_DTYPES:
+                continue
+            shape = _shape(obj.shape)
+            device = _short_tf_device(str(obj.device))
+        except Exception:
+            continue
+        kind = "EagerTensor" if code == _T_TF_TENSOR else "Variable"
+        _add(acc, ("tensorflow", kind, dtype_name, shape, device), _tf_nbytes(dtype, shape))
+
+
+def _count_keras(variables: list[Any], acc: dict[EntryKey, list[int]]) -> None:
+    for var in variables:
+        try:
+            dtype = str(var.dtype)
+            shape = _shape(var.shape)
+        except Exception:
+            continue
+        # bytes 0: the backend tensor inside the Keras variable is counted under its framework
+        _add(acc, ("keras", "Variable", dtype, shape, None), 0)
+
+
+def _count_jax(arrays: list[Any], acc: dict[EntryKey, list[int]]) -> None:
+    for arr in arrays:
+        try:
+            if arr.is_deleted():
+                continue
+            devices = sorted(str(d) for d in arr.devices())
+            device = devices[0] if len(devices) == 1 else ",".join(devices)
+            _add(acc, ("jax", "Array", str(arr.dtype), _shape(arr.shape), device), int(arr.nbytes))
+        except Exception:
+            continue
+
+
+def _find_ndarrays(
+    objects: list[Any], ndarray: type, found: dict[int, Any], exclude_ids: frozenset[int]
+) -> None:
+    """Add to ``found`` the arrays referenced by tracked objects (arrays are not GC tracked)."""
+    is_tracked = gc.is_tracked
+    pending: list[Any] = [gc.get_referents(*objects)]
+    visited: set[int] = set()
+    # type -> 1 (array), 2 (tuple/dict), 0 (other). Decided on the type, never with isinstance()
+    # on the object: isinstance reads __class__, which some lazy module objects turn into warnings.
+    kinds: dict[type, int] = {tuple: 2, dict: 2, ndarray: 1}
+    while pending:
+        referents = pending.pop()
+        nested: list[Any] = []
+        for r in referents:
+            t = type(r)
+            k = kinds.get(t)
+            if k is None:
+                try:
+                    k = kinds[t] = 1 if issubclass(t, ndarray) else 0
+                except TypeError:
+                    k = kinds[t] = 0
+            if k == 0:
+                continue
+            if k == 2:
+                # CPython untracks tuples/dicts holding only untracked objects: look inside those.
+                if not is_tracked(r) and id(r) not in visited:
+                    visited.add(id(r))
+                    nested.append(r)
+            elif id(r) not in exclude_ids:
+                found[id(r)] = r
+        if nested:
+            pending.append(gc.get_referents(*nested))
+
+
+def _count_ndarrays(found: dict[int, Any], ndarray: type | None, acc: dict[EntryKey, list[int]]) -> None:
+    if not found or ndarray is None:
+        return
+    counted_roots: set[int] = set()
+    # grouped on the raw (hashable) dtype and shape; names are formatted once per group
+    raw: dict[tuple[str, Any, tuple[int, ...]], list[int]] = {}
+    for arr in list(found.values()):
+        # Walk to the object that owns the memory; views count toward the owner, once.
+        owner = arr
+        base = arr.base
+        depth = 0
+        while isinstance(base, ndarray) and depth < 64:
+            owner = base
+            base = base.base
+            depth += 1
+        if base is None:
+            root_id, kind, label, nbytes = id(owner), "ndarray", owner, int(owner.nbytes)
+        else:
+            root_id, kind, label, nbytes = id(base), "buffer_view", owner, int(owner.nbytes)
+        if root_id in counted_roots:
+            # Another array over the same memory was counted already.
+            continue
+        counted_roots.add(root_id)
+        if base is None and id(owner) not in found:
+            found[id(owner)] = owner  # reached only through a view's .base
+        rkey = (kind, label.dtype, label.shape)
+        slot = raw.get(rkey)
+        if slot is None:
+            raw[rkey] = [1, nbytes]
+        else:
+            slot[0] += 1
+            slot[1] += nbytes
+    for (kind, dtype, shape), (count, nbytes) in raw.items():
+        key = ("numpy", kind, str(dtype), tuple(int(d) for d in shape), "cpu")
+        slot = acc.setdefault(key, [0, 0])
+        slot[0] += count
+        slot[1] += nbytes
+
+
+# --------------------------------------------------------------------------------------------
+# reachability, for keep= / exclude=
+
+_NO_DESCEND = (type, type(sys), type(len), type(_type_module), type(_type_module.__code__))
+
+
+def reachable_ids(objects: Iterable[object] | object, *, limit: int = 1_000_000) -> frozenset[int]:
+    """The ids of ``objects`` and of everything they reference, transitively.
+
+    Used to exclude what a caller keeps (a model and its variables, a returned tensor) from a
+    census. The walk does not enter classes, modules, functions or code objects, so it does not
+    spread through module globals into the whole heap; it stops after ``limit`` objects.
+    """
+    if isinstance(objects, (list, tuple, set, frozenset)):
+        stack = list(objects)
+    else:
+        stack = [objects]
+    seen: set[int] = set()
+    while stack and len(seen) < limit:
+        obj = stack.pop()
+        oid = id(obj)
+        if oid in seen:
+            continue
+        seen.add(oid)
+        t = type(obj)
+        if issubclass(t, _NO_DESCEND):
+            continue
+        try:
+            stack.extend(gc.get_referents(obj))
+            # numpy views hold their base outside the GC protocol
+            base = getattr(obj, "base", None) if t.__name__ == "ndarray" else None
+            if base is not None:
+                stack.append(base)
+        except Exception:
+            continue
+    return frozenset(seen)
