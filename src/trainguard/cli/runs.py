@@ -1,0 +1,70 @@
+"""``trainguard runs``: list the runs in a store, with trial counts, duration and peak memory."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+HELP = "list the runs in a store: status, trials ok/failed/pending, duration, peak RSS"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    from trainguard.store import DEFAULT_STORE
+
+    parser.add_argument(
+        "--store", default=DEFAULT_STORE, metavar="PATH", help=f"the store file (default {DEFAULT_STORE})"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainguard.store import Store
+
+    with Store(args.store, readonly=True) as store:
+        summaries = store.list_runs()
+    if args.json:
+        print(
+            json.dumps(
+                {"store": str(args.store), "runs": [dataclasses.asdict(s) for s in summaries]}, indent=2
+            )
+        )
+        return 0
+    from rich.markup import escape
+    from rich.table import Table
+
+    from trainguard.cli._display import console, when
+    from trainguard.units import format_bytes, format_duration
+
+    out = console()
+    if not summaries:
+        out.print(f"no runs in {args.store} yet")
+        return 0
+    table = Table(title=f"runs in {args.store}", title_justify="left")
+    for name, justify in [
+        ("name", "left"),
+        ("status", "left"),
+        ("ok", "right"),
+        ("failed", "right"),
+        ("pending", "right"),
+        ("started", "left"),
+        ("duration", "right"),
+        ("peak RSS", "right"),
+    ]:
+        table.add_column(
+            name, justify=justify, no_wrap=name != "name", min_width=12 if name == "name" else None
+        )
+    for s in summaries:
+        status_style = {"completed": "green", "failed": "red", "running": "yellow"}.get(s.status, "")
+        table.add_row(
+            escape(s.name),
+            f"[{status_style}]{s.status}[/]" if status_style else s.status,
+            str(s.trials_ok),
+            f"[red]{s.trials_failed}[/]" if s.trials_failed else "0",
+            str(s.trials_pending),
+            when(s.created_at),
+            format_duration(s.duration_s),
+            format_bytes(s.peak_rss_bytes),
+        )
+    out.print(table)
+    return 0

@@ -1,0 +1,152 @@
+"""``trainguard show RUN``: one run in detail: trials, workers and why each ended, recent events."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any
+
+HELP = "show one run: summary, per-trial results and memory, workers and why they ended, recent events"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    from trainguard.store import DEFAULT_STORE
+
+    parser.add_argument(
+        "run_name", metavar="RUN", help="the run's name (or its id), as `trainguard runs` lists it"
+    )
+    parser.add_argument(
+        "--store", default=DEFAULT_STORE, metavar="PATH", help=f"the store file (default {DEFAULT_STORE})"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--events", type=int, default=10, metavar="N", help="how many recent events to show (default 10)"
+    )
+    parser.add_argument(
+        "--max-trials",
+        type=int,
+        default=50,
+        metavar="N",
+        help="show at most N trials in the table (default 50; --json has them all)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainguard.exceptions import ConfigError
+    from trainguard.store import Store
+
+    if args.events < 0 or args.max_trials < 0:
+        raise ConfigError("--events and --max-trials must be >= 0, e.g. --events 20")
+    with Store(args.store, readonly=True) as store:
+        info = store.get_run(args.run_name)
+        if info is None and args.run_name.isdigit():
+            info = store.get_run_by_id(int(args.run_name))
+        if info is None:
+            names = [s.name for s in store.list_runs()]
+            hint = f"known runs: {', '.join(names[-5:])}" if names else "the store has no runs yet"
+            raise ConfigError(
+                f"no run named {args.run_name!r} in {args.store} ({hint}): `trainguard runs --store {args.store}` lists them"
+            )
+        summary = store.summary(info.run_id)
+        trials = store.trials(info.run_id)
+        workers = store.workers(info.run_id)
+        events = store.events(info.run_id, limit=args.events)
+        samples = store.samples(info.run_id)
+    assert summary is not None
+    if args.json:
+        payload: dict[str, Any] = {
+            "run": dataclasses.asdict(summary),
+            "config": info.config,
+            "trials": [dataclasses.asdict(t) for t in trials],
+            "workers": [{**dataclasses.asdict(w), "reason_text": w.reason_text} for w in workers],
+            "events": [dataclasses.asdict(e) for e in events],
+            "memory": {
+                "samples": len(samples),
+                "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
+            },
+        }
+        print(json.dumps(payload, indent=2))
+        return 0
+    _print_text(args, info, summary, trials, workers, events, samples)
+    return 0
+
+
+def _print_text(args, info, summary, trials, workers, events, samples) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from trainguard.cli._display import console, short_value, sparkline, when
+    from trainguard.units import format_bytes, format_duration
+
+    out = console()
+    out.print(f"[bold]{escape(summary.name)}[/]  {escape(summary.status)}  ({escape(summary.fn_ref)})")
+    out.print(
+        f"trials: {summary.trials_total} ({summary.trials_ok} ok, {summary.trials_failed} failed, "
+        f"{summary.trials_pending} pending)   started {when(summary.created_at)}   "
+        f"duration {format_duration(summary.duration_s)}   peak RSS {format_bytes(summary.peak_rss_bytes)}   "
+        f"workers {summary.workers_started}"
+        + (f"   sessions {summary.sessions}" if summary.sessions > 1 else "")
+    )
+    if samples:
+        rss = [s.rss_bytes for s in samples]
+        out.print(
+            f"worker-tree RSS over time (highest of the workers, {len(samples)} samples): {format_bytes(min(rss))} "
+            f"{sparkline(rss, 60)} {format_bytes(max(rss))}"
+        )
+    table = Table(title="trials", title_justify="left")
+    for name, justify in [
+        ("#", "right"),
+        ("status", "left"),
+        ("value / error", "left"),
+        ("attempts", "right"),
+        ("peak RSS", "right"),
+        ("worker", "right"),
+        ("duration", "right"),
+    ]:
+        table.add_column(name, justify=justify, no_wrap=name != "value / error")
+    for t in trials[: args.max_trials]:
+        if t.status == "failed" and t.error:
+            kind = str(t.error.get("type") or t.error.get("kind") or "error")
+            message = str(t.error.get("message") or "")
+            shown = "[red]" + escape(short_value(f"{kind}: {message}" if message else kind, 80)) + "[/]"
+        else:
+            shown = escape(short_value(t.value, 60))
+        style = {"ok": "green", "failed": "red", "pending": "yellow"}.get(t.status, "")
+        table.add_row(
+            str(t.index),
+            f"[{style}]{t.status}[/]",
+            shown,
+            str(t.attempts),
+            format_bytes(t.peak_rss_bytes),
+            "-" if t.worker_id is None else str(t.worker_id),
+            format_duration(t.duration_s),
+        )
+    if len(trials) > args.max_trials:
+        table.caption = f"{len(trials) - args.max_trials} more trials not shown (--max-trials N or --json)"
+    out.print(table)
+    if workers:
+        wt = Table(title="workers", title_justify="left")
+        for name in ("worker", "pid", "started", "lived", "ended because"):
+            wt.add_column(
+                name,
+                no_wrap=name != "ended because",
+                justify="right" if name in ("worker", "pid", "lived") else "left",
+            )
+        for w in workers:
+            lived = None if w.ended_at is None else w.ended_at - w.started_at
+            wt.add_row(
+                str(w.worker_id),
+                str(w.pid),
+                when(w.started_at),
+                format_duration(lived),
+                escape(w.reason_text),
+            )
+        out.print(wt)
+    if events:
+        et = Table(title=f"recent events (last {len(events)})", title_justify="left")
+        for name in ("time", "kind", "message"):
+            et.add_column(name, no_wrap=name != "message")
+        for e in events:
+            et.add_row(when(e.time)[11:], escape(e.kind), escape(e.message))
+        out.print(et)

@@ -1,0 +1,160 @@
+"""``trainguard runs`` and ``trainguard show`` on a store filled directly through the Store API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainguard.cli import main
+from trainguard.store import Store
+
+
+@pytest.fixture
+def filled(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.db"
+    t0 = time.time()
+    with Store(path) as s:
+        run = s.begin_run(
+            "lr-sweep", "train.py:train", [{"lr": 10.0**-i} for i in range(1, 6)], {"workers": 1}
+        )
+        s.start_worker(run.run_id, 0, 4101, {"threads": 2})
+        for i in range(3):
+            s.start_attempt(run.run_id, i, 1, 0)
+            s.add_samples(
+                run.run_id,
+                0,
+                [(t0 + i + k / 10, 600_000_000 + i * 56_000_000 + k, None, None) for k in range(10)],
+            )
+            s.finish_attempt(
+                run.run_id, i, 1, status="ok", error=None, peak_rss_bytes=700_000_000, duration_s=1.5
+            )
+            s.finish_trial(
+                run.run_id,
+                i,
+                status="ok",
+                value={"loss": 0.5 - i / 10},
+                error=None,
+                attempts=1,
+                peak_rss_bytes=600_000_000 + i * 56_000_000,
+                worker_id=0,
+                duration_s=1.5,
+            )
+        s.end_worker(run.run_id, 0, reason="recycled", detail={"trials": 3})
+        s.start_worker(run.run_id, 1, 4102, {})
+        s.start_attempt(run.run_id, 3, 1, 1)
+        s.finish_attempt(
+            run.run_id,
+            3,
+            1,
+            status="killed_memory",
+            error={"type": "MemoryLimitError"},
+            peak_rss_bytes=1_300_000_000,
+            duration_s=2.0,
+        )
+        s.end_worker(
+            run.run_id, 1, reason="killed_memory", detail={"rss_bytes": 1_300_000_000, "limit_bytes": 2**30}
+        )
+        s.finish_trial(
+            run.run_id,
+            3,
+            status="failed",
+            value=None,
+            error={"type": "MemoryLimitError", "message": "killed at 1.2 GiB > limit 1.0 GiB"},
+            attempts=1,
+            peak_rss_bytes=1_300_000_000,
+            worker_id=1,
+            duration_s=2.0,
+        )
+        s.add_event(run.run_id, "recycle", "worker 0 recycled after 3 trials", worker_id=0)
+        s.finish_run(run.run_id, "failed")
+        s.begin_run("seeds [x]", "m:f", [{"seed": 1}], {})
+    return path
+
+
+def test_runs_table(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--store", str(filled)]) == 0
+    out = capsys.readouterr().out
+    sweep = next(line for line in out.splitlines() if "lr-sweep" in line)
+    cells = [c.strip() for c in sweep.split("│")[1:-1]]
+    assert cells[:5] == ["lr-sweep", "failed", "3", "1", "1"]
+    assert cells[-1] == "1.2 GiB"
+    assert "seeds [x]" in out  # rich markup in a name is printed, not interpreted
+
+
+def test_runs_json(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--store", str(filled), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    first = data["runs"][0]
+    assert (first["name"], first["trials_ok"], first["trials_failed"], first["trials_pending"]) == (
+        "lr-sweep",
+        3,
+        1,
+        1,
+    )
+    assert first["peak_rss_bytes"] == 1_300_000_000 and first["workers_started"] == 2
+
+
+def test_show_text(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "lr-sweep", "--store", str(filled)]) == 0
+    out = capsys.readouterr().out
+    assert "trials: 5 (3 ok, 1 failed, 1 pending)" in out
+    assert "loss=0.4" in out and "MemoryLimitError: killed at 1.2 GiB > limit 1.0 GiB" in out
+    assert "recycled by policy (after 3 trials)" in out
+    assert "killed at the memory limit (1.2 GiB > 1.0 GiB)" in out
+    assert "worker 0 recycled after 3 trials" in out
+    assert "▁" in out and "█" in out  # the memory sparkline
+
+
+def test_show_json_and_by_id(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "1", "--store", str(filled), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["run"]["name"] == "lr-sweep"
+    assert [t["status"] for t in data["trials"]] == ["ok", "ok", "ok", "failed", "pending"]
+    assert [w["reason"] for w in data["workers"]] == ["recycled", "killed_memory"]
+    assert data["workers"][1]["reason_text"].startswith("killed at the memory limit")
+    assert data["memory"]["peak_rss_bytes"] == 600_000_000 + 2 * 56_000_000 + 9
+
+
+def test_show_unknown_run_is_a_one_line_usage_error(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "nope", "--store", str(filled)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert (
+        "no run named 'nope'" in err and "known runs: lr-sweep, seeds [x]" in err and "trainguard runs" in err
+    )
+
+
+def test_missing_store_is_a_one_line_error_and_creates_nothing(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "nothing.db"
+    for argv in (["runs", "--store", str(missing)], ["show", "x", "--store", str(missing)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "no store at" in err and "--store" in err
+    assert not missing.exists()
+
+
+def test_not_a_store_and_empty_store(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello, this is not a database at all\n" * 10)
+    assert main(["runs", "--store", str(bad)]) == 2
+    assert "not a trainguard store" in capsys.readouterr().err
+    empty = tmp_path / "empty.db"
+    Store(empty).close()
+    assert main(["runs", "--store", str(empty)]) == 0
+    assert "no runs in" in capsys.readouterr().out
+
+
+def test_console_entry_point(filled: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainguard", "runs", "--store", str(filled), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["runs"][1]["name"] == "seeds [x]"
