@@ -1,0 +1,162 @@
+"""The built-in sampler probes: cheap readers that return a number (or None) each call."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+import psutil
+
+from trainguard.exceptions import ConfigError
+
+logger = logging.getLogger(__name__)
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+ProbeFn = Callable[[], "int | float | None"]
+
+
+def _statm_rss(pid: int) -> int | None:
+    # /proc/PID/statm is one short read; psutil would parse the same file with more overhead.
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        try:
+            return psutil.Process(pid).memory_info().rss
+        except (psutil.Error, OSError):
+            return None
+
+
+class TreePids:
+    """The pids of a process and its descendants, re-listed at most every ``refresh_s``.
+
+    Listing descendants scans every process on the machine, so it is cached; a child started
+    between refreshes is picked up at the next refresh.
+    """
+
+    def __init__(self, pid: int, refresh_s: float = 1.0) -> None:
+        self.pid = pid
+        self.refresh_s = refresh_s
+        self._pids: tuple[int, ...] = (pid,)
+        self._at = -1e9
+
+    def pids(self) -> tuple[int, ...]:
+        now = time.monotonic()
+        if now - self._at >= self.refresh_s:
+            self._at = now
+            try:
+                children = psutil.Process(self.pid).children(recursive=True)
+                self._pids = (self.pid, *(c.pid for c in children))
+            except psutil.Error:
+                self._pids = (self.pid,)
+        return self._pids
+
+
+def build_probes(spec: object, pid: int) -> dict[str, ProbeFn]:
+    """Turn a ``probes=`` argument into ``{name: callable}``.
+
+    Raises:
+        ConfigError: an unknown built-in name, a non-callable, or a spec of the wrong type.
+    """
+    if spec is None:
+        spec = ("rss_bytes",)
+    if isinstance(spec, str):
+        spec = (spec,)
+    builtins = _builtins(pid)
+    out: dict[str, ProbeFn] = {}
+    if isinstance(spec, dict):
+        for name, fn in spec.items():
+            if not isinstance(name, str) or not name:
+                raise ConfigError(f"probe names must be non-empty strings, not {name!r}", value=repr(name))
+            if isinstance(fn, str) and fn in builtins:
+                out[name] = builtins[fn]
+            elif callable(fn):
+                out[name] = fn
+            else:
+                raise ConfigError(
+                    f"probe {name!r} must be a callable returning a number, or a built-in name "
+                    f"({', '.join(sorted(builtins))}), not {type(fn).__name__}",
+                    value=repr(fn),
+                )
+        if not out:
+            raise ConfigError("probes={} is empty: give at least one probe, e.g. probes=['rss_bytes']")
+        return out
+    if isinstance(spec, (list, tuple)):
+        for name in spec:
+            if name not in builtins:
+                raise ConfigError(
+                    f"unknown probe {name!r}: use one of {', '.join(sorted(builtins))} "
+                    "or a dict {name: callable}",
+                    value=repr(name),
+                )
+            out[name] = builtins[name]
+        if not out:
+            raise ConfigError("probes=[] is empty: give at least one probe, e.g. probes=['rss_bytes']")
+        return out
+    raise ConfigError(
+        f"probes= must be a list of built-in names or a dict {{name: callable}}, not {type(spec).__name__}",
+        value=repr(spec),
+    )
+
+
+def _builtins(pid: int) -> dict[str, ProbeFn]:
+    tree = TreePids(pid)
+
+    def rss_bytes() -> int | None:
+        total = 0
+        for p in tree.pids():
+            r = _statm_rss(p)
+            if r is not None:
+                total += r
+            elif p == pid:
+                return None
+        return total
+
+    def process_rss_bytes() -> int | None:
+        return _statm_rss(pid)
+
+    def uss_bytes() -> int | None:
+        total = 0
+        for p in tree.pids():
+            try:
+                total += psutil.Process(p).memory_full_info().uss
+            except (psutil.Error, AttributeError):
+                if p == pid:
+                    return None
+        return total
+
+    def gpu_bytes() -> int | None:
+        from trainguard.probes.nvml import gpu_memory_of_pids
+
+        return gpu_memory_of_pids(tree.pids())
+
+    def system_available_bytes() -> int:
+        return psutil.virtual_memory().available
+
+    def cgroup_usage_bytes() -> int | None:
+        from trainguard.probes.host import cgroup_memory
+
+        cg = cgroup_memory()
+        return cg.usage_bytes if cg else None
+
+    return {
+        "rss_bytes": rss_bytes,
+        "process_rss_bytes": process_rss_bytes,
+        "uss_bytes": uss_bytes,
+        "gpu_bytes": gpu_bytes,
+        "system_available_bytes": system_available_bytes,
+        "cgroup_usage_bytes": cgroup_usage_bytes,
+    }
+
+
+BUILTIN_PROBES: tuple[str, ...] = (
+    "rss_bytes",
+    "process_rss_bytes",
+    "uss_bytes",
+    "gpu_bytes",
+    "system_available_bytes",
+    "cgroup_usage_bytes",
+)
