@@ -37,6 +37,8 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress
+from operator import not_
 from typing import Any
 
 from trainguard.exceptions import ConfigError
@@ -498,35 +500,43 @@ def _count_jax(arrays: list[Any], acc: dict[EntryKey, list[int]]) -> None:
 def _find_ndarrays(
     objects: list[Any], ndarray: type, found: dict[int, Any], exclude_ids: frozenset[int]
 ) -> None:
-    """Add to ``found`` the arrays referenced by tracked objects (arrays are not GC tracked)."""
-    is_tracked = gc.is_tracked
-    pending: list[Any] = [gc.get_referents(*objects)]
-    visited: set[int] = set()
-    # type -> 1 (array), 2 (tuple/dict), 0 (other). Decided on the type, never with isinstance()
-    # on the object: isinstance reads __class__, which some lazy module objects turn into warnings.
-    kinds: dict[type, int] = {tuple: 2, dict: 2, ndarray: 1}
-    while pending:
+    """Add to ``found`` the arrays referenced by tracked objects (arrays are not GC tracked).
+
+    The filtering runs in C (``map``/``itertools.compress`` over type lookups): a large heap has
+    about a million referents and a Python-level loop over them would dominate the census.
+    Types are tested with ``issubclass`` on the type, never ``isinstance`` on the object, which
+    reads ``__class__`` and lets some lazy module objects emit warnings.
+    """
+    array_types: set[type] = {ndarray}
+    container_types = frozenset({tuple, dict})
+    known: set[type] = {ndarray, tuple, dict}
+    is_array_type = array_types.__contains__
+    is_container_type = container_types.__contains__
+    pending: list[list[Any]] = [gc.get_referents(*objects)]
+    rounds = 0
+    while pending and rounds < 64:
+        rounds += 1
         referents = pending.pop()
-        nested: list[Any] = []
-        for r in referents:
-            t = type(r)
-            k = kinds.get(t)
-            if k is None:
-                try:
-                    k = kinds[t] = 1 if issubclass(t, ndarray) else 0
-                except TypeError:
-                    k = kinds[t] = 0
-            if k == 0:
-                continue
-            if k == 2:
-                # CPython untracks tuples/dicts holding only untracked objects: look inside those.
-                if not is_tracked(r) and id(r) not in visited:
-                    visited.add(id(r))
-                    nested.append(r)
-            elif id(r) not in exclude_ids:
-                found[id(r)] = r
-        if nested:
-            pending.append(gc.get_referents(*nested))
+        types = list(map(type, referents))
+        for t in set(types) - known:
+            known.add(t)
+            try:
+                if issubclass(t, ndarray):
+                    array_types.add(t)
+            except TypeError:
+                pass
+        arrays = list(compress(referents, map(is_array_type, types)))
+        found.update(zip(map(id, arrays), arrays, strict=True))
+        containers = list(compress(referents, map(is_container_type, types)))
+        del types
+        # CPython untracks tuples/dicts holding only untracked objects (arrays among them):
+        # look inside those; tracked ones are in gc.get_objects() already.
+        untracked = list(compress(containers, map(not_, map(gc.is_tracked, containers))))
+        if untracked:
+            pending.append(gc.get_referents(*untracked))
+    if exclude_ids:
+        for key in [k for k in found if k in exclude_ids]:
+            del found[key]
 
 
 def _count_ndarrays(found: dict[int, Any], ndarray: type | None, acc: dict[EntryKey, list[int]]) -> None:
