@@ -1,0 +1,83 @@
+"""``trainguard doctor``: print the environment and the configurations in it known to leak."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "show the environment (frameworks, GPUs, memory, allocator, threads) and what in it is known to leak"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="import the installed frameworks to read their devices and settings (slow)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainguard.doctor import diagnose
+
+    report = diagnose(deep=args.deep)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=False, default=str))
+        return 0
+    _print_text(report)
+    return 0
+
+
+def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainguard.units import format_bytes
+
+    console = Console()
+    table = Table(title="trainguard doctor", show_header=False, title_justify="left")
+    table.add_column("item", style="bold")
+    table.add_column("value")
+    table.add_row("Python", f"{report.python} ({report.python_executable})")
+    table.add_row("OS", report.os)
+    quota = f", quota {report.cpu_quota:g}" if report.cpu_quota else ""
+    table.add_row("CPUs", f"{report.cpus} ({report.cpus_usable} usable{quota})")
+    table.add_row(
+        "Memory",
+        f"{format_bytes(report.memory_total_bytes)} total, {format_bytes(report.memory_available_bytes)} available, "
+        f"swap {format_bytes(report.swap_total_bytes)}",
+    )
+    if report.cgroup_version is not None:
+        limit = format_bytes(report.cgroup_limit_bytes) if report.cgroup_limit_bytes else "no limit"
+        table.add_row(
+            "cgroup", f"v{report.cgroup_version}: {limit}, using {format_bytes(report.cgroup_usage_bytes)}"
+        )
+    else:
+        table.add_row("cgroup", "none readable")
+    for name, version in report.frameworks.items():
+        table.add_row(name, version or "[dim]not installed[/dim]")
+    table.add_row("Keras backend", report.keras_backend or "-")
+    if report.gpus:
+        for gpu in report.gpus:
+            table.add_row(
+                f"GPU {gpu['index']}",
+                f"{gpu['name']}: {format_bytes(gpu['used_bytes'])} used of {format_bytes(gpu['total_bytes'])}",
+            )
+    else:
+        table.add_row("GPUs", "none (NVML unavailable)" if not report.nvml_available else "none")
+    table.add_row("allocator", report.allocator)
+    threads = ", ".join(f"{k}={v}" for k, v in report.threads.items() if v) or "no thread variables set"
+    table.add_row("threads", threads)
+    env = ", ".join(f"{k}={v}" for k, v in report.environment.items() if v) or "-"
+    table.add_row("memory env", env)
+    if report.deep:
+        for key, value in report.deep.items():
+            if value not in ({}, None):
+                table.add_row(key, str(value))
+    console.print(table)
+    if report.warnings:
+        console.print(f"[bold yellow]{len(report.warnings)} warning(s):[/bold yellow]")
+        for i, text in enumerate(report.warnings, 1):
+            console.print(f"{i}. {text}", highlight=False)
+    else:
+        console.print("[green]no known leaking configuration found[/green]")
