@@ -1,0 +1,400 @@
+"""The ``trainguard demo``: the seed's repeated Keras ``fit``, naive and then under the Runner.
+
+Both halves run :func:`trainguard.workloads.keras_fit` with its defaults on the TensorFlow backend:
+
+* **naive**: one child process runs every trial in a loop with ``clear_session()`` and
+  ``gc.collect()`` after each (what the seed does by hand). It runs in a subprocess so that this
+  process never imports TensorFlow and both halves are measured the same way, from outside.
+* **runner**: :class:`trainguard.Runner` with one worker and the default policy.
+
+Memory is sampled from outside at 10 Hz (RSS summed over the process tree) for both halves; each
+trial's peak is the highest sample inside its time window (naive) or the Runner's own per-trial peak.
+Growth per trial is a Theil-Sen slope (median of pairwise slopes) over the trials after the first,
+which ignores the one-off warm-up and is not thrown by a single noisy reading.
+
+This module imports no framework; ``run_demo`` needs the ``demo`` extra
+(``pip install 'trainguard[demo]'``: tensorflow-cpu and keras).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainguard.exceptions import ConfigError, TrainguardError, missing
+
+__all__ = [
+    "DemoHalf",
+    "DemoResult",
+    "TreeSampler",
+    "run_naive",
+    "run_measured_child",
+    "trial_line",
+    "versions",
+    "run_with_runner",
+    "run_demo",
+    "theil_sen_slope",
+    "DEFAULT_DEMO_TRIALS",
+]
+
+logger = logging.getLogger(__name__)
+
+#: about two minutes for both halves on 2 CPU cores (about 1 s a fit, plus TensorFlow's start-up)
+DEFAULT_DEMO_TRIALS = 40
+
+_MARK = "TRAINGUARD-DEMO "
+
+
+@dataclass(frozen=True, slots=True)
+class DemoHalf:
+    """What one way of running the trials measured.
+
+    ``trial_peak_rss_bytes[i]`` is trial i's peak RSS; ``series`` is the outside sampler's
+    ``(seconds since start, tree RSS bytes)``; ``recycles`` counts workers the Runner replaced.
+    """
+
+    mode: str
+    trials: int
+    wall_s: float
+    peak_rss_bytes: int
+    trial_peak_rss_bytes: tuple[int | None, ...]
+    growth_bytes_per_trial: float | None
+    values: tuple[Any, ...]
+    failed: int = 0
+    recycles: int = 0
+    workers_started: int = 0
+    series: tuple[tuple[float, int], ...] = field(default=(), repr=False)
+    run_name: str | None = None
+    store: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "trials": self.trials,
+            "wall_s": self.wall_s,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "growth_bytes_per_trial": self.growth_bytes_per_trial,
+            "trial_peak_rss_bytes": list(self.trial_peak_rss_bytes),
+            "values": list(self.values),
+            "failed": self.failed,
+            "recycles": self.recycles,
+            "workers_started": self.workers_started,
+            "run_name": self.run_name,
+            "store": self.store,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DemoResult:
+    naive: DemoHalf
+    runner: DemoHalf
+    params: dict[str, Any]
+    versions: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "params": self.params,
+            "versions": self.versions,
+            "naive": self.naive.to_dict(),
+            "runner": self.runner.to_dict(),
+        }
+
+
+def theil_sen_slope(values: Sequence[float | None]) -> float | None:
+    """Median of the pairwise slopes of ``values`` against their index (None entries skipped)."""
+    points = [(i, float(v)) for i, v in enumerate(values) if v is not None]
+    slopes = [
+        (vj - vi) / (j - i) for a, (i, vi) in enumerate(points) for (j, vj) in points[a + 1 :] if j != i
+    ]
+    return statistics.median(slopes) if slopes else None
+
+
+class TreeSampler:
+    """Sample the RSS of a process tree from outside, on a thread, until stopped.
+
+    Args:
+        read_rss: returns the bytes to record, or None when there is nothing to read yet.
+        interval_s: seconds between samples (0.1 = 10 Hz).
+    """
+
+    def __init__(self, read_rss: Callable[[], int | None], *, interval_s: float = 0.1) -> None:
+        if interval_s <= 0:
+            raise ConfigError(f"interval_s must be > 0, not {interval_s!r}")
+        self._read = read_rss
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="trainguard-demo-sampler", daemon=True)
+        self.series: list[tuple[float, int]] = []
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                value = self._read()
+            except Exception:  # the process may exit between listing and reading it
+                value = None
+            if value is not None:
+                self.series.append((time.time(), value))
+            self._stop.wait(self._interval_s)
+
+    def __enter__(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    @property
+    def peak_rss_bytes(self) -> int:
+        return max((v for _, v in self.series), default=0)
+
+    def peak_between(self, start: float, end: float) -> int | None:
+        inside = [v for t, v in self.series if start <= t <= end]
+        return max(inside) if inside else None
+
+
+def _require_demo_frameworks() -> None:
+    import importlib.util
+
+    for package in ("tensorflow", "keras"):
+        if importlib.util.find_spec(package) is None:
+            raise missing(package, "trainguard demo", extra="demo")
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["KERAS_BACKEND"] = "tensorflow"
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def _naive_child() -> None:
+    """Entry point of the naive half's child process: all trials in one loop, one JSON line each."""
+    import psutil
+
+    spec = json.loads(sys.argv[1])
+    params = spec["params"]
+    proc = psutil.Process()
+    started = time.time()
+    import keras  # noqa: F401 - imported here so that its start-up is not counted in the first trial
+
+    from trainguard.workloads import keras_fit
+
+    print(_MARK + json.dumps({"event": "ready", "import_s": time.time() - started}), flush=True)
+    for index in range(spec["trials"]):
+        start = time.time()
+        value = keras_fit(params)  # does del model; clear_session(); gc.collect(), as the seed does
+        end = time.time()
+        print(trial_line(index, start, end, proc.memory_info().rss, value), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # skip TensorFlow's slow interpreter teardown
+
+
+def run_naive(trials: int, params: dict[str, Any] | None = None, *, interval_s: float = 0.1) -> DemoHalf:
+    """Run ``trials`` fits in one child process, as a user would by hand; measure it from outside.
+
+    Raises:
+        TrainguardError: the child failed (its last lines of stderr are in the message).
+    """
+    spec = json.dumps({"trials": trials, "params": dict(params or {})})
+    code = "from trainguard.demo import _naive_child; _naive_child()"
+    return run_measured_child([sys.executable, "-c", code, spec], trials, mode="naive", interval_s=interval_s)
+
+
+def run_measured_child(
+    command: Sequence[str],
+    trials: int,
+    *,
+    mode: str,
+    interval_s: float = 0.1,
+    env: dict[str, str] | None = None,
+) -> DemoHalf:
+    """Run a child that prints one marked JSON line per trial and sample its process tree from outside.
+
+    Each line is ``TRAINGUARD-DEMO {"event": "trial", "index", "start", "end", "rss_after_bytes", "value"}``
+    (see :func:`_naive_child`); a trial's peak is the highest outside sample within its window.
+
+    Raises:
+        TrainguardError: the child exited non-zero or reported fewer than ``trials`` trials.
+    """
+    import psutil
+
+    from trainguard.probes.host import tree_memory
+
+    t0 = time.time()
+    proc = subprocess.Popen(
+        list(command),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env or _child_env(),
+    )
+    stderr_lines: list[str] = []
+    drain = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
+    drain.start()
+
+    def read() -> int | None:
+        try:
+            return tree_memory(proc.pid).rss_bytes
+        except psutil.Error:
+            return None
+
+    rows: list[dict[str, Any]] = []
+    with TreeSampler(read, interval_s=interval_s) as sampler:
+        for line in proc.stdout:
+            if line.startswith(_MARK):
+                event = json.loads(line[len(_MARK) :])
+                if event["event"] == "trial":
+                    rows.append(event)
+        exit_code = proc.wait()
+    wall_s = time.time() - t0
+    drain.join(timeout=5)
+    if exit_code != 0 or len(rows) != trials:
+        tail = " | ".join(line.strip() for line in stderr_lines[-3:])
+        raise TrainguardError(
+            f"the {mode} loop failed (exit code {exit_code}, {len(rows)} of {trials} trials): {tail}"
+        )
+    peaks = tuple(
+        max(filter(None, [sampler.peak_between(r["start"], r["end"]), r["rss_after_bytes"]])) for r in rows
+    )
+    return DemoHalf(
+        mode=mode,
+        trials=trials,
+        wall_s=wall_s,
+        peak_rss_bytes=max(sampler.peak_rss_bytes, *peaks),
+        trial_peak_rss_bytes=peaks,
+        growth_bytes_per_trial=theil_sen_slope(peaks[1:]),
+        values=tuple(r["value"] for r in rows),
+        series=tuple((t - t0, v) for t, v in sampler.series),
+    )
+
+
+def trial_line(index: int, start: float, end: float, rss_after_bytes: int, value: Any) -> str:
+    """The line a measured child prints after each trial (see :func:`run_measured_child`)."""
+    row = {
+        "event": "trial",
+        "index": index,
+        "start": start,
+        "end": end,
+        "rss_after_bytes": rss_after_bytes,
+        "value": value,
+    }
+    return _MARK + json.dumps(row)
+
+
+def run_with_runner(
+    trials: int,
+    params: dict[str, Any] | None = None,
+    *,
+    store: str,
+    workers: int = 1,
+    policy: Any = None,
+    name: str | None = None,
+    interval_s: float = 0.1,
+) -> DemoHalf:
+    """Run the same fits under :class:`trainguard.Runner`; sample its workers' trees from outside."""
+    import psutil
+
+    from trainguard.probes.host import tree_memory
+    from trainguard.runner import Runner
+    from trainguard.store import Store
+    from trainguard.workloads import keras_fit
+
+    params = dict(params or {})
+    name = name or f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    me = os.getpid()
+
+    def read() -> int | None:
+        try:
+            return tree_memory(me).children_rss_bytes or None
+        except psutil.Error:
+            return None
+
+    t0 = time.time()
+    with TreeSampler(read, interval_s=interval_s) as sampler:
+        with Runner(workers=workers, policy=policy, store=store, keras_backend="tensorflow") as runner:
+            results = runner.map(keras_fit, [dict(params) for _ in range(trials)], name=name)
+    wall_s = time.time() - t0
+    with Store(store, readonly=True) as reader:
+        run = reader.get_run(name)
+        worker_rows = reader.workers(run.run_id) if run else []
+    peaks = tuple(r.peak_rss_bytes for r in results)
+    return DemoHalf(
+        mode=f"runner ({workers} worker{'s' if workers != 1 else ''})",
+        trials=trials,
+        wall_s=wall_s,
+        peak_rss_bytes=max([sampler.peak_rss_bytes, *(p for p in peaks if p is not None)]),
+        trial_peak_rss_bytes=peaks,
+        growth_bytes_per_trial=theil_sen_slope(peaks[1:]),
+        values=tuple(r.value for r in results),
+        failed=sum(r.status != "ok" for r in results),
+        recycles=sum(w.reason == "recycled" for w in worker_rows),
+        workers_started=len(worker_rows),
+        series=tuple((t - t0, v) for t, v in sampler.series),
+        run_name=name,
+        store=str(store),
+    )
+
+
+def versions() -> dict[str, str]:
+    """Versions of what the demo ran on (read from package metadata: nothing is imported)."""
+    import platform
+    from importlib import metadata
+
+    from trainguard import __version__
+
+    out = {"trainguard": __version__, "python": platform.python_version(), "platform": platform.platform()}
+    for package in ("tensorflow-cpu", "tensorflow", "keras"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    out["cpus"] = str(os.cpu_count())
+    return out
+
+
+def run_demo(
+    trials: int = DEFAULT_DEMO_TRIALS,
+    *,
+    store: str,
+    params: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """Run both halves and return what they measured.
+
+    Args:
+        trials: fits per half (>= 2).
+        store: the Runner's store file.
+        params: :func:`~trainguard.workloads.keras_fit` params (default: its defaults).
+        progress: called with a line of text as each half starts.
+
+    Raises:
+        ConfigError: ``trials`` < 2.
+        MissingDependencyError: TensorFlow or Keras is not installed.
+    """
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
+        raise ConfigError(f"trials must be an int >= 2 (a growth per trial needs two), not {trials!r}")
+    _require_demo_frameworks()
+    say = progress or (lambda _line: None)
+    say(f"1/2 naive loop: {trials} x keras fit in one process, clear_session() + gc.collect() after each ...")
+    naive = run_naive(trials, params)
+    say(f"2/2 trainguard Runner: the same {trials} fits, 1 worker, default policy ...")
+    runner = run_with_runner(trials, params, store=store)
+    from trainguard.workloads import DEMO_PARAMS
+
+    return DemoResult(
+        naive=naive, runner=runner, params={**DEMO_PARAMS, **(params or {})}, versions=versions()
+    )
