@@ -382,12 +382,16 @@ def run_demo(
         progress: called with a line of text as each half starts.
 
     Raises:
-        ConfigError: ``trials`` < 2.
+        ConfigError: ``trials`` < 2, or ``store`` is in a folder that does not exist.
+        StoreError: ``store`` cannot be written or is not a trainguard store.
         MissingDependencyError: TensorFlow or Keras is not installed.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
         raise ConfigError(f"trials must be an int >= 2 (a growth per trial needs two), not {trials!r}")
     _require_demo_frameworks()
+    from trainguard.store import Store
+
+    Store(store).close()  # a bad --store fails now, not after the naive half's minute of work
     say = progress or (lambda _line: None)
     say(f"1/2 naive loop: {trials} x keras fit in one process, clear_session() + gc.collect() after each ...")
     naive = run_naive(trials, params)

@@ -158,3 +158,16 @@ def test_console_entry_point(filled: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["runs"][1]["name"] == "seeds [x]"
+
+
+def test_demo_rejects_bad_input_before_any_work(tmp_path: Path, capsys) -> None:
+    start = time.monotonic()
+    assert main(["demo", "--trials", "1"]) == 2
+    assert "trials must be an int >= 2" in capsys.readouterr().err
+    assert main(["demo", "--trials", "2", "--store", str(tmp_path / "no" / "such" / "demo.db")]) == 2
+    assert "does not exist: create it" in capsys.readouterr().err
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"\x00\x01not sqlite" * 100)
+    assert main(["demo", "--trials", "2", "--store", str(garbage)]) == 2
+    assert "not a trainguard store" in capsys.readouterr().err
+    assert time.monotonic() - start < 5, "errors must come before the demo starts any fit"
