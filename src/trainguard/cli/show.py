@@ -88,12 +88,13 @@ def _print_text(args, info, summary, trials, workers, events, samples) -> None:
         f"workers {summary.workers_started}"
         + (f"   sessions {summary.sessions}" if summary.sessions > 1 else "")
     )
-    if samples:
-        rss = [s.rss_bytes for s in samples]
+    rss = [s.rss_bytes for s in samples if s.rss_bytes > 0]  # a zero is a reading before the worker was up
+    if rss:
         out.print(
-            f"worker-tree RSS over time (highest of the workers, {len(samples)} samples): {format_bytes(min(rss))} "
-            f"{sparkline(rss, 60)} {format_bytes(max(rss))}"
+            f"worker-tree RSS over time ({len(rss)} samples, highest worker per sample): "
+            f"{format_bytes(min(rss))} .. {format_bytes(max(rss))}"
         )
+        out.print(f"  {sparkline(rss, 80)}")
     table = Table(title="trials", title_justify="left")
     for name, justify in [
         ("#", "right"),
