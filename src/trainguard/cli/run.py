@@ -1,0 +1,261 @@
+"""``trainguard run FILE.py:fn --params grid.yaml``: run a function over params in guarded workers."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "run a function over many params in supervised, recycled worker processes"
+
+__all__ = ["HELP", "register", "run", "load_params", "expand_grid"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("fn", metavar="FN", help="what to run: 'file.py:function' or 'package.module:function'")
+    parser.add_argument(
+        "--params",
+        required=True,
+        metavar="FILE",
+        help="a YAML/JSON grid (mapping of lists: cartesian product) or list of param objects; '-' reads stdin",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--memory-limit", metavar="SIZE", help="kill a trial whose worker tree crosses this RSS (e.g. 6GB)")
+    parser.add_argument("--gpu-memory-limit", metavar="SIZE", help="kill a trial whose GPU memory crosses this (NVML)")
+    parser.add_argument("--max-trials-per-worker", type=int, metavar="N", help="recycle a worker after N trials")
+    parser.add_argument("--recycle-above", metavar="SIZE", help="recycle a worker whose RSS after a trial is above this")
+    parser.add_argument(
+        "--peak-ratio",
+        type=float,
+        default=1.2,
+        metavar="R",
+        help="recycle before a worker's next trial would peak above R x its first trial's peak (default 1.2; 0 turns it off)",
+    )
+    parser.add_argument("--timeout", metavar="DURATION", help="kill a trial running longer than this (e.g. 10m)")
+    parser.add_argument("--retries", type=int, default=0, metavar="N", help="retry a failed trial N times (default 0)")
+    parser.add_argument(
+        "--retry-on",
+        default="crash,memory,timeout",
+        metavar="KINDS",
+        help="which failures are retried: comma-separated crash,memory,timeout,exception",
+    )
+    parser.add_argument("--stop-on-error", action="store_true", help="stop the run at the first failed trial")
+    parser.add_argument("--keras-backend", metavar="NAME", help="KERAS_BACKEND for the workers (tensorflow, torch, jax)")
+    parser.add_argument("--threads", type=int, metavar="N", help="threads per worker (default cores // workers)")
+    parser.add_argument("--preload", action="append", default=[], metavar="MODULE", help="import MODULE in each new worker first (repeatable)")
+    parser.add_argument("--allocator", metavar="NAME", help="LD_PRELOAD jemalloc or tcmalloc (or a .so path) in the workers")
+    parser.add_argument("--store", default="trainguard.db", metavar="FILE", help="results store (default trainguard.db)")
+    parser.add_argument("--name", metavar="NAME", help="run name; running the same name again resumes it")
+    parser.add_argument("--json", action="store_true", help="print one JSON object with the run name and per-trial results")
+    parser.add_argument("--no-progress", action="store_true", help="no live progress display on stderr")
+
+
+def _location(err: Exception, text: str) -> str:
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+    if isinstance(err, json.JSONDecodeError):
+        return f"line {err.lineno}, column {err.colno}"
+    return "somewhere"
+
+
+def expand_grid(data: Any, source: str) -> list[dict[str, Any]]:
+    """A mapping of lists becomes the cartesian product (scalars are fixed values); a list of
+    objects is used as is.
+
+    Raises:
+        ConfigError: anything else, naming ``source``.
+    """
+    from trainguard.exceptions import ConfigError
+
+    if isinstance(data, dict):
+        if not data:
+            raise ConfigError(f"{source}: the grid is an empty mapping: give lists of values, e.g. 'lr: [0.001, 0.01]'")
+        keys = [str(k) for k in data]
+        axes = [v if isinstance(v, list) else [v] for v in data.values()]
+        empty = [k for k, axis in zip(keys, axes, strict=True) if not axis]
+        if empty:
+            raise ConfigError(f"{source}: grid key {empty[0]!r} has an empty list: give at least one value")
+        return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
+    if isinstance(data, list):
+        for i, item in enumerate(data):
+            if not isinstance(item, dict):
+                raise ConfigError(
+                    f"{source}: item {i} is a {type(item).__name__}, not an object: give a list of objects "
+                    "or a mapping of lists"
+                )
+        return data
+    raise ConfigError(
+        f"{source}: params must be a mapping of lists (a grid) or a list of objects, not a {type(data).__name__}"
+    )
+
+
+def load_params(path: str) -> list[dict[str, Any]]:
+    """Read params from a .json/.yaml file or '-' (stdin: JSON, else YAML).
+
+    Raises:
+        ConfigError: the file is missing or does not parse (with line and column), or has the wrong shape.
+    """
+    from trainguard.exceptions import ConfigError
+
+    if path == "-":
+        text, source, kind = sys.stdin.read(), "stdin", None
+    else:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"params file {path!r} does not exist")
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"params file {path!r} cannot be read: {err}") from err
+        source = path
+        kind = "json" if file.suffix.lower() == ".json" else "yaml" if file.suffix.lower() in (".yaml", ".yml") else None
+    if not text.strip():
+        raise ConfigError(f"{source}: no params (the input is empty)")
+    data: Any
+    if kind in (None, "json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            if kind == "json":
+                raise ConfigError(f"{source} is not valid JSON at {_location(err, text)}: {err.msg}") from err
+            kind = "yaml"
+    if kind == "yaml":
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(f"{source} is not valid YAML at {_location(err, text)}: {problem}") from err
+    return expand_grid(data, source)
+
+
+def _policy(args: argparse.Namespace) -> Any:
+    from trainguard.exceptions import ConfigError
+    from trainguard.runner import Policy
+
+    if args.peak_ratio is not None and args.peak_ratio != 0 and args.peak_ratio <= 1:
+        raise ConfigError(f"--peak-ratio {args.peak_ratio} must be above 1 (such as 1.2), or 0 to turn it off")
+    return Policy(
+        max_trials_per_worker=args.max_trials_per_worker,
+        recycle_above=args.recycle_above,
+        peak_ratio=args.peak_ratio or None,
+        memory_limit=args.memory_limit,
+        gpu_memory_limit=args.gpu_memory_limit,
+        timeout=args.timeout,
+        retries=args.retries,
+        retry_on=tuple(k.strip() for k in args.retry_on.split(",") if k.strip()),
+        on_error="stop" if args.stop_on_error else "continue",
+    )
+
+
+def _render(progress: Any) -> Any:
+    from rich.table import Table
+
+    from trainguard.units import format_bytes, format_duration
+
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    for col in ("worker", "pid", "state", "trial", "RSS", "trials", "recycles"):
+        table.add_column(col)
+    for w in progress.workers:
+        table.add_row(
+            str(w.slot),
+            str(w.pid or "-"),
+            w.state,
+            "-" if w.trial_index is None else str(w.trial_index),
+            format_bytes(w.rss_bytes),
+            str(w.trials_done),
+            str(w.recycles),
+        )
+    ok = progress.done - progress.failed
+    title = (
+        f"[bold]{progress.name}[/]  {progress.done}/{progress.total} done  ok {ok}  failed {progress.failed}  "
+        f"running {progress.running}  recycles {progress.recycles}  "
+        f"elapsed {format_duration(progress.elapsed_s)}  ETA {format_duration(progress.eta_s)}"
+    )
+    table.title = title
+    table.title_justify = "left"
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainguard.exceptions import ConfigError, TrialError
+    from trainguard.runner import Runner
+
+    if args.workers < 1:
+        raise ConfigError(f"--workers {args.workers} must be at least 1")
+    params = load_params(args.params)
+    policy = _policy(args)
+    runner = Runner(
+        workers=args.workers,
+        policy=policy,
+        store=args.store,
+        keras_backend=args.keras_backend,
+        threads=args.threads,
+        allocator=args.allocator,
+        preload=tuple(args.preload),
+    )
+    results = []
+    show_live = not args.no_progress and not args.quiet and sys.stderr.isatty()
+    with runner:
+        iterator = runner.imap(args.fn, params, name=args.name)
+        live = None
+        if show_live:
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(stderr=True)
+
+            def renderable() -> Any:
+                progress = runner.progress()
+                return _render(progress) if progress is not None else ""
+
+            live = Live(get_renderable=renderable, console=console, refresh_per_second=4, transient=False)
+            live.start()
+        stopped = None
+        try:
+            for result in iterator:
+                results.append(result)
+                if not show_live and not args.quiet and not args.no_progress:
+                    word = "ok" if result.ok else f"FAILED ({(result.error or {}).get('status')})"
+                    print(
+                        f"trial {result.index}: {word} (attempts {result.attempts}, worker {result.worker_id})",
+                        file=sys.stderr,
+                    )
+        except TrialError as err:
+            stopped = err
+        finally:
+            if live is not None:
+                live.stop()
+        session_name = args.name
+        if session_name is None:
+            from trainguard.runner import default_run_name
+            from trainguard.runner._fnref import prepare
+
+            session_name = default_run_name(prepare(args.fn).ref, params)
+    results.sort(key=lambda r: r.index)
+    failed = [r for r in results if not r.ok]
+    if stopped is not None and not args.quiet:
+        print(f"trainguard run: {stopped}", file=sys.stderr)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "run": session_name,
+                    "store": args.store,
+                    "stopped": stopped is not None,
+                    "results": [r.to_dict() for r in results],
+                }
+            )
+        )
+    elif not args.quiet:
+        print(
+            f"run {session_name}: {len(results) - len(failed)} ok, {len(failed)} failed of {len(params)} "
+            f"(store {args.store}; `trainguard show {session_name}` for details)",
+            file=sys.stderr,
+        )
+    return 1 if failed or stopped is not None else 0

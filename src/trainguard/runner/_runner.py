@@ -1,0 +1,364 @@
+"""``Runner``: many trainings in supervised, recycled worker processes.
+
+Validation happens here, in the constructor and at the top of ``map``/``imap``, so every bad
+argument is a one-line ``ConfigError`` before any worker starts or anything is stored.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainguard.exceptions import ConfigError, TrialError
+from trainguard.runner._fnref import prepare
+from trainguard.runner._supervisor import RunProgress, Session, SessionConfig, TrialResult, default_run_name
+from trainguard.runner.policy import Policy
+from trainguard.units import parse_duration, parse_size
+
+__all__ = ["Runner", "KERAS_BACKENDS", "THREAD_ENV_VARS", "find_allocator"]
+
+#: Keras 3 backends and the module each needs.
+KERAS_BACKENDS = {"tensorflow": "tensorflow", "torch": "torch", "jax": "jax", "numpy": "numpy", "openvino": "openvino"}
+
+#: Variables that cap a worker's threads (BLAS/OpenMP pools, TensorFlow's two pools).
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+)
+
+_ALLOCATOR_LIBS = {
+    "jemalloc": ("libjemalloc.so.2", "libjemalloc.so.1", "libjemalloc.so"),
+    "tcmalloc": ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so", "libtcmalloc_minimal.so"),
+}
+_LIB_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+    "/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/opt/homebrew/lib",
+)
+
+
+def find_allocator(name: str) -> str:
+    """The path of a ``jemalloc``/``tcmalloc`` shared library to LD_PRELOAD, or a given ``.so`` path.
+
+    Raises:
+        ConfigError: unknown allocator name, or it is not installed (names the package to install).
+    """
+    if name.endswith(".so") or ".so." in name or os.sep in name:
+        if not Path(name).is_file():
+            raise ConfigError(f"allocator library {name!r} does not exist: give the path of an installed .so")
+        return str(Path(name).resolve())
+    if name not in _ALLOCATOR_LIBS:
+        raise ConfigError(f"allocator={name!r} is unknown: use 'jemalloc', 'tcmalloc', a .so path, or None")
+    dirs = [*_LIB_DIRS, os.path.join(sys.prefix, "lib")]
+    for folder in dirs:
+        for lib in _ALLOCATOR_LIBS[name]:
+            path = os.path.join(folder, lib)
+            if os.path.isfile(path):
+                return path
+    package = {"jemalloc": "libjemalloc2", "tcmalloc": "libtcmalloc-minimal4"}[name]
+    raise ConfigError(
+        f"allocator={name!r} is not installed (no {_ALLOCATOR_LIBS[name][0]} in the usual library folders): "
+        f"install it (e.g. `apt-get install {package}`) or pass the library's path"
+    )
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _check_params(params_list: Any) -> list[dict[str, Any]]:
+    if isinstance(params_list, (str, bytes, Mapping)) or not isinstance(params_list, Iterable):
+        raise ConfigError(
+            f"params must be a list of dicts (one per trial), not a {type(params_list).__name__}; "
+            "for a grid, expand it first (trainguard run expands a YAML/JSON mapping of lists)"
+        )
+    out = list(params_list)
+    from trainguard.store._store import _dumps  # the store's encoder names the offending value
+
+    for i, params in enumerate(out):
+        if not isinstance(params, Mapping):
+            raise ConfigError(f"params[{i}] is a {type(params).__name__}, not a dict: each trial's params must be a dict")
+        bad = [k for k in params if not isinstance(k, str)]
+        if bad:
+            raise ConfigError(f"params[{i}] has the non-string key {bad[0]!r}: JSON objects have string keys")
+        _dumps(dict(params), f"params[{i}]")
+    return [dict(p) for p in out]
+
+
+class Runner:
+    """Runs a function over many params in supervised worker processes that are recycled by policy.
+
+    Each worker is a fresh ``python -m trainguard.runner._worker`` process (never a fork) whose
+    environment is complete before any framework import: ``KERAS_BACKEND``, thread limits
+    (``threads`` per worker, default cores // workers), ``CUDA_VISIBLE_DEVICES`` (``gpus``, one
+    entry per worker slot, round robin), ``MALLOC_TRIM_THRESHOLD_`` and an ``LD_PRELOAD`` allocator.
+    A worker is reused for the next trial until the policy recycles it. The supervisor samples each
+    worker's process tree (RSS; USS with ``uss=True``; GPU memory by pid with NVML) every
+    ``sample_interval`` and kills a tree at the policy's hard limits. Results go to the store, so
+    running the same named run again resumes it.
+
+    Args:
+        workers: number of worker processes (>= 1).
+        policy: a :class:`Policy`; default ``Policy()`` (predictive recycling that keeps each worker's
+            peak under 1.2 x its first trial's).
+        store: path of the SQLite store (``"trainguard.db"``), an open ``trainguard.store.Store``, or
+            None to keep nothing (no resume).
+        keras_backend: ``"tensorflow"``, ``"torch"``, ``"jax"``, ``"numpy"`` or ``"openvino"``; sets
+            ``KERAS_BACKEND`` in the workers. None leaves the environment's choice.
+        threads: threads per worker for OpenMP/BLAS/TF/torch; default ``max(1, cores // workers)``.
+            An explicit value overrides the environment; the default only fills variables not set.
+        gpus: device ids for ``CUDA_VISIBLE_DEVICES``, one per worker slot (``["0", "1"]``), or
+            ``""`` to hide all GPUs. None leaves the environment's value.
+        allocator: ``"jemalloc"``, ``"tcmalloc"`` or a ``.so`` path to ``LD_PRELOAD`` in the workers.
+        malloc_trim_threshold: sets glibc's ``MALLOC_TRIM_THRESHOLD_`` (a size) in the workers.
+        env: extra environment variables for the workers.
+        preload: modules a fresh worker imports before its first trial (``("tensorflow",)``), so
+            the import is timed apart from the trial.
+        sample_interval: how often the supervisor samples each worker tree (default ``"100ms"``).
+        uss: also sample USS (private memory; costs more than RSS).
+        census: have workers report a live-object census by kind after each trial (stored as events).
+        cleanup: have workers run ``trainguard.frameworks.cleanup()`` after each trial. Off by
+            default: recycling bounds memory, and per-trial ``clear_session()`` costs ~0.4 s on TF.
+        start_timeout: how long a new worker may take to import and load ``fn``.
+
+    Raises:
+        ConfigError: any argument out of range, an unknown Keras backend or one not installed, an
+            allocator not installed, a preload module that does not exist.
+    """
+
+    def __init__(
+        self,
+        workers: int = 1,
+        policy: Policy | None = None,
+        store: Any = "trainguard.db",
+        *,
+        keras_backend: str | None = None,
+        threads: int | None = None,
+        gpus: Sequence[str | int] | str | None = None,
+        allocator: str | None = None,
+        malloc_trim_threshold: str | int | None = None,
+        env: Mapping[str, str] | None = None,
+        preload: Sequence[str] = (),
+        sample_interval: str | float = "100ms",
+        uss: bool = False,
+        census: bool = False,
+        cleanup: bool = False,
+        start_timeout: str | float = "180s",
+    ) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"workers={workers!r} must be a whole number >= 1, such as 2")
+        if policy is None:
+            policy = Policy()
+        if not isinstance(policy, Policy):
+            raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"threads={threads!r} must be a whole number >= 1, or None for cores // workers")
+        if keras_backend is not None:
+            if keras_backend not in KERAS_BACKENDS:
+                raise ConfigError(
+                    f"keras_backend={keras_backend!r} is unknown: use one of {', '.join(KERAS_BACKENDS)}"
+                )
+            module = KERAS_BACKENDS[keras_backend]
+            if importlib.util.find_spec(module) is None:
+                raise ConfigError(
+                    f"keras_backend={keras_backend!r} needs the package {module!r}, which is not installed"
+                )
+        if isinstance(gpus, str):
+            gpu_slots: tuple[str, ...] | None = (gpus,)
+        elif gpus is None:
+            gpu_slots = None
+        else:
+            gpu_slots = tuple(str(g) for g in gpus)
+            if not gpu_slots:
+                raise ConfigError("gpus=[] gives no device: pass None to leave CUDA_VISIBLE_DEVICES, or '' to hide GPUs")
+        allocator_path = find_allocator(allocator) if allocator is not None else None
+        trim = parse_size(malloc_trim_threshold, name="malloc_trim_threshold", allow_none=True)
+        if env is not None and (
+            not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+        ):
+            raise ConfigError("env must be a mapping of strings to strings, such as {'TF_CPP_MIN_LOG_LEVEL': '2'}")
+        if isinstance(preload, str):
+            preload = (preload,)
+        preload = tuple(preload)
+        for name in preload:
+            if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
+                raise ConfigError(f"preload entry {name!r} is not a module name such as 'tensorflow'")
+            if importlib.util.find_spec(name.split(".")[0]) is None:
+                raise ConfigError(f"preload module {name!r} is not installed")
+        interval = parse_duration(sample_interval, name="sample_interval")
+        assert interval is not None
+        if interval <= 0 or interval > 60:
+            raise ConfigError(f"sample_interval={sample_interval!r} must be between 1ms and 60s, such as '100ms'")
+        start_timeout_s = parse_duration(start_timeout, name="start_timeout")
+        assert start_timeout_s is not None
+        if policy.gpu_memory_limit is not None:
+            from trainguard.probes.nvml import nvml_available
+
+            if not nvml_available():
+                raise ConfigError(
+                    "gpu_memory_limit needs NVML (pip install 'trainguard[nvml]') and an NVIDIA driver; none is available"
+                )
+
+        per_worker = threads if threads is not None else max(1, _cores() // workers)
+        base_env = dict(os.environ)
+        for var in THREAD_ENV_VARS:
+            if threads is not None or var not in base_env:
+                base_env[var] = str(per_worker)
+        # TF's INFO lines (oneDNN notice) on every worker start would bury the progress display
+        base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        if keras_backend is not None:
+            base_env["KERAS_BACKEND"] = keras_backend
+        if trim is not None:
+            base_env["MALLOC_TRIM_THRESHOLD_"] = str(trim)
+        if allocator_path is not None:
+            previous = base_env.get("LD_PRELOAD", "")
+            base_env["LD_PRELOAD"] = f"{allocator_path}:{previous}" if previous else allocator_path
+        if env:
+            base_env.update(env)
+        base_env.pop("PYTHONSTARTUP", None)
+
+        self.workers = workers
+        self.policy = policy
+        self._store_arg = store
+        self._store: Any = None
+        self._owns_store = False
+        self._session: Session | None = None
+        self._config = SessionConfig(
+            workers=workers,
+            threads=per_worker,
+            base_env=base_env,
+            gpu_slots=gpu_slots,
+            preload=preload,
+            sample_interval_s=float(interval),
+            uss=bool(uss),
+            census=bool(census),
+            cleanup=bool(cleanup),
+            start_timeout_s=float(start_timeout_s),
+            worker_config={
+                "threads": per_worker,
+                "keras_backend": keras_backend,
+                "allocator": allocator_path,
+                "malloc_trim_threshold": trim,
+                "preload": list(preload),
+                "gpus": list(gpu_slots) if gpu_slots is not None else None,
+                "cleanup": bool(cleanup),
+                "sample_interval_s": float(interval),
+            },
+        )
+
+    # -- store ------------------------------------------------------------------------------------
+
+    def _open_store(self) -> Any:
+        if self._store is not None or self._store_arg is None:
+            return self._store
+        from trainguard.store import Store
+
+        if isinstance(self._store_arg, Store):
+            self._store = self._store_arg
+        elif isinstance(self._store_arg, (str, os.PathLike)):
+            self._store = Store(self._store_arg)
+            self._owns_store = True
+        else:
+            raise ConfigError(
+                f"store must be a file path such as 'runs.db', a trainguard.store.Store, or None, not {self._store_arg!r}"
+            )
+        return self._store
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def imap(self, fn: Callable[[dict[str, Any]], Any] | str, params_list: Iterable[Mapping[str, Any]], name: str | None = None) -> Iterator[TrialResult]:
+        """Run ``fn(params)`` for every params in workers; yield each :class:`TrialResult` as it finishes.
+
+        Results already stored by an earlier session of the same run come first.
+
+        Args:
+            fn: a callable (by reference when importable, else cloudpickled), ``"pkg.module:function"``
+                or ``"path/file.py:function"``. It takes one dict and returns a JSON-serializable value.
+            params_list: one dict per trial.
+            name: the run's name in the store; default ``<function>-<hash of fn and params>``, so
+                the same call resumes.
+
+        Raises:
+            ConfigError: a bad fn or params (before any worker starts), or fn fails to load in a worker.
+            TrialError: a trial failed and the policy says ``on_error="stop"``.
+            WorkerCrashedError: a worker died before it was ready.
+        """
+        spec = prepare(fn)
+        params = _check_params(params_list)
+        if name is None:
+            name = default_run_name(spec.ref, params)
+        elif not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"name must be a non-empty string such as 'sweep1', not {name!r}")
+        if not params:
+            return iter(())
+        store = self._open_store()
+        session = Session(self._config, self.policy, store, spec, params, name)
+        return self._drive(session)
+
+    def _drive(self, session: Session) -> Iterator[TrialResult]:
+        self._session = session
+        try:
+            yield from session.run()
+        finally:
+            session.close()
+            if self._session is session:
+                self._session = None
+
+    def map(self, fn: Callable[[dict[str, Any]], Any] | str, params_list: Iterable[Mapping[str, Any]], name: str | None = None) -> list[TrialResult]:
+        """Like :meth:`imap`, but return all results in input order.
+
+        Raises:
+            TrialError: with ``on_error="stop"``; its ``results`` attribute holds what finished.
+        """
+        results: list[TrialResult] = []
+        try:
+            for result in self.imap(fn, params_list, name=name):
+                results.append(result)
+        except TrialError as err:
+            err.results = sorted(results, key=lambda r: r.index)  # type: ignore[attr-defined]
+            raise
+        return sorted(results, key=lambda r: r.index)
+
+    def progress(self) -> RunProgress | None:
+        """A snapshot of the running ``map``/``imap`` (None when nothing runs); safe from any thread."""
+        session = self._session
+        return session.progress() if session is not None else None
+
+    @property
+    def store(self) -> Any:
+        """The open store (None before the first run or with ``store=None``)."""
+        return self._store
+
+    def close(self) -> None:
+        """Stop any running session (its workers are killed) and close the store if this runner opened it."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+        if self._owns_store and self._store is not None:
+            self._store.close()
+            self._store = None
+            self._owns_store = False
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

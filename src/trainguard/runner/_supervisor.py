@@ -1,0 +1,784 @@
+"""The supervisor: starts workers, feeds them trials, samples them from outside, applies the policy
+and writes the store (its only writer).
+
+Threads: the caller's thread runs the loop (dispatch, results, deaths, store writes); one sampler
+thread reads every worker tree's memory at ``sample_interval_s`` and kills a tree the moment it
+crosses a hard limit (that must not wait for the loop). Both share the worker handles under a lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import wait as wait_connections
+from typing import Any
+
+from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
+from trainguard.runner._fnref import FnSpec
+from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
+from trainguard.runner._treesampler import TreeSampler, kill_tree
+from trainguard.runner.policy import (
+    KillDecision,
+    Policy,
+    RecycleDecision,
+    WorkerHistory,
+    check_limits,
+    classify_end,
+    decide_recycle,
+    should_retry,
+)
+
+__all__ = ["TrialResult", "RunProgress", "WorkerProgress", "Session", "default_run_name"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialResult:
+    """The outcome of one trial.
+
+    ``status`` is ``"ok"`` or ``"failed"``; for a failure ``error`` holds ``status`` (the last attempt's
+    cause: ``exception``, ``framework_oom``, ``crashed``, ``os_oom``, ``killed_memory``,
+    ``killed_gpu_memory``, ``timeout``, ``not_serializable``), ``message`` and, for an exception,
+    ``type`` and ``traceback``. ``attempts`` counts every attempt, earlier sessions' included.
+    """
+
+    index: int
+    params: Any
+    status: str
+    value: Any
+    error: dict[str, Any] | None
+    attempts: int
+    peak_rss_bytes: int | None
+    worker_id: int | None
+    duration_s: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerProgress:
+    worker_id: int
+    slot: int
+    pid: int | None
+    state: str
+    rss_bytes: int | None
+    trials_done: int
+    trial_index: int | None
+    recycles: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """A snapshot of a running ``map`` for progress displays (safe to take from any thread)."""
+
+    name: str
+    total: int
+    done: int
+    failed: int
+    running: int
+    elapsed_s: float
+    eta_s: float | None
+    workers: tuple[WorkerProgress, ...]
+    recycles: int
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def default_run_name(fn_ref: str, params: list[dict[str, Any]]) -> str:
+    """``"<function>-<hash of fn ref and params>"``: the same call gets the same name, so it resumes."""
+    digest = hashlib.sha1(f"{fn_ref}\n{_canonical_json(params)}".encode()).hexdigest()[:10]
+    short = fn_ref.rpartition(":")[2].replace("<", "").replace(">", "") or "run"
+    return f"{short}-{digest}"
+
+
+@dataclass(slots=True)
+class _Running:
+    index: int
+    params: Any
+    attempt: int  # the attempt number as stored (continues across sessions)
+    session_attempts: int  # attempts made in this session, for the retry budget
+    started_mono: float = 0.0
+
+
+@dataclass(slots=True)
+class _Worker:
+    worker_id: int
+    slot: int
+    proc: subprocess.Popen[bytes]
+    pipes: PipePair
+    sampler: TreeSampler
+    started_mono: float
+    oom_kills_at_start: int | None
+    state: str = "starting"  # starting, loading, idle, busy, exiting, dead
+    trial: _Running | None = None
+    trials_done: int = 0
+    rss_after: list[int] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
+    cur_rss: int | None = None
+    trial_peak_rss: int = 0
+    trial_peak_gpu: int | None = None
+    kill: KillDecision | None = None
+    fatal: str | None = None
+    ended: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Everything a session needs besides the policy and the store; built and validated by Runner."""
+
+    workers: int
+    threads: int
+    base_env: dict[str, str]
+    gpu_slots: tuple[str, ...] | None
+    preload: tuple[str, ...]
+    sample_interval_s: float
+    uss: bool
+    census: bool
+    cleanup: bool
+    start_timeout_s: float
+    worker_config: dict[str, Any]
+
+
+def _cgroup_oom_kills() -> int | None:
+    try:
+        from trainguard.probes.host import cgroup_memory
+
+        info = cgroup_memory()
+    except Exception:  # noqa: BLE001 - cgroup files are optional evidence
+        return None
+    return None if info is None else info.oom_kill_count
+
+
+class _NullStore:
+    """Stands in for the store when ``store=None``: nothing is kept, nothing resumes."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+class Session:
+    """One ``map``/``imap`` call: a run of ``fn`` over ``params`` in supervised workers."""
+
+    def __init__(
+        self,
+        config: SessionConfig,
+        policy: Policy,
+        store: Any,
+        fn: FnSpec,
+        params: list[dict[str, Any]],
+        name: str,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.store = store if store is not None else _NullStore()
+        self.persistent = store is not None
+        self.fn = fn
+        self.params = params
+        self.name = name
+        self.run_id: int | None = None
+        self._lock = threading.Lock()
+        self._workers: list[_Worker] = []
+        self._queue: deque[_Running] = deque()
+        self._out: deque[TrialResult] = deque()
+        self._samples: dict[int, list[tuple[float, int, int | None, int | None]]] = {}
+        self._stop_event = threading.Event()
+        self._sampler_thread: threading.Thread | None = None
+        self._next_worker_id = 0
+        self._recycles_by_slot: dict[int, int] = {}
+        self._done = 0
+        self._failed = 0
+        self._done_this_session = 0
+        self._started_mono = time.monotonic()
+        self._stop_result: TrialResult | None = None
+        self._last_flush = 0.0
+        self._nvml = None
+        self._closed = False
+
+    # -- progress ---------------------------------------------------------------------------------
+
+    def progress(self) -> RunProgress:
+        with self._lock:
+            workers = tuple(
+                WorkerProgress(
+                    w.worker_id,
+                    w.slot,
+                    w.proc.pid,
+                    w.state,
+                    w.cur_rss,
+                    w.trials_done,
+                    w.trial.index if w.trial else None,
+                    self._recycles_by_slot.get(w.slot, 0),
+                )
+                for w in self._workers
+                if w.state != "dead"
+            )
+            elapsed = time.monotonic() - self._started_mono
+            remaining = len(self.params) - self._done
+            eta = None
+            if self._done_this_session and remaining:
+                eta = elapsed / self._done_this_session * remaining
+            elif not remaining:
+                eta = 0.0
+            return RunProgress(
+                self.name,
+                len(self.params),
+                self._done,
+                self._failed,
+                sum(1 for w in workers if w.state == "busy"),
+                elapsed,
+                eta,
+                workers,
+                sum(self._recycles_by_slot.values()),
+            )
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self) -> Iterator[TrialResult]:
+        """Yield every trial's result as it finishes (earlier sessions' results first)."""
+        status = "interrupted"
+        try:
+            yield from self._begin()
+            if self._queue:
+                self._start_sampler()
+            while self._queue or self._busy():
+                self._maintain_workers()
+                self._dispatch()
+                self._poll(0.25)
+                self._check_starting()
+                self._flush_samples()
+                while self._out:
+                    yield self._out.popleft()
+            while self._out:
+                yield self._out.popleft()
+            status = "stopped" if self._stop_result is not None else "completed"
+        finally:
+            self._shutdown(status)
+        if self._stop_result is not None:
+            r = self._stop_result
+            raise TrialError(
+                f"trial {r.index} failed ({(r.error or {}).get('message', r.status)}) and on_error='stop': "
+                f"the run stopped; run it again to resume the trials left",
+                index=r.index,
+                error=r.error,
+            )
+
+    def _begin(self) -> Iterator[TrialResult]:
+        info = self.store.begin_run(
+            self.name,
+            self.fn.ref,
+            self.params,
+            {"policy": self.policy.to_dict(), "workers": self.config.workers, **self.config.worker_config},
+        )
+        attempts_by_index: dict[int, int] = {}
+        if info is not None:
+            self.run_id = info.run_id
+            records = self.store.trials(info.run_id)
+            for rec in records:
+                attempts_by_index[rec.index] = rec.attempts
+                if rec.status in ("ok", "failed"):
+                    self._done += 1
+                    self._failed += rec.status == "failed"
+                    yield TrialResult(
+                        rec.index,
+                        rec.params,
+                        rec.status,
+                        rec.value,
+                        rec.error,
+                        rec.attempts,
+                        rec.peak_rss_bytes,
+                        rec.worker_id,
+                        rec.duration_s,
+                    )
+            workers = self.store.workers(info.run_id)
+            if workers:
+                self._next_worker_id = max(w.worker_id for w in workers) + 1
+            pending = self.store.unfinished_trials(info.run_id)
+        else:
+            pending = list(enumerate(self.params))
+        for index, params in pending:
+            self._queue.append(_Running(index, params, attempts_by_index.get(index, 0) + 1, 1))
+
+    def _busy(self) -> bool:
+        return any(w.state == "busy" for w in self._workers)
+
+    def _live(self) -> list[_Worker]:
+        return [w for w in self._workers if w.state not in ("dead", "exiting")]
+
+    def _maintain_workers(self) -> None:
+        if self._stop_result is not None:
+            return
+        needed = min(
+            self.config.workers, len(self._queue) + sum(1 for w in self._workers if w.state == "busy")
+        )
+        live = self._live()
+        used_slots = {w.slot for w in live}
+        while len(live) < needed:
+            slot = next(s for s in range(self.config.workers) if s not in used_slots)
+            worker = self._start_worker(slot)
+            live.append(worker)
+            used_slots.add(slot)
+
+    def _start_worker(self, slot: int) -> _Worker:
+        pipes = PipePair()
+        env = dict(self.config.base_env)
+        if self.config.gpu_slots is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.config.gpu_slots[slot % len(self.config.gpu_slots)]
+        env[WORKER_CONFIG_ENV] = json.dumps(
+            {
+                "parent_pid": os.getpid(),
+                # PDEATHSIG follows the *thread* that spawned the child: only safe from the main thread
+                "pdeathsig": threading.current_thread() is threading.main_thread(),
+                "sys_path": [p for p in sys.path if p],
+                "preload": list(self.config.preload),
+                "threads": self.config.threads,
+            }
+        )
+        try:
+            stdout = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):
+            stdout = None
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trainguard.runner._worker",
+                str(pipes.child_read_fd),
+                str(pipes.child_write_fd),
+            ],
+            pass_fds=(pipes.child_read_fd, pipes.child_write_fd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            close_fds=True,
+        )
+        pipes.close_child_ends()
+        worker = _Worker(
+            worker_id=self._next_worker_id,
+            slot=slot,
+            proc=proc,
+            pipes=pipes,
+            sampler=TreeSampler(proc.pid),
+            started_mono=time.monotonic(),
+            oom_kills_at_start=_cgroup_oom_kills(),
+        )
+        self._next_worker_id += 1
+        with self._lock:
+            self._workers.append(worker)
+        if self.run_id is not None:
+            self.store.start_worker(
+                self.run_id,
+                worker.worker_id,
+                proc.pid,
+                {
+                    "slot": slot,
+                    **(
+                        {"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {}
+                    ),
+                },
+            )
+        logger.debug("started worker %d (pid %d) in slot %d", worker.worker_id, proc.pid, slot)
+        return worker
+
+    def _dispatch(self) -> None:
+        for worker in self._workers:
+            if not self._queue or self._stop_result is not None:
+                return
+            if worker.state != "idle":
+                continue
+            run = self._queue.popleft()
+            run.started_mono = time.monotonic()
+            with self._lock:
+                worker.trial = run
+                worker.state = "busy"
+                worker.trial_peak_rss = worker.cur_rss or 0
+                worker.trial_peak_gpu = None
+                worker.kill = None
+            if self.run_id is not None:
+                self.store.start_attempt(self.run_id, run.index, run.attempt, worker.worker_id)
+            try:
+                worker.pipes.to_worker.send(
+                    {
+                        "op": "trial",
+                        "index": run.index,
+                        "attempt": run.attempt,
+                        "key": 0,
+                        "params": run.params,
+                        "cleanup": self.config.cleanup,
+                        "census": self.config.census,
+                    }
+                )
+            except OSError:
+                pass  # it died; the EOF on its pipe reports the death with this trial attached
+
+    def _poll(self, timeout: float) -> None:
+        conns = {w.pipes.from_worker: w for w in self._workers if w.state != "dead"}
+        if not conns:
+            time.sleep(min(timeout, 0.05))
+            return
+        for conn in wait_connections(list(conns), timeout=timeout):
+            worker = conns[conn]
+            while worker.state != "dead":
+                try:
+                    if not conn.poll(0):
+                        break
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    self._on_death(worker)
+                    break
+                self._on_message(worker, msg)
+
+    def _check_starting(self) -> None:
+        now = time.monotonic()
+        for worker in self._workers:
+            if (
+                worker.state in ("starting", "loading")
+                and now - worker.started_mono > self.config.start_timeout_s
+            ):
+                kill_tree(worker.proc.pid)
+                raise WorkerCrashedError(
+                    f"worker {worker.worker_id} was not ready after {self.config.start_timeout_s:g} s "
+                    "(preload or fn import too slow or stuck): raise start_timeout or check the import",
+                    pid=worker.proc.pid,
+                )
+
+    # -- messages ---------------------------------------------------------------------------------
+
+    def _on_message(self, worker: _Worker, msg: dict[str, Any]) -> None:
+        op = msg.get("op")
+        if op == "ready":
+            worker.pipes.to_worker.send(
+                {"op": "fn", "key": 0, "kind": self.fn.kind, "payload": self.fn.payload}
+            )
+            with self._lock:
+                worker.state = "loading"
+            if self.run_id is not None and msg.get("preload_s", 0) > 0.05:
+                self.store.add_event(
+                    self.run_id,
+                    "worker_ready",
+                    f"worker {worker.worker_id} preloaded {', '.join(self.config.preload)} in {msg['preload_s']:.1f} s",
+                    data={"preload_s": msg["preload_s"], "frameworks": msg.get("frameworks", [])},
+                    worker_id=worker.worker_id,
+                )
+        elif op == "fn_ok":
+            with self._lock:
+                worker.state = "idle"
+        elif op == "fn_error":
+            raise ConfigError(
+                f"fn {self.fn.ref} cannot be loaded in the worker: {msg['message']}",
+                traceback=msg.get("traceback"),
+            )
+        elif op == "fatal":
+            raise ConfigError(f"worker {worker.worker_id} could not start: {msg['message']}")
+        elif op == "result":
+            self._on_result(worker, msg)
+
+    def _on_result(self, worker: _Worker, msg: dict[str, Any]) -> None:
+        run = worker.trial
+        if run is None or run.index != msg["index"]:
+            return
+        reading = worker.sampler.read(rediscover=True)
+        own_rss = int(msg.get("rss_bytes") or 0)
+        rss_after = reading[0] if reading else own_rss
+        children = max(0, rss_after - own_rss)
+        with self._lock:
+            worker.trial = None
+            worker.state = "idle"
+            worker.cur_rss = rss_after
+            peak = max(worker.trial_peak_rss, rss_after, (msg.get("hwm_bytes") or 0) + children)
+            worker.trials_done += 1
+            worker.rss_after.append(rss_after)
+            worker.peaks.append(peak)
+        status = msg["status"]
+        value = json.loads(msg["value_json"]) if status == "ok" else None
+        stats = msg.get("stats") or {}
+        if self.run_id is not None and ("census" in stats or stats.get("cleanup_s")):
+            self.store.add_event(
+                self.run_id,
+                "trial_stats",
+                f"trial {run.index} stats",
+                data=stats,
+                worker_id=worker.worker_id,
+                index=run.index,
+            )
+        self._finish_attempt(worker, run, status, msg.get("error"), value, peak, float(msg["duration_s"]))
+        if self._queue and self._stop_result is None:
+            decision = decide_recycle(
+                self.policy, WorkerHistory(worker.trials_done, tuple(worker.rss_after), tuple(worker.peaks))
+            )
+            if decision is not None:
+                self._retire(worker, decision)
+
+    def _finish_attempt(
+        self,
+        worker: _Worker | None,
+        run: _Running,
+        status: str,
+        error: dict[str, Any] | None,
+        value: Any,
+        peak: int | None,
+        duration_s: float | None,
+    ) -> None:
+        worker_id = worker.worker_id if worker else None
+        if error is not None:
+            error = {**error, "attempt": run.attempt, "worker_id": worker_id}
+        if self.run_id is not None:
+            self.store.finish_attempt(
+                self.run_id,
+                run.index,
+                run.attempt,
+                status=status,
+                error=error,
+                peak_rss_bytes=peak,
+                duration_s=duration_s,
+            )
+        if status != "ok" and should_retry(self.policy, status, run.session_attempts):
+            logger.info("trial %d attempt %d: %s; retrying", run.index, run.attempt, status)
+            if self.run_id is not None:
+                self.store.add_event(
+                    self.run_id,
+                    "retry",
+                    f"trial {run.index} attempt {run.attempt} ended with {status}; retrying",
+                    data={"status": status},
+                    worker_id=worker_id,
+                    index=run.index,
+                )
+            self._queue.appendleft(_Running(run.index, run.params, run.attempt + 1, run.session_attempts + 1))
+            return
+        final = "ok" if status == "ok" else "failed"
+        if self.run_id is not None:
+            written = self.store.finish_trial(
+                self.run_id,
+                run.index,
+                status=final,
+                value=value,
+                error=error,
+                attempts=run.attempt,
+                peak_rss_bytes=peak,
+                worker_id=worker_id,
+                duration_s=duration_s,
+            )
+            if written is False:  # already finished by an earlier session: never report it twice
+                return
+        result = TrialResult(
+            run.index, run.params, final, value, error, run.attempt, peak, worker_id, duration_s
+        )
+        with self._lock:
+            self._done += 1
+            self._done_this_session += 1
+            self._failed += final == "failed"
+        self._out.append(result)
+        if final == "failed" and self.policy.on_error == "stop" and self._stop_result is None:
+            self._stop_result = result
+            self._queue.clear()
+
+    def _retire(self, worker: _Worker, decision: RecycleDecision) -> None:
+        with self._lock:
+            worker.state = "exiting"
+            self._recycles_by_slot[worker.slot] = self._recycles_by_slot.get(worker.slot, 0) + 1
+        try:
+            worker.pipes.to_worker.send({"op": "exit"})
+        except OSError:
+            pass
+        self._end_worker(
+            worker,
+            "recycled",
+            {"rule": decision.rule, "why": decision.message, "trials": worker.trials_done, **decision.values},
+        )
+        logger.info("worker %d recycled: %s", worker.worker_id, decision.message)
+        # wait for it to be gone before a replacement starts: its memory must be free first
+        self._reap(worker, grace_s=10.0)
+
+    def _reap(self, worker: _Worker, grace_s: float) -> int | None:
+        try:
+            rc = worker.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            kill_tree(worker.proc.pid)
+            rc = worker.proc.wait()
+        with self._lock:
+            worker.state = "dead"
+        worker.sampler.close()
+        worker.pipes.close()
+        return rc
+
+    def _end_worker(self, worker: _Worker, reason: str, detail: dict[str, Any]) -> None:
+        if worker.ended:
+            return
+        worker.ended = True
+        if self.run_id is not None:
+            self.store.end_worker(self.run_id, worker.worker_id, reason=reason, detail=detail)
+
+    def _on_death(self, worker: _Worker) -> None:
+        previous = worker.state
+        if worker.proc.poll() is None:
+            # the pipe closed but the process lingers (it closed its fds): make sure it is gone
+            try:
+                worker.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                kill_tree(worker.proc.pid)
+        rc = self._reap(worker, grace_s=5.0)
+        if previous == "exiting":
+            return
+        with self._lock:
+            run, kill = worker.trial, worker.kill
+            worker.trial = None
+        cause = classify_end(
+            rc,
+            in_trial=run is not None,
+            kill=kill,
+            oom_kills_before=worker.oom_kills_at_start,
+            oom_kills_after=_cgroup_oom_kills(),
+        )
+        self._end_worker(
+            worker,
+            cause.worker_reason,
+            {**cause.detail, "message": cause.message, "trials": worker.trials_done},
+        )
+        if previous in ("starting", "loading"):
+            raise WorkerCrashedError(
+                f"worker {worker.worker_id} died before it was ready: {cause.message}; see its output above",
+                pid=worker.proc.pid,
+                exitcode=rc,
+            )
+        if run is None or cause.attempt_status is None:
+            return
+        peak = (
+            max(worker.trial_peak_rss, int(kill.value) if kill and kill.status == "killed_memory" else 0)
+            or None
+        )
+        error = {"status": cause.attempt_status, "message": cause.message, **cause.detail}
+        logger.info("trial %d attempt %d: %s", run.index, run.attempt, cause.message)
+        self._finish_attempt(
+            worker, run, cause.attempt_status, error, None, peak, time.monotonic() - run.started_mono
+        )
+
+    # -- sampling ---------------------------------------------------------------------------------
+
+    def _start_sampler(self) -> None:
+        try:
+            from trainguard.probes.nvml import gpu_memory_by_pid, nvml_available
+
+            if nvml_available():
+                self._nvml = gpu_memory_by_pid
+        except ImportError:
+            self._nvml = None
+        self._sampler_thread = threading.Thread(
+            target=self._sample_loop, name="trainguard-sampler", daemon=True
+        )
+        self._sampler_thread.start()
+
+    def _sample_loop(self) -> None:
+        interval = self.config.sample_interval_s
+        next_t = time.monotonic()
+        while True:
+            next_t += interval
+            delay = next_t - time.monotonic()
+            if delay < 0:  # fell behind (a slow read): do not burst to catch up
+                next_t, delay = time.monotonic(), 0.0
+            if self._stop_event.wait(delay):
+                return
+            try:
+                self._sample_once()
+            except Exception:  # noqa: BLE001 - the sampler must outlive any one bad reading
+                logger.exception("memory sampling failed")
+
+    def _sample_once(self) -> None:
+        gpu_map = self._nvml() if self._nvml is not None else None
+        with self._lock:
+            workers = [w for w in self._workers if w.state not in ("dead",)]
+        now_wall = time.time()
+        for worker in workers:
+            reading = worker.sampler.read(uss=self.config.uss)
+            if reading is None:
+                continue
+            rss, uss = reading
+            gpu = None
+            if gpu_map is not None:
+                gpu = sum(gpu_map.get(pid, 0) for pid in worker.sampler.pids())
+            with self._lock:
+                worker.cur_rss = rss
+                run, kill = worker.trial, worker.kill
+                if run is not None:
+                    worker.trial_peak_rss = max(worker.trial_peak_rss, rss)
+                    if gpu is not None:
+                        worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
+                self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
+            if run is None or kill is not None:
+                continue
+            decision = check_limits(
+                self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=time.monotonic() - run.started_mono
+            )
+            if decision is not None:
+                with self._lock:
+                    if worker.trial is not run:
+                        continue
+                    worker.kill = decision
+                kill_tree(worker.proc.pid)
+                logger.info("worker %d: %s", worker.worker_id, decision.message)
+
+    def _flush_samples(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_flush < 1.0:
+            return
+        self._last_flush = now
+        with self._lock:
+            batches, self._samples = self._samples, {}
+        if self.run_id is None:
+            return
+        for worker_id, samples in batches.items():
+            if samples:
+                self.store.add_samples(self.run_id, worker_id, samples)
+
+    # -- shutdown ---------------------------------------------------------------------------------
+
+    def _shutdown(self, status: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for worker in self._workers:
+            if worker.state in ("dead",):
+                continue
+            interrupted = worker.state == "busy"
+            if interrupted:
+                kill_tree(worker.proc.pid)
+            elif worker.state != "exiting":
+                try:
+                    worker.pipes.to_worker.send({"op": "exit"})
+                except OSError:
+                    pass
+            detail: dict[str, Any] = {"trials": worker.trials_done}
+            if interrupted:
+                detail["message"] = "stopped in the middle of a trial"
+            try:
+                self._end_worker(worker, "shutdown", detail)
+            except Exception:  # noqa: BLE001 - shutting down must reach every worker
+                logger.exception("could not record the end of worker %d", worker.worker_id)
+            self._reap(worker, grace_s=3.0)
+        self._stop_event.set()
+        if self._sampler_thread is not None:
+            self._sampler_thread.join(timeout=2.0)
+        try:
+            self._flush_samples(force=True)
+            if self.run_id is not None:
+                self.store.finish_run(self.run_id, status)
+        except Exception:  # noqa: BLE001 - never mask the error that brought us here
+            logger.exception("could not record the end of run %s", self.name)
+
+    def close(self) -> None:
+        self._shutdown("interrupted")

@@ -1,0 +1,499 @@
+"""The runner's policy: when to recycle a worker, when to kill a trial, when to retry.
+
+Every decision here is a pure function of a :class:`Policy` and recorded observations (numbers and
+series), so it is tested on recorded series with no process. The supervisor only gathers the
+observations and carries out what these functions return.
+
+Recycling rules, checked after every trial, first match wins:
+
+``max_trials``        the worker ran ``max_trials_per_worker`` trials.
+``recycle_above``     its RSS after the trial is above ``recycle_above``.
+``recycle_growth``    its RSS after the trial grew more than ``recycle_growth`` since its first trial.
+``predictive_limit``  from its own growth per trial, the next trial's peak would cross ``memory_limit``
+                      (less ``predictive_margin``): recycle now instead of being killed mid-trial.
+``predictive_budget`` the next trial's peak would cross ``peak_ratio`` x the peak of the worker's first
+                      trial. This is the default that keeps memory flat when the user sets nothing.
+
+The growth per trial is a robust slope (Theil-Sen, as in :mod:`trainguard.leaks.stats`) so a single
+noisy reading does not recycle a worker.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trainguard.exceptions import ConfigError
+from trainguard.units import format_bytes, parse_duration, parse_size
+
+__all__ = [
+    "Policy",
+    "RecycleDecision",
+    "KillDecision",
+    "WorkerHistory",
+    "ATTEMPT_STATUSES",
+    "RETRY_CATEGORIES",
+    "failure_category",
+    "should_retry",
+    "decide_recycle",
+    "check_limits",
+    "growth_per_trial",
+    "predict_next_peak",
+    "first_recycle",
+    "EndCause",
+    "classify_end",
+    "signal_name",
+]
+
+#: Outcome of one attempt, as recorded in the store.
+ATTEMPT_STATUSES = (
+    "ok",
+    "exception",
+    "framework_oom",
+    "crashed",
+    "os_oom",
+    "killed_memory",
+    "killed_gpu_memory",
+    "timeout",
+    "not_serializable",
+)
+#: Families of failures that ``retry_on`` names.
+RETRY_CATEGORIES = ("crash", "memory", "timeout", "exception")
+
+_CATEGORY = {
+    "exception": "exception",
+    "framework_oom": "memory",
+    "os_oom": "memory",
+    "killed_memory": "memory",
+    "killed_gpu_memory": "memory",
+    "crashed": "crash",
+    "timeout": "timeout",
+    # a result that cannot be serialized fails the same way every time: never retried
+    "not_serializable": None,
+    "ok": None,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What the supervisor does with workers and trials. Sizes accept ``"4GB"``-style strings and
+    durations ``"30s"``-style strings; they are stored as bytes and seconds.
+
+    Args:
+        max_trials_per_worker: recycle a worker after this many trials (None: no count limit).
+        recycle_above: recycle a worker whose tree RSS after a trial is above this size.
+        recycle_growth: recycle a worker whose RSS after a trial grew this much since its first trial.
+        predictive: recycle before the next trial is predicted to cross ``memory_limit`` or the
+            ``peak_ratio`` budget, from the worker's own growth per trial.
+        peak_ratio: the default budget of predictive recycling: a worker's next trial must stay under
+            ``peak_ratio`` x the peak of its first trial (which includes the framework import).
+            None turns the budget off, so workers grow up to ``memory_limit`` only.
+        predictive_margin: the fraction of ``memory_limit`` kept free by predictive recycling.
+        min_trials_for_slope: readings needed before the growth per trial is trusted.
+        memory_limit: hard limit on the worker tree's RSS: the tree is killed when a sample crosses it.
+        gpu_memory_limit: hard limit on the worker tree's GPU memory (NVML, by pid).
+        timeout: hard limit on one trial's duration, in seconds; the tree is killed past it.
+        retries: how many times a failed trial is tried again (0: never).
+        retry_on: which failures are retried: any of "crash", "memory", "timeout", "exception".
+        on_error: "continue" runs the other trials after a failed one; "stop" stops dispatching.
+
+    Raises:
+        ConfigError: a value out of range or of the wrong kind (UnitError for a bad size or duration).
+    """
+
+    max_trials_per_worker: int | None = None
+    recycle_above: int | None = None
+    recycle_growth: int | None = None
+    predictive: bool = True
+    peak_ratio: float | None = 1.2
+    predictive_margin: float = 0.05
+    min_trials_for_slope: int = 3
+    memory_limit: int | None = None
+    gpu_memory_limit: int | None = None
+    timeout: float | None = None
+    retries: int = 0
+    retry_on: tuple[str, ...] = ("crash", "memory", "timeout")
+    on_error: Literal["continue", "stop"] = "continue"
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        if self.max_trials_per_worker is not None:
+            put("max_trials_per_worker", _positive_int(self.max_trials_per_worker, "max_trials_per_worker"))
+        for name in ("recycle_above", "recycle_growth", "memory_limit", "gpu_memory_limit"):
+            value = parse_size(getattr(self, name), name=name, allow_none=True)
+            if value == 0:
+                raise ConfigError(
+                    f"{name}=0 would stop every trial: give a size such as '4GB', or None for no limit"
+                )
+            put(name, value)
+        put("timeout", parse_duration(self.timeout, name="timeout", allow_none=True))
+        if self.timeout == 0:
+            raise ConfigError("timeout=0 would kill every trial: give a duration such as '10m', or None")
+        if not isinstance(self.predictive, bool):
+            raise ConfigError(f"predictive must be True or False, not {self.predictive!r}")
+        if self.peak_ratio is not None:
+            if (
+                isinstance(self.peak_ratio, bool)
+                or not isinstance(self.peak_ratio, (int, float))
+                or not (math.isfinite(self.peak_ratio) and self.peak_ratio > 1.0)
+            ):
+                raise ConfigError(
+                    f"peak_ratio={self.peak_ratio!r} must be a number above 1.0 such as 1.2, or None"
+                )
+            put("peak_ratio", float(self.peak_ratio))
+        if not isinstance(self.predictive_margin, (int, float)) or not 0.0 <= self.predictive_margin < 0.5:
+            raise ConfigError(
+                f"predictive_margin={self.predictive_margin!r} must be in [0, 0.5), such as 0.05"
+            )
+        put(
+            "min_trials_for_slope",
+            _positive_int(self.min_trials_for_slope, "min_trials_for_slope", minimum=2),
+        )
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise ConfigError(f"retries={self.retries!r} must be a whole number >= 0, such as 2")
+        retry_on = (self.retry_on,) if isinstance(self.retry_on, str) else tuple(self.retry_on)
+        unknown = [r for r in retry_on if r not in RETRY_CATEGORIES]
+        if unknown:
+            raise ConfigError(
+                f"retry_on has unknown {unknown[0]!r}: use any of {', '.join(RETRY_CATEGORIES)}"
+            )
+        put("retry_on", retry_on)
+        if self.on_error not in ("continue", "stop"):
+            raise ConfigError(f"on_error={self.on_error!r} must be 'continue' or 'stop'")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy as JSON-ready data (for the store)."""
+        return {name: getattr(self, name) if name != "retry_on" else list(self.retry_on) for name in _FIELDS}
+
+
+_FIELDS = tuple(Policy.__dataclass_fields__)
+
+
+def _positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}={value!r} must be a whole number >= {minimum}, such as 8")
+    return value
+
+
+# --------------------------------------------------------------------------------------------------
+# observations and decisions
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHistory:
+    """What the supervisor knows about one worker at a trial boundary.
+
+    ``rss_after_bytes[i]`` is the worker tree's RSS right after its trial ``i``; ``peak_bytes[i]`` is
+    the tree's peak during that trial (it includes the framework import for trial 0).
+    """
+
+    trials_done: int
+    rss_after_bytes: tuple[int, ...] = ()
+    peak_bytes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RecycleDecision:
+    """Recycle the worker: ``rule`` names which rule fired, ``values`` the numbers it saw."""
+
+    rule: str
+    values: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KillDecision:
+    """Kill the trial's process tree now. ``status`` is the attempt status to record."""
+
+    status: Literal["killed_memory", "killed_gpu_memory", "timeout"]
+    limit: float
+    value: float
+    message: str
+
+
+def failure_category(status: str) -> str | None:
+    """The ``retry_on`` family of an attempt status (None for "ok" and never-retried failures)."""
+    try:
+        return _CATEGORY[status]
+    except KeyError:
+        raise ConfigError(
+            f"unknown attempt status {status!r}: one of {', '.join(ATTEMPT_STATUSES)}"
+        ) from None
+
+
+def should_retry(policy: Policy, status: str, attempts: int) -> bool:
+    """Whether a trial whose latest attempt (the ``attempts``-th) ended with ``status`` runs again."""
+    category = failure_category(status)
+    return category is not None and category in policy.retry_on and attempts <= policy.retries
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return float(ordered[mid]) if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+#: Readings the growth slope looks at: the worker's latest trials (Theil-Sen is quadratic in them).
+SLOPE_WINDOW = 32
+
+
+def growth_per_trial(rss_after_bytes: Sequence[int]) -> float | None:
+    """The robust growth per trial of a worker (bytes per trial), or None with under two readings.
+
+    The Theil-Sen slope (median of all pairwise slopes) of the latest :data:`SLOPE_WINDOW` readings,
+    the same estimator as :func:`trainguard.leaks.stats.theil_sen`; computed here in plain Python
+    so the supervisor does not import numpy and scipy for a few dozen numbers. A single spike moves
+    it little.
+    """
+    values = [float(v) for v in rss_after_bytes[-SLOPE_WINDOW:]]
+    n = len(values)
+    if n < 2:
+        return None
+    slopes = [(values[j] - values[i]) / (j - i) for i in range(n) for j in range(i + 1, n)]
+    return _median(slopes)
+
+
+def predict_next_peak(history: WorkerHistory) -> float | None:
+    """The predicted peak of the worker's next trial, or None when there are too few readings.
+
+    The level is fitted robustly (median of ``rss - slope * i``) so that one high reading does not
+    move it; the peak is that level one trial ahead plus the typical excess of a trial's peak over
+    the RSS it leaves behind.
+    """
+    rss = history.rss_after_bytes
+    slope = growth_per_trial(rss)
+    if slope is None:
+        return None
+    slope = max(slope, 0.0)
+    n = len(rss)
+    level = _median([r - slope * i for i, r in enumerate(rss)])
+    next_after = level + slope * n
+    excess = 0.0
+    if history.peak_bytes:
+        pairs = list(zip(history.peak_bytes[1:], rss[1:], strict=False)) or list(
+            zip(history.peak_bytes, rss, strict=False)
+        )
+        excess = max(0.0, _median([p - r for p, r in pairs]))
+    return next_after + excess
+
+
+def decide_recycle(policy: Policy, history: WorkerHistory) -> RecycleDecision | None:
+    """Whether to recycle a worker after its latest trial; None keeps it. First matching rule wins."""
+    n = history.trials_done
+    rss = history.rss_after_bytes
+    last = rss[-1] if rss else None
+    if policy.max_trials_per_worker is not None and n >= policy.max_trials_per_worker:
+        return RecycleDecision(
+            "max_trials",
+            {"trials_done": n, "max_trials_per_worker": policy.max_trials_per_worker},
+            f"ran {n} trials (max_trials_per_worker={policy.max_trials_per_worker})",
+        )
+    if policy.recycle_above is not None and last is not None and last > policy.recycle_above:
+        return RecycleDecision(
+            "recycle_above",
+            {"rss_bytes": last, "recycle_above": policy.recycle_above},
+            f"RSS {format_bytes(last)} after trial {n} is above recycle_above={format_bytes(policy.recycle_above)}",
+        )
+    if policy.recycle_growth is not None and len(rss) >= 2:
+        growth = rss[-1] - rss[0]
+        if growth > policy.recycle_growth:
+            return RecycleDecision(
+                "recycle_growth",
+                {"growth_bytes": growth, "recycle_growth": policy.recycle_growth, "trials_done": n},
+                f"RSS grew {format_bytes(growth)} since its first trial "
+                f"(recycle_growth={format_bytes(policy.recycle_growth)})",
+            )
+    if not policy.predictive or not rss:
+        return None
+    limits: list[tuple[str, float, str]] = []
+    if policy.memory_limit is not None:
+        limits.append(
+            ("predictive_limit", policy.memory_limit * (1.0 - policy.predictive_margin), "memory_limit")
+        )
+    if policy.peak_ratio is not None and history.peak_bytes:
+        limits.append(("predictive_budget", policy.peak_ratio * history.peak_bytes[0], "peak_ratio budget"))
+    if not limits:
+        return None
+    if len(rss) >= policy.min_trials_for_slope:
+        predicted = predict_next_peak(history)
+        basis = "predicted"
+    else:
+        # too few readings to trust a slope: only react to a peak already over the line
+        predicted = float(max(history.peak_bytes[-1] if history.peak_bytes else 0, last or 0))
+        basis = "observed"
+    if predicted is None:
+        return None
+    for rule, threshold, label in limits:
+        if predicted > threshold:
+            slope = growth_per_trial(rss)
+            return RecycleDecision(
+                rule,
+                {
+                    "predicted_peak_bytes": int(predicted),
+                    "threshold_bytes": int(threshold),
+                    "growth_per_trial_bytes": None if slope is None else int(slope),
+                    "basis": basis,
+                    "trials_done": n,
+                },
+                f"next trial's peak {basis} at {format_bytes(predicted)} would cross the {label} "
+                f"{format_bytes(threshold)} (growth {format_bytes(slope or 0, signed=True)}/trial)",
+            )
+    return None
+
+
+def check_limits(
+    policy: Policy, *, rss_bytes: int | None, gpu_bytes: int | None, elapsed_s: float | None
+) -> KillDecision | None:
+    """Whether a running trial must be killed now, from one sample of its tree."""
+    if policy.memory_limit is not None and rss_bytes is not None and rss_bytes > policy.memory_limit:
+        return KillDecision(
+            "killed_memory",
+            policy.memory_limit,
+            rss_bytes,
+            f"killed at memory_limit: tree RSS {format_bytes(rss_bytes)} > {format_bytes(policy.memory_limit)}",
+        )
+    if policy.gpu_memory_limit is not None and gpu_bytes is not None and gpu_bytes > policy.gpu_memory_limit:
+        return KillDecision(
+            "killed_gpu_memory",
+            policy.gpu_memory_limit,
+            gpu_bytes,
+            f"killed at gpu_memory_limit: GPU memory {format_bytes(gpu_bytes)} > "
+            f"{format_bytes(policy.gpu_memory_limit)}",
+        )
+    if policy.timeout is not None and elapsed_s is not None and elapsed_s > policy.timeout:
+        return KillDecision(
+            "timeout",
+            policy.timeout,
+            elapsed_s,
+            f"killed at timeout: trial ran {elapsed_s:.1f} s > {policy.timeout:g} s",
+        )
+    return None
+
+
+def first_recycle(
+    policy: Policy, rss_after_bytes: Sequence[int], peak_bytes: Sequence[int]
+) -> tuple[int, RecycleDecision] | None:
+    """Replay one worker's recorded per-trial series through :func:`decide_recycle`.
+
+    Returns ``(trials_done, decision)`` at the first trial after which the worker would have been
+    recycled, or None if it never would. A tool for tests and for tuning a policy offline.
+    """
+    if len(rss_after_bytes) != len(peak_bytes):
+        raise ConfigError("rss_after_bytes and peak_bytes must have one reading per trial each")
+    for n in range(1, len(rss_after_bytes) + 1):
+        history = WorkerHistory(n, tuple(rss_after_bytes[:n]), tuple(peak_bytes[:n]))
+        decision = decide_recycle(policy, history)
+        if decision is not None:
+            return n, decision
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# why a worker ended
+
+
+@dataclass(frozen=True, slots=True)
+class EndCause:
+    """Why a worker process ended while (or without) running a trial.
+
+    ``attempt_status`` is what the trial's attempt records (None when no trial was running),
+    ``worker_reason`` the store's word for the worker's end, ``detail`` the numbers behind it and
+    ``message`` one line for people.
+    """
+
+    attempt_status: str | None
+    worker_reason: str
+    detail: dict[str, Any]
+    message: str
+
+
+_KILL_REASON = {
+    "killed_memory": "killed_memory",
+    "killed_gpu_memory": "killed_gpu_memory",
+    "timeout": "killed_timeout",
+}
+
+
+def signal_name(number: int) -> str:
+    """``9 -> "SIGKILL"``; an unknown number gives ``"signal 99"``."""
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def classify_end(
+    returncode: int | None,
+    *,
+    in_trial: bool,
+    kill: KillDecision | None = None,
+    oom_kills_before: int | None = None,
+    oom_kills_after: int | None = None,
+) -> EndCause:
+    """Say why a worker ended, from its exit status and what the supervisor knows.
+
+    Args:
+        returncode: ``Popen.returncode`` (negative: killed by that signal).
+        in_trial: whether a trial was running.
+        kill: the supervisor's own kill of this worker, if it made one.
+        oom_kills_before / oom_kills_after: the cgroup's ``oom_kill`` counter at the worker's start and
+            now (None when unreadable); a rise means the OS OOM killer acted in this cgroup.
+    """
+    detail: dict[str, Any] = {"exitcode": returncode}
+    status: str | None
+    if kill is not None:
+        reason = _KILL_REASON[kill.status]
+        if kill.status == "timeout":
+            detail.update(timeout_s=kill.limit, elapsed_s=round(kill.value, 3))
+        elif kill.status == "killed_gpu_memory":
+            detail.update(gpu_bytes=int(kill.value), limit_bytes=int(kill.limit))
+        else:
+            detail.update(rss_bytes=int(kill.value), limit_bytes=int(kill.limit))
+        detail["signal"] = "SIGKILL"
+        return EndCause(kill.status if in_trial else None, reason, detail, kill.message)
+    oom_rose = (
+        oom_kills_before is not None and oom_kills_after is not None and oom_kills_after > oom_kills_before
+    )
+    sigkill = returncode in (-9, 137)
+    if sigkill:
+        detail["signal"] = "SIGKILL"
+        if oom_rose:
+            detail["oom_kill_count"] = oom_kills_after
+            message = "killed by the OS out-of-memory killer (SIGKILL; the cgroup's oom_kill count rose)"
+            return EndCause("os_oom" if in_trial else None, "os_oom", detail, message)
+        evidence = (
+            "no oom_kill in the cgroup" if oom_kills_after is not None else "cgroup oom_kill unreadable"
+        )
+        message = (
+            f"killed by SIGKILL from outside trainguard: the OS OOM killer or another process ({evidence})"
+        )
+        detail["why"] = "SIGKILL from outside trainguard"
+        status = "crashed" if in_trial else None
+        return EndCause(status, "crashed", detail, message)
+    if returncode is not None and returncode < 0:
+        name = signal_name(-returncode)
+        detail["signal"] = name
+        words = {
+            "SIGSEGV": "segmentation fault",
+            "SIGABRT": "aborted",
+            "SIGBUS": "bus error",
+            "SIGFPE": "arithmetic fault",
+        }
+        extra = f" ({words[name]})" if name in words else ""
+        return EndCause(
+            "crashed" if in_trial else None, "crashed", detail, f"crashed: killed by {name}{extra}"
+        )
+    if in_trial:
+        return EndCause(
+            "crashed", "crashed", detail, f"the worker exited with code {returncode} in the middle of a trial"
+        )
+    if returncode == 0:
+        return EndCause(None, "exited", detail, "the worker exited")
+    return EndCause(None, "crashed", detail, f"the worker exited with code {returncode}")
