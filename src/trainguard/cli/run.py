@@ -15,7 +15,9 @@ __all__ = ["HELP", "register", "run", "load_params", "expand_grid"]
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("fn", metavar="FN", help="what to run: 'file.py:function' or 'package.module:function'")
+    parser.add_argument(
+        "fn", metavar="FN", help="what to run: 'file.py:function' or 'package.module:function'"
+    )
     parser.add_argument(
         "--params",
         required=True,
@@ -23,10 +25,18 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="a YAML/JSON grid (mapping of lists: cartesian product) or list of param objects; '-' reads stdin",
     )
     parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
-    parser.add_argument("--memory-limit", metavar="SIZE", help="kill a trial whose worker tree crosses this RSS (e.g. 6GB)")
-    parser.add_argument("--gpu-memory-limit", metavar="SIZE", help="kill a trial whose GPU memory crosses this (NVML)")
-    parser.add_argument("--max-trials-per-worker", type=int, metavar="N", help="recycle a worker after N trials")
-    parser.add_argument("--recycle-above", metavar="SIZE", help="recycle a worker whose RSS after a trial is above this")
+    parser.add_argument(
+        "--memory-limit", metavar="SIZE", help="kill a trial whose worker tree crosses this RSS (e.g. 6GB)"
+    )
+    parser.add_argument(
+        "--gpu-memory-limit", metavar="SIZE", help="kill a trial whose GPU memory crosses this (NVML)"
+    )
+    parser.add_argument(
+        "--max-trials-per-worker", type=int, metavar="N", help="recycle a worker after N trials"
+    )
+    parser.add_argument(
+        "--recycle-above", metavar="SIZE", help="recycle a worker whose RSS after a trial is above this"
+    )
     parser.add_argument(
         "--peak-ratio",
         type=float,
@@ -34,8 +44,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="R",
         help="recycle before a worker's next trial would peak above R x its first trial's peak (default 1.2; 0 turns it off)",
     )
-    parser.add_argument("--timeout", metavar="DURATION", help="kill a trial running longer than this (e.g. 10m)")
-    parser.add_argument("--retries", type=int, default=0, metavar="N", help="retry a failed trial N times (default 0)")
+    parser.add_argument(
+        "--timeout", metavar="DURATION", help="kill a trial running longer than this (e.g. 10m)"
+    )
+    parser.add_argument(
+        "--retries", type=int, default=0, metavar="N", help="retry a failed trial N times (default 0)"
+    )
     parser.add_argument(
         "--retry-on",
         default="crash,memory,timeout",
@@ -43,13 +57,29 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="which failures are retried: comma-separated crash,memory,timeout,exception",
     )
     parser.add_argument("--stop-on-error", action="store_true", help="stop the run at the first failed trial")
-    parser.add_argument("--keras-backend", metavar="NAME", help="KERAS_BACKEND for the workers (tensorflow, torch, jax)")
-    parser.add_argument("--threads", type=int, metavar="N", help="threads per worker (default cores // workers)")
-    parser.add_argument("--preload", action="append", default=[], metavar="MODULE", help="import MODULE in each new worker first (repeatable)")
-    parser.add_argument("--allocator", metavar="NAME", help="LD_PRELOAD jemalloc or tcmalloc (or a .so path) in the workers")
-    parser.add_argument("--store", default="trainguard.db", metavar="FILE", help="results store (default trainguard.db)")
+    parser.add_argument(
+        "--keras-backend", metavar="NAME", help="KERAS_BACKEND for the workers (tensorflow, torch, jax)"
+    )
+    parser.add_argument(
+        "--threads", type=int, metavar="N", help="threads per worker (default cores // workers)"
+    )
+    parser.add_argument(
+        "--preload",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE in each new worker first (repeatable)",
+    )
+    parser.add_argument(
+        "--allocator", metavar="NAME", help="LD_PRELOAD jemalloc or tcmalloc (or a .so path) in the workers"
+    )
+    parser.add_argument(
+        "--store", default="trainguard.db", metavar="FILE", help="results store (default trainguard.db)"
+    )
     parser.add_argument("--name", metavar="NAME", help="run name; running the same name again resumes it")
-    parser.add_argument("--json", action="store_true", help="print one JSON object with the run name and per-trial results")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object with the run name and per-trial results"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no live progress display on stderr")
 
 
@@ -73,7 +103,9 @@ def expand_grid(data: Any, source: str) -> list[dict[str, Any]]:
 
     if isinstance(data, dict):
         if not data:
-            raise ConfigError(f"{source}: the grid is an empty mapping: give lists of values, e.g. 'lr: [0.001, 0.01]'")
+            raise ConfigError(
+                f"{source}: the grid is an empty mapping: give lists of values, e.g. 'lr: [0.001, 0.01]'"
+            )
         keys = [str(k) for k in data]
         axes = [v if isinstance(v, list) else [v] for v in data.values()]
         empty = [k for k, axis in zip(keys, axes, strict=True) if not axis]
@@ -112,7 +144,13 @@ def load_params(path: str) -> list[dict[str, Any]]:
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"params file {path!r} cannot be read: {err}") from err
         source = path
-        kind = "json" if file.suffix.lower() == ".json" else "yaml" if file.suffix.lower() in (".yaml", ".yml") else None
+        kind = (
+            "json"
+            if file.suffix.lower() == ".json"
+            else "yaml"
+            if file.suffix.lower() in (".yaml", ".yml")
+            else None
+        )
     if not text.strip():
         raise ConfigError(f"{source}: no params (the input is empty)")
     data: Any
@@ -139,7 +177,9 @@ def _policy(args: argparse.Namespace) -> Any:
     from trainguard.runner import Policy
 
     if args.peak_ratio is not None and args.peak_ratio != 0 and args.peak_ratio <= 1:
-        raise ConfigError(f"--peak-ratio {args.peak_ratio} must be above 1 (such as 1.2), or 0 to turn it off")
+        raise ConfigError(
+            f"--peak-ratio {args.peak_ratio} must be above 1 (such as 1.2), or 0 to turn it off"
+        )
     return Policy(
         max_trials_per_worker=args.max_trials_per_worker,
         recycle_above=args.recycle_above,

@@ -20,4 +20,12 @@ from trainguard.runner._runner import Runner, find_allocator
 from trainguard.runner._supervisor import RunProgress, TrialResult, WorkerProgress, default_run_name
 from trainguard.runner.policy import Policy
 
-__all__ = ["Runner", "Policy", "TrialResult", "RunProgress", "WorkerProgress", "default_run_name", "find_allocator"]
+__all__ = [
+    "Runner",
+    "Policy",
+    "TrialResult",
+    "RunProgress",
+    "WorkerProgress",
+    "default_run_name",
+    "find_allocator",
+]

@@ -22,7 +22,13 @@ from trainguard.units import parse_duration, parse_size
 __all__ = ["Runner", "KERAS_BACKENDS", "THREAD_ENV_VARS", "find_allocator"]
 
 #: Keras 3 backends and the module each needs.
-KERAS_BACKENDS = {"tensorflow": "tensorflow", "torch": "torch", "jax": "jax", "numpy": "numpy", "openvino": "openvino"}
+KERAS_BACKENDS = {
+    "tensorflow": "tensorflow",
+    "torch": "torch",
+    "jax": "jax",
+    "numpy": "numpy",
+    "openvino": "openvino",
+}
 
 #: Variables that cap a worker's threads (BLAS/OpenMP pools, TensorFlow's two pools).
 THREAD_ENV_VARS = (
@@ -95,7 +101,9 @@ def _check_params(params_list: Any) -> list[dict[str, Any]]:
 
     for i, params in enumerate(out):
         if not isinstance(params, Mapping):
-            raise ConfigError(f"params[{i}] is a {type(params).__name__}, not a dict: each trial's params must be a dict")
+            raise ConfigError(
+                f"params[{i}] is a {type(params).__name__}, not a dict: each trial's params must be a dict"
+            )
         bad = [k for k in params if not isinstance(k, str)]
         if bad:
             raise ConfigError(f"params[{i}] has the non-string key {bad[0]!r}: JSON objects have string keys")
@@ -170,7 +178,9 @@ class Runner:
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ConfigError(f"threads={threads!r} must be a whole number >= 1, or None for cores // workers")
+            raise ConfigError(
+                f"threads={threads!r} must be a whole number >= 1, or None for cores // workers"
+            )
         if keras_backend is not None:
             if keras_backend not in KERAS_BACKENDS:
                 raise ConfigError(
@@ -188,13 +198,18 @@ class Runner:
         else:
             gpu_slots = tuple(str(g) for g in gpus)
             if not gpu_slots:
-                raise ConfigError("gpus=[] gives no device: pass None to leave CUDA_VISIBLE_DEVICES, or '' to hide GPUs")
+                raise ConfigError(
+                    "gpus=[] gives no device: pass None to leave CUDA_VISIBLE_DEVICES, or '' to hide GPUs"
+                )
         allocator_path = find_allocator(allocator) if allocator is not None else None
         trim = parse_size(malloc_trim_threshold, name="malloc_trim_threshold", allow_none=True)
         if env is not None and (
-            not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+            not isinstance(env, Mapping)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
         ):
-            raise ConfigError("env must be a mapping of strings to strings, such as {'TF_CPP_MIN_LOG_LEVEL': '2'}")
+            raise ConfigError(
+                "env must be a mapping of strings to strings, such as {'TF_CPP_MIN_LOG_LEVEL': '2'}"
+            )
         if isinstance(preload, str):
             preload = (preload,)
         preload = tuple(preload)
@@ -206,7 +221,9 @@ class Runner:
         interval = parse_duration(sample_interval, name="sample_interval")
         assert interval is not None
         if interval <= 0 or interval > 60:
-            raise ConfigError(f"sample_interval={sample_interval!r} must be between 1ms and 60s, such as '100ms'")
+            raise ConfigError(
+                f"sample_interval={sample_interval!r} must be between 1ms and 60s, such as '100ms'"
+            )
         start_timeout_s = parse_duration(start_timeout, name="start_timeout")
         assert start_timeout_s is not None
         if policy.gpu_memory_limit is not None:
@@ -284,7 +301,12 @@ class Runner:
 
     # -- running ----------------------------------------------------------------------------------
 
-    def imap(self, fn: Callable[[dict[str, Any]], Any] | str, params_list: Iterable[Mapping[str, Any]], name: str | None = None) -> Iterator[TrialResult]:
+    def imap(
+        self,
+        fn: Callable[[dict[str, Any]], Any] | str,
+        params_list: Iterable[Mapping[str, Any]],
+        name: str | None = None,
+    ) -> Iterator[TrialResult]:
         """Run ``fn(params)`` for every params in workers; yield each :class:`TrialResult` as it finishes.
 
         Results already stored by an earlier session of the same run come first.
@@ -322,7 +344,12 @@ class Runner:
             if self._session is session:
                 self._session = None
 
-    def map(self, fn: Callable[[dict[str, Any]], Any] | str, params_list: Iterable[Mapping[str, Any]], name: str | None = None) -> list[TrialResult]:
+    def map(
+        self,
+        fn: Callable[[dict[str, Any]], Any] | str,
+        params_list: Iterable[Mapping[str, Any]],
+        name: str | None = None,
+    ) -> list[TrialResult]:
         """Like :meth:`imap`, but return all results in input order.
 
         Raises:
