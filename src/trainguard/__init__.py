@@ -47,6 +47,10 @@ _LAZY = {
     "TrialResult": "trainguard.runner",
 }
 
+# Imported eagerly (it is light): the submodule trainguard.scope would otherwise shadow the
+# function trainguard.scope as soon as anything imported the module.
+from trainguard.scope import ScopeReport, Survivor, scope  # noqa: E402
+
 __all__ = [
     "__version__",
     "ConfigError",

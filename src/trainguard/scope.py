@@ -81,7 +81,8 @@ class Survivor:
 class ScopeReport:
     """What one pass through a scope did to memory. Byte fields are bytes, times seconds.
 
-    ``rss_*`` are this process's resident set size; ``gpu_*_bytes`` come from the loaded
+    ``enter_s`` is what entry cost (a ``gc.collect()`` and the first census), ``census_s`` both
+    censuses, ``cleanup_s`` the exit cleanups. ``rss_*`` are this process's resident set size; ``gpu_*_bytes`` come from the loaded
     frameworks' allocators (``gpu_source="allocator"``) or NVML for this pid (``"nvml"``), None
     when neither is there. ``survivors`` is empty when the census was switched off.
     """
@@ -98,6 +99,7 @@ class ScopeReport:
     cleanup_steps_s: tuple[tuple[str, float], ...]
     census_s: float
     body_s: float
+    enter_s: float = 0.0
     raised: bool = False
     limit_violations: tuple[str, ...] = field(default=())
 
@@ -141,6 +143,7 @@ class ScopeReport:
             "cleanup_steps_s": dict(self.cleanup_steps_s),
             "census_s": self.census_s,
             "body_s": self.body_s,
+            "enter_s": self.enter_s,
             "raised": self.raised,
             "limit_violations": list(self.limit_violations),
         }
@@ -295,7 +298,9 @@ def _validate_keep(keep: object, *, path: str = "keep") -> None:
 
     if keep is None:
         return
-    if isinstance(keep, _REJECTED_KEEP) or isinstance(keep, (types.ModuleType, type, types.FunctionType)):
+    if isinstance(keep, _REJECTED_KEEP) or isinstance(
+        keep, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    ):
         raise ConfigError(
             f"{path}= takes the objects to keep (tensors, arrays, models, or a list/tuple/dict of them), "
             f"not {type(keep).__name__} {keep!r:.40}: pass the object itself, e.g. keep=model",
@@ -324,6 +329,7 @@ class _Frame:
     census_s: float
     kept: list[Any]
     started: float
+    enter_s: float
 
 
 class Scope:
@@ -466,6 +472,13 @@ class Scope:
     def _open(self) -> _Frame:
         census_before = None
         census_s = 0.0
+        enter_start = time.perf_counter()
+        if self.census_enabled and self.cleanup_steps["gc_collect"]:
+            # Garbage alive at entry would be freed by the exit cleanup and hide as many new
+            # survivors of the same kind from the census difference: collect it first.
+            import gc
+
+            gc.collect()
         if self.census_enabled:
             from trainguard.probes.census import census
 
@@ -488,6 +501,7 @@ class Scope:
             census_s=census_s,
             kept=[],
             started=time.perf_counter(),
+            enter_s=time.perf_counter() - enter_start,
         )
 
     def _close(self, frame: _Frame, *, raised: bool) -> ScopeReport:
@@ -532,6 +546,7 @@ class Scope:
             cleanup_steps_s=tuple(steps.items()),
             census_s=census_s,
             body_s=body_s,
+            enter_s=frame.enter_s,
             raised=raised,
         )
         if self.max_survivor_bytes is not None and report.survivor_bytes > self.max_survivor_bytes:
@@ -596,8 +611,10 @@ def scope(
         gc_collect: run ``gc.collect()`` on exit.
         empty_cuda_cache: run ``torch.cuda.empty_cache()`` on exit (if torch has initialised CUDA).
         malloc_trim: run glibc ``malloc_trim(0)`` on exit.
-        census: take a census on entry and exit to name survivors (about 0.1-0.3 s each on a
-            large heap; switch off in tight loops that only need RSS).
+        census: take a census on entry and exit to name survivors (about 0.1-0.5 s each on a
+            large heap; switch off in tight loops that only need RSS). With ``gc_collect`` on,
+            entry also runs ``gc.collect()`` so that garbage freed by the exit cleanup does not
+            hide new survivors.
         frameworks: census only these (``torch``, ``tensorflow``, ``keras``, ``jax``, ``numpy``);
             None: every framework already imported, and numpy.
         max_survivor_bytes: raise LeakError when survivors hold more ("50MB", or bytes).

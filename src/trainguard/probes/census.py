@@ -13,7 +13,8 @@ One pass over :func:`gc.get_objects` counts, by framework and kind:
 * JAX ``Array`` (concrete ``ArrayImpl`` buffers) with their bytes.
 * numpy ``ndarray``. numpy arrays are **not** GC tracked (they hold no Python references), so
   ``gc.get_objects`` never returns them: they are found among the referents of tracked objects
-  (``gc.get_referents``), descending through untracked tuples/dicts (which CPython untracks when
+  (``gc.get_referents``) and of the local variables of every running frame (a running frame
+  hides its locals from the GC; see ``stack_locals``), descending through untracked tuples/dicts (which CPython untracks when
   they hold only untracked objects) and along each array's ``.base`` chain. A view's bytes are
   attributed to the array that owns the memory, counted once: kind ``ndarray`` is an owning array
   (with the dtype/shape of the owner); kind ``buffer_view`` is an array over memory that is not a
@@ -289,6 +290,7 @@ def census(
     numpy: bool = True,
     graph_objects: bool = True,
     exclude: Iterable[object] | None = None,
+    stack_locals: bool = True,
 ) -> Census:
     """Count live framework objects (see the module docstring for what is counted and how).
 
@@ -302,6 +304,10 @@ def census(
             torch modules).
         exclude: objects left out of the count, with everything they reference (see
             :func:`reachable_ids`), as ``scope(keep=...)`` does.
+        stack_locals: also look for numpy arrays in the local variables of running functions
+            (every thread's stack). Running frames hide their locals from the GC; reading them
+            means ``frame.f_locals``, which before Python 3.13 stores a snapshot on the frame like
+            ``locals()`` does. False skips them (arrays held only in locals are then not seen).
 
     Returns:
         A :class:`Census`.
@@ -330,12 +336,12 @@ def census(
         numpy = "numpy" in names
     exclude_ids = reachable_ids(exclude) if exclude is not None else frozenset()
     start = time.perf_counter()
-    entries = _run_census(names, numpy, graph_objects, exclude_ids)
+    entries = _run_census(names, numpy, graph_objects, exclude_ids, stack_locals)
     return Census(entries=entries, elapsed_s=time.perf_counter() - start)
 
 
 def _run_census(
-    names: frozenset[str], numpy: bool, graph_objects: bool, exclude_ids: frozenset[int]
+    names: frozenset[str], numpy: bool, graph_objects: bool, exclude_ids: frozenset[int], stack_locals: bool
 ) -> tuple[CensusEntry, ...]:
     clf = _Classifier(names, numpy, graph_objects)
     cache = clf.cache
@@ -372,7 +378,9 @@ def _run_census(
             elif code == _T_NDARRAY:
                 ndarrays[id(obj)] = obj
         if clf.ndarray is not None:
-            _find_ndarrays(objects, clf.ndarray, ndarrays, exclude_ids)
+            roots = objects + _stack_locals() if stack_locals else objects
+            _find_ndarrays(roots, clf.ndarray, ndarrays, exclude_ids)
+            del roots
     finally:
         del objects
     acc: dict[EntryKey, list[int]] = {}
@@ -495,6 +503,28 @@ def _count_jax(arrays: list[Any], acc: dict[EntryKey, list[int]]) -> None:
             _add(acc, ("jax", "Array", str(arr.dtype), _shape(arr.shape), device), int(arr.nbytes))
         except Exception:
             continue
+
+
+def _stack_locals() -> list[Any]:
+    """The local namespaces of every frame on every thread's stack.
+
+    A running frame does not report its locals to the GC (``gc.get_referents(frame)`` is empty
+    while it runs), so arrays held only in local variables are reachable from nothing the GC
+    lists. ``frame.f_locals`` exposes them; before Python 3.13 it is a snapshot dict stored on the
+    frame (what ``locals()`` returns), which keeps its values referenced until the frame next syncs
+    it or returns, exactly as calling ``locals()`` or stopping in a debugger does.
+    """
+    me = sys._getframe()
+    namespaces: list[Any] = []
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame is not me:
+                try:
+                    namespaces.append(frame.f_locals)
+                except Exception:  # a frame torn down while we walked
+                    pass
+            frame = frame.f_back
+    return namespaces
 
 
 def _find_ndarrays(

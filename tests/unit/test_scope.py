@@ -1,0 +1,137 @@
+"""scope(): argument errors, numpy survivors, keep=, limits, nesting, decorator. No framework needed."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import trainguard
+from trainguard.exceptions import ConfigError, LeakError, UnitError
+from trainguard.scope import ScopeReport
+
+_GLOBAL: list = []
+SHAPE = (311, 17)  # distinctive, so nothing else in the process has it
+
+
+def _survivor_shapes(report: ScopeReport) -> dict[tuple, tuple[int, int]]:
+    return {(s.framework, s.kind, s.shape): (s.count, s.nbytes) for s in report.survivors}
+
+
+@pytest.mark.parametrize("bad", ["model", b"x", 3, 2.5, True, np, int, print])
+def test_keep_of_a_wrong_type_is_a_config_error(bad):
+    with pytest.raises(ConfigError, match=r"keep= takes the objects to keep .* pass the object itself"):
+        trainguard.scope(keep=bad)
+
+
+def test_keep_checks_inside_containers_and_names_the_path():
+    with pytest.raises(ConfigError, match=r"keep\[1\]\['w'\]="):
+        trainguard.scope(keep=[np.zeros(1), {"w": "weights"}])
+
+
+def test_bad_size_string_is_a_unit_error_with_an_example():
+    with pytest.raises(UnitError, match=r"max_rss_growth='4 potatoes' is not a size: .*'200MB'"):
+        trainguard.scope(max_rss_growth="4 potatoes")
+    with pytest.raises(UnitError, match="max_survivor_bytes"):
+        trainguard.scope(max_survivor_bytes=-1)
+
+
+def test_unknown_framework_name_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"unknown framework 'pytorch': use one of 'torch'"):
+        trainguard.scope(frameworks=["pytorch"])
+    with pytest.raises(ConfigError, match="not a string"):
+        trainguard.scope(frameworks="torch")
+
+
+def test_report_before_exit_and_keep_outside_are_config_errors():
+    s = trainguard.scope()
+    with pytest.raises(ConfigError, match="after the with-block"):
+        _ = s.report
+    with pytest.raises(ConfigError, match="inside the with-block"):
+        s.keep(np.zeros(1))
+
+
+def test_survivors_name_arrays_left_in_a_global_list():
+    with trainguard.scope(frameworks=["numpy"]) as s:
+        for _ in range(3):
+            _GLOBAL.append(np.zeros(SHAPE))
+    try:
+        survivors = _survivor_shapes(s.report)
+        assert survivors[("numpy", "ndarray", SHAPE)] == (3, 3 * 311 * 17 * 8)
+    finally:
+        _GLOBAL.clear()
+
+
+def test_arrays_freed_inside_are_not_survivors():
+    with trainguard.scope(frameworks=["numpy"]) as s:
+        tmp = [np.zeros(SHAPE) for _ in range(3)]
+        del tmp
+    assert ("numpy", "ndarray", SHAPE) not in _survivor_shapes(s.report)
+
+
+def test_keep_excludes_what_the_scope_returns():
+    with trainguard.scope(frameworks=["numpy"]) as s:
+        result = s.keep({"weights": np.zeros(SHAPE)})
+        other = np.ones(SHAPE)
+    survivors = _survivor_shapes(s.report)
+    assert survivors[("numpy", "ndarray", SHAPE)][0] == 1  # `other` only
+    del result, other
+
+
+def test_decorator_keeps_the_return_value_and_reports_each_call():
+    @trainguard.scope(frameworks=["numpy"], name="train")
+    def train() -> np.ndarray:
+        return np.zeros(SHAPE)
+
+    out = train()
+    report = train.scope.report
+    assert report.name == "train"
+    assert ("numpy", "ndarray", SHAPE) not in _survivor_shapes(report)
+    assert out.shape == SHAPE
+
+
+def test_nested_scopes_report_separately():
+    with trainguard.scope(frameworks=["numpy"]) as outer:
+        with trainguard.scope(frameworks=["numpy"]) as inner:
+            a = np.zeros(SHAPE)
+        b = np.zeros((SHAPE[0], SHAPE[1] + 1))
+    assert _survivor_shapes(inner.report)[("numpy", "ndarray", SHAPE)][0] == 1
+    assert ("numpy", "ndarray", (311, 18)) not in _survivor_shapes(inner.report)
+    outer_s = _survivor_shapes(outer.report)
+    assert outer_s[("numpy", "ndarray", SHAPE)][0] == 1 and outer_s[("numpy", "ndarray", (311, 18))][0] == 1
+    assert outer.report.rss_peak_bytes >= outer.report.rss_before_bytes
+    del a, b
+
+
+def test_limits_raise_a_readable_picklable_leak_error():
+    with pytest.raises(LeakError) as info:
+        with trainguard.scope(frameworks=["numpy"], max_survivor_bytes="10kB"):
+            _GLOBAL.append(np.zeros(SHAPE))
+    _GLOBAL.clear()
+    err = info.value
+    text = str(err)
+    assert "max_survivor_bytes" in text and "numpy ndarray float64[311, 17]" in text
+    assert isinstance(err.report, ScopeReport) and err.report.survivor_bytes >= 311 * 17 * 8
+    again = pickle.loads(pickle.dumps(err))
+    assert again.report == err.report and str(again) == text
+
+
+def test_body_exception_propagates_instead_of_leak_error():
+    with pytest.raises(KeyError):
+        with trainguard.scope(frameworks=["numpy"], max_survivor_bytes=0) as s:
+            _GLOBAL.append(np.zeros(SHAPE))
+            raise KeyError("boom")
+    _GLOBAL.clear()
+    assert s.report.raised
+
+
+def test_cleanup_steps_are_switchable():
+    with trainguard.scope(census=False, gc_collect=False, malloc_trim=False) as s:
+        pass
+    assert dict(s.report.cleanup_steps_s) == {}
+    with trainguard.scope(census=False) as s:
+        pass
+    assert "gc_collect" in dict(s.report.cleanup_steps_s)
+    assert s.report.survivors == ()
+    assert "RSS" in s.report.to_text() and s.report.to_dict()["rss_delta_bytes"] == s.report.rss_delta_bytes
