@@ -1,0 +1,71 @@
+"""Tiny trial functions for the runner's process tests, loaded by the workers as 'runner_trials.py:fn'."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+_LEAK: list[bytearray] = []
+
+
+def echo(params):
+    time.sleep(params.get("sleep_s", 0.0))
+    return {"x": params.get("x"), "pid": os.getpid()}
+
+
+def env(params):
+    names = params["names"]
+    time.sleep(params.get("sleep_s", 0.0))
+    return {
+        "env": {n: os.environ.get(n) for n in names},
+        "modules": sorted(m for m in ("numpy", "tensorflow", "torch", "keras") if m in sys.modules),
+        "pid": os.getpid(),
+    }
+
+
+def fault(params):
+    kind = params["kind"]
+    if kind == "ok":
+        return {"ok": True, "pid": os.getpid()}
+    if kind == "raise":
+        raise RuntimeError("boom from the trial")
+    if kind == "segv":
+        ctypes.string_at(0)
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        time.sleep(120)
+    if kind == "alloc":
+        chunks = []
+        for _ in range(200):
+            chunks.append(bytearray(10 * 2**20))
+            time.sleep(0.02)
+        return {"chunks": len(chunks)}
+    if kind == "not_json":
+        return {"value": object()}
+    if kind == "memory_error":
+        raise MemoryError("cannot allocate")
+    if kind == "exit":
+        os._exit(3)
+    raise ValueError(f"unknown kind {kind}")
+
+
+def flaky(params):
+    """Crashes (segfault) on the first attempt, succeeds on the next: a marker file remembers."""
+    marker = Path(params["marker"])
+    if not marker.exists():
+        marker.write_text("crashed once")
+        ctypes.string_at(0)
+    return {"ok": True}
+
+
+def leak(params):
+    """Keeps ``mb`` MiB alive per call in this worker, like a framework that leaks per fit."""
+    block = bytearray(params.get("mb", 20) * 2**20)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page so RSS shows it
+    _LEAK.append(block)
+    return {"held_mib": sum(len(b) for b in _LEAK) >> 20, "pid": os.getpid()}

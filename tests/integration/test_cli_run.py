@@ -1,0 +1,178 @@
+"""``trainguard run`` as a subprocess and in-process: grids, JSON output, errors, and resume after
+the supervisor itself is SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainguard.cli import main
+from trainguard.cli.run import expand_grid, load_params
+from trainguard.exceptions import ConfigError
+from trainguard.store import Store
+
+HERE = Path(__file__).parent
+TRIALS = str(HERE / "runner_trials.py")
+
+
+def cli(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainguard", *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=timeout,
+    )
+
+
+def test_grid_expands_to_the_cartesian_product(tmp_path):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("lr: [0.001, 0.01]\nunits: [32, 64, 128]\nepochs: 1\n")
+    params = load_params(str(grid))
+    assert len(params) == 6 and params[0] == {"lr": 0.001, "units": 32, "epochs": 1}
+    assert expand_grid([{"a": 1}, {"a": 2}], "x") == [{"a": 1}, {"a": 2}]
+
+
+@pytest.mark.parametrize(
+    "name, text, needle",
+    [
+        ("g.yaml", "lr: [0.1, 0.2\nunits: 3\n", "not valid YAML at line 2, column"),
+        ("g.json", '{"lr": [0.1,, 0.2]}', "not valid JSON at line 1, column 13"),
+        ("g.json", "[1, 2]", "item 0 is a int, not an object"),
+        ("g.yaml", "just a string\n", "not a str"),
+        ("g.yaml", "lr: []\n", "empty list"),
+        ("g.yaml", "", "no params"),
+    ],
+)
+def test_bad_params_files_say_where(tmp_path, name, text, needle):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_params(str(path))
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_run_json_output_and_exit_codes(tmp_path):
+    db = str(tmp_path / "runs.db")
+    params = tmp_path / "p.json"
+    params.write_text(json.dumps([{"kind": "ok"}, {"kind": "raise"}, {"kind": "ok"}]))
+    proc = cli("run", f"{TRIALS}:fault", "--params", str(params), "--store", db, "--name", "cli1", "--json")
+    assert proc.returncode == 1, proc.stderr  # a trial failed
+    out = json.loads(proc.stdout)
+    assert out["run"] == "cli1" and [r["status"] for r in out["results"]] == ["ok", "failed", "ok"]
+    assert out["results"][1]["error"]["status"] == "exception"
+    # stdin, a grid, all ok -> 0; default name is stable
+    proc = cli("run", f"{TRIALS}:echo", "--params", "-", "--store", db, "--json", input='{"x": [1, 2]}')
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [r["value"]["x"] for r in out["results"]] == [1, 2] and out["run"].startswith("echo-")
+
+
+def test_cli_usage_errors_are_one_line_exit_2(tmp_path, capsys):
+    params = tmp_path / "p.json"
+    params.write_text("[{}]")
+    cases = [
+        (["--workers", "0"], "--workers 0"),
+        (["--memory-limit", "4 potatoes"], "4 potatoes"),
+        (["--keras-backend", "theano"], "theano"),
+        (["--allocator", "/nonexistent/lib.so"], "does not exist"),
+        (["--retry-on", "gremlins"], "gremlins"),
+    ]
+    for extra, needle in cases:
+        code = main(
+            ["run", f"{TRIALS}:echo", "--params", str(params), "--store", str(tmp_path / "x.db"), *extra]
+        )
+        err = capsys.readouterr().err
+        assert code == 2 and needle in err and err.count("\n") == 1, (extra, err)
+    code = main(["run", "missing.py:fn", "--params", str(params), "--store", str(tmp_path / "x.db")])
+    assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_supervisor_sigkilled_mid_run_resumes_with_every_trial_finished_once(tmp_path):
+    db = tmp_path / "resume.db"
+    n = 14
+    params = tmp_path / "p.json"
+    params.write_text(json.dumps([{"x": i, "sleep_s": 0.25} for i in range(n)]))
+    args = [sys.executable, "-m", "trainguard", "run", f"{TRIALS}:echo", "--params", str(params)]
+    args += ["--store", str(db), "--name", "r1", "--workers", "2", "--no-progress"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    finished = 0
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        if not db.exists():
+            continue
+        try:
+            with Store(db, readonly=True) as store:
+                run = store.get_run("r1")
+                if run is None:
+                    continue
+                finished = sum(t.status == "ok" for t in store.trials(run.run_id))
+                workers = [w.pid for w in store.workers(run.run_id)]
+        except Exception:  # noqa: BLE001 - the writer may be mid-creation
+            continue
+        if finished >= 4:
+            break
+    assert 4 <= finished < n, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    # its workers notice and exit on their own (no orphans)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in workers):
+        time.sleep(0.1)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid)]
+    # run it again: only the unfinished trials run
+    done = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert [r["value"]["x"] for r in out["results"]] == list(range(n))
+    with Store(db, readonly=True) as store:
+        run = store.get_run("r1")
+        trials = store.trials(run.run_id)
+        attempts = store.attempts(run.run_id)
+        assert run.sessions == 2
+    assert all(t.status == "ok" for t in trials)
+    ok_attempts = sorted(a.index for a in attempts if a.status == "ok")
+    assert ok_attempts == list(range(n))  # every trial finished exactly once
+    assert all(a.status in ("ok", "interrupted") for a in attempts)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (OSError, IndexError):
+        return "gone"
+
+
+def test_progress_snapshot_is_available_while_running(tmp_path):
+    import threading
+
+    from trainguard.runner import Runner
+
+    seen = []
+    with Runner(workers=1, store=None) as runner:
+        iterator = runner.imap(f"{TRIALS}:echo", [{"x": i, "sleep_s": 0.2} for i in range(4)])
+
+        def watch():
+            for _ in range(40):
+                p = runner.progress()
+                if p is not None:
+                    seen.append(p)
+                time.sleep(0.05)
+
+        t = threading.Thread(target=watch)
+        t.start()
+        results = list(iterator)
+        t.join()
+    assert len(results) == 4
+    assert any(p.workers and p.workers[0].rss_bytes for p in seen)
+    assert any(p.done >= 1 and p.eta_s is not None for p in seen)
+    assert os.getpid() not in [w.pid for p in seen for w in p.workers]

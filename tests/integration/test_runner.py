@@ -1,0 +1,359 @@
+"""The Runner with real worker processes and a real SQLite store, on tiny pure-Python trials."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import trainguard
+from trainguard.exceptions import ConfigError, TrialError, UnitError
+from trainguard.runner import Policy, Runner, find_allocator
+from trainguard.store import Store
+
+HERE = Path(__file__).parent
+TRIALS = str(HERE / "runner_trials.py")
+
+
+def ref(name: str) -> str:
+    return f"{TRIALS}:{name}"
+
+
+# -- results, order, fn forms ----------------------------------------------------------------------
+
+
+def test_map_returns_input_order_and_imap_yields_as_finished(tmp_path):
+    params = [{"x": 0, "sleep_s": 0.6}] + [{"x": i, "sleep_s": 0.01} for i in range(1, 6)]
+    with Runner(workers=2, store=tmp_path / "r.db") as runner:
+        finished = [r.index for r in runner.imap(ref("echo"), params, name="imap")]
+        results = runner.map(ref("echo"), params, name="map")
+    assert sorted(finished) == list(range(6)) and finished[0] != 0  # the slow trial 0 came later
+    assert [r.index for r in results] == list(range(6))
+    assert [r.value["x"] for r in results] == list(range(6))
+    r0 = results[0]
+    assert (r0.status, r0.error, r0.attempts) == ("ok", None, 1)
+    assert r0.worker_id in (0, 1) and r0.peak_rss_bytes > 5 * 2**20 and r0.duration_s >= 0.6
+    assert len({r.value["pid"] for r in results}) == 2  # two workers, each reused
+
+
+def _closure_factory(offset):
+    def add(params):
+        return params["x"] + offset
+
+    return add
+
+
+def test_every_fn_form_works(tmp_path):
+    params = [{"x": 1}, {"x": 2}]
+    with Runner(store=None) as runner:
+        assert [r.value for r in runner.map(_closure_factory(10), params)] == [11, 12]  # cloudpickled
+        assert [r.value for r in runner.map(lambda p: p["x"] * 3, params)] == [3, 6]
+        assert [r.value for r in runner.map("json:dumps", params)] == ['{"x": 1}', '{"x": 2}']  # module ref
+        assert [r.value["x"] for r in runner.map(ref("echo"), params)] == [1, 2]  # file ref
+        from runner_trials import echo  # importable by reference: the test folder is on sys.path
+
+        assert [r.value["x"] for r in runner.map(echo, params)] == [1, 2]
+
+
+# -- faults ----------------------------------------------------------------------------------------
+
+FAULT_KINDS = ["ok", "raise", "segv", "sigkill", "hang", "alloc", "not_json", "memory_error", "exit", "ok"]
+EXPECTED = {
+    "ok": "ok",
+    "raise": "exception",
+    "segv": "crashed",
+    "sigkill": "crashed",
+    "hang": "timeout",
+    "alloc": "killed_memory",
+    "not_json": "not_serializable",
+    "memory_error": "framework_oom",
+    "exit": "crashed",
+}
+WORKER_REASON = {
+    "segv": "crashed",
+    "sigkill": "crashed",
+    "hang": "killed_timeout",
+    "alloc": "killed_memory",
+    "exit": "crashed",
+}
+
+
+@pytest.mark.slow
+def test_each_fault_ends_its_trial_with_the_right_cause_and_the_run_goes_on(tmp_path):
+    policy = Policy(memory_limit="250MB", timeout="1.5s", peak_ratio=None)
+    params = [{"kind": k} for k in FAULT_KINDS]
+    with Runner(policy=policy, store=tmp_path / "f.db") as runner:
+        results = runner.map(ref("fault"), params, name="faults")
+        store = runner.store
+        run = store.get_run("faults")
+        attempts = store.attempts(run.run_id)
+        workers = store.workers(run.run_id)
+    assert [r.index for r in results] == list(range(len(FAULT_KINDS)))
+    for kind, result in zip(FAULT_KINDS, results, strict=True):
+        expected = EXPECTED[kind]
+        assert result.status == ("ok" if expected == "ok" else "failed"), kind
+        if expected != "ok":
+            assert result.error["status"] == expected, (kind, result.error)
+            assert result.attempts == 1
+    by_kind = dict(zip(FAULT_KINDS, results, strict=False))
+    assert "boom from the trial" in by_kind["raise"].error["message"]
+    assert "RuntimeError" in by_kind["raise"].error["traceback"]
+    assert by_kind["segv"].error["signal"] == "SIGSEGV"
+    assert by_kind["sigkill"].error["signal"] == "SIGKILL"
+    assert by_kind["hang"].error["timeout_s"] == 1.5 and by_kind["hang"].duration_s < 5
+    alloc = by_kind["alloc"].error
+    assert alloc["limit_bytes"] == 250_000_000 and alloc["rss_bytes"] > 250_000_000
+    assert "JSON" in by_kind["not_json"].error["message"]
+    assert by_kind["memory_error"].error["framework"] == "python"
+    assert results[-1].status == "ok"
+    # the store holds one finished attempt per trial with the same cause, and why each worker ended
+    assert [a.status for a in sorted(attempts, key=lambda a: a.index)] == [EXPECTED[k] for k in FAULT_KINDS]
+    ended = {}
+    for a in attempts:
+        ended.setdefault(a.worker_id, []).append(FAULT_KINDS[a.index])
+    reasons = {w.worker_id: w.reason for w in workers}
+    for worker_id, kinds in ended.items():
+        last = kinds[-1]
+        if last in WORKER_REASON:
+            assert reasons[worker_id] == WORKER_REASON[last], (last, reasons[worker_id])
+    assert reasons[max(reasons)] == "shutdown"
+    assert all(w.reason for w in workers)
+    killed = next(w for w in workers if w.reason == "killed_memory")
+    assert killed.detail["limit_bytes"] == 250_000_000 and "memory_limit" in killed.detail["message"]
+
+
+def test_retries_follow_the_policy(tmp_path):
+    marker = tmp_path / "marker"
+    policy = Policy(retries=2, retry_on=("crash",), peak_ratio=None)
+    params = [{"kind": "segv"}, {"kind": "raise"}, {"kind": "ok"}]
+    with Runner(policy=policy, store=tmp_path / "r.db") as runner:
+        segv, raised, ok = runner.map(ref("fault"), params, name="retries")
+        (flaky,) = runner.map(ref("flaky"), [{"marker": str(marker)}], name="flaky")
+        attempts = runner.store.attempts(runner.store.get_run("retries").run_id)
+    assert (segv.status, segv.attempts) == ("failed", 3)  # 1 + 2 retries, all crashed
+    assert (raised.status, raised.attempts) == ("failed", 1)  # exceptions are not in retry_on
+    assert ok.attempts == 1
+    assert [a.status for a in attempts if a.index == 0] == ["crashed"] * 3
+    assert (flaky.status, flaky.attempts) == ("ok", 2)
+
+    policy = Policy(retries=1, retry_on=("exception",), peak_ratio=None)
+    with Runner(policy=policy, store=None) as runner:
+        (raised,) = runner.map(ref("fault"), [{"kind": "raise"}])
+    assert raised.attempts == 2
+
+
+def test_on_error_stop_stops_and_resumes(tmp_path):
+    db = tmp_path / "s.db"
+    params = [{"kind": "ok"}, {"kind": "raise"}] + [{"kind": "ok"}] * 4
+    with Runner(policy=Policy(on_error="stop"), store=db) as runner:
+        with pytest.raises(TrialError, match="on_error='stop'") as info:
+            runner.map(ref("fault"), params, name="stopper")
+    done = {r.index: r.status for r in info.value.results}
+    assert done[0] == "ok" and done[1] == "failed" and len(done) < len(params)
+    with Runner(store=db) as runner:  # on_error=continue: the rest runs, nothing done twice
+        results = runner.map(ref("fault"), params, name="stopper")
+        attempts = runner.store.attempts(runner.store.get_run("stopper").run_id)
+    assert [r.status for r in results] == ["ok", "failed", "ok", "ok", "ok", "ok"]
+    finished = [a.index for a in attempts if a.status in ("ok", "exception")]
+    assert sorted(finished) == list(range(6))
+
+
+# -- recycling -------------------------------------------------------------------------------------
+
+
+def test_max_trials_per_worker_recycles_with_the_rule_recorded(tmp_path):
+    policy = Policy(max_trials_per_worker=2, peak_ratio=None)
+    with Runner(policy=policy, store=tmp_path / "r.db") as runner:
+        results = runner.map(ref("echo"), [{"x": i} for i in range(5)], name="recycle")
+        workers = runner.store.workers(runner.store.get_run("recycle").run_id)
+    pids = [r.value["pid"] for r in results]
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
+    assert [w.reason for w in workers] == ["recycled", "recycled", "shutdown"]
+    assert workers[0].detail["rule"] == "max_trials" and workers[0].detail["trials"] == 2
+    assert "max_trials_per_worker=2" in workers[0].reason_text
+
+
+def test_predictive_recycling_acts_before_the_memory_limit(tmp_path):
+    # each trial keeps 30 MiB alive in its worker; the limit would be crossed at the ~7th trial
+    policy = Policy(memory_limit="240MiB", peak_ratio=None)
+    with Runner(policy=policy, store=tmp_path / "r.db") as runner:
+        results = runner.map(ref("leak"), [{"mb": 30}] * 12, name="leaky")
+        workers = runner.store.workers(runner.store.get_run("leaky").run_id)
+    assert all(r.status == "ok" for r in results)  # nobody was killed
+    recycled = [w for w in workers if w.reason == "recycled"]
+    assert recycled and all(w.detail["rule"] == "predictive_limit" for w in recycled)
+    assert all(r.peak_rss_bytes < 240 * 2**20 for r in results)
+    assert recycled[0].detail["growth_per_trial_bytes"] == pytest.approx(30 * 2**20, rel=0.2)
+
+
+# -- worker environment ----------------------------------------------------------------------------
+
+
+def test_worker_environment_is_set_before_any_import(tmp_path):
+    names = [
+        "OMP_NUM_THREADS",
+        "TF_NUM_INTRAOP_THREADS",
+        "KERAS_BACKEND",
+        "CUDA_VISIBLE_DEVICES",
+        "MALLOC_TRIM_THRESHOLD_",
+        "EXTRA",
+    ]
+    runner = Runner(
+        workers=2,
+        store=None,
+        threads=3,
+        keras_backend="torch",
+        gpus=["7", "8"],
+        malloc_trim_threshold="128KiB",
+        env={"EXTRA": "yes"},
+        preload=("numpy",),
+    )
+    with runner:
+        results = runner.map(ref("env"), [{"names": names, "sleep_s": 0.5}] * 4)
+    envs = [r.value["env"] for r in results]
+    assert {e["OMP_NUM_THREADS"] for e in envs} == {"3"} and {e["TF_NUM_INTRAOP_THREADS"] for e in envs} == {
+        "3"
+    }
+    assert {e["KERAS_BACKEND"] for e in envs} == {"torch"}
+    assert {e["CUDA_VISIBLE_DEVICES"] for e in envs} == {"7", "8"}  # one device per worker slot
+    assert {e["MALLOC_TRIM_THRESHOLD_"] for e in envs} == {str(128 * 1024)}
+    assert {e["EXTRA"] for e in envs} == {"yes"}
+    assert all(r.value["modules"] == ["numpy"] for r in results)  # preloaded numpy, no framework
+
+
+def test_allocator_library_is_preloaded_in_the_workers():
+    import glob
+
+    libs = sorted(glob.glob("/lib/x86_64-linux-gnu/libm.so.6") + glob.glob("/usr/lib*/libm.so.6"))
+    if not libs:
+        pytest.skip("no libm.so.6 to stand in for an allocator library")
+    with Runner(store=None, allocator=libs[0]) as runner:
+        (r,) = runner.map(ref("env"), [{"names": ["LD_PRELOAD"]}])
+    assert r.value["env"]["LD_PRELOAD"].split(":")[0] == str(Path(libs[0]).resolve())
+
+
+def test_default_threads_are_cores_divided_by_workers(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    with Runner(workers=2, store=None) as runner:
+        (r,) = runner.map(ref("env"), [{"names": ["OMP_NUM_THREADS"]}])
+    assert r.value["env"]["OMP_NUM_THREADS"] == str(max(1, cores // 2))
+
+
+def test_workers_die_with_the_supervisor_thread_exits_cleanly(tmp_path):
+    # a runner driven from a non-main thread (no PDEATHSIG there) still shuts its workers down
+    out = {}
+
+    def drive():
+        with Runner(store=None) as runner:
+            out["results"] = runner.map(ref("echo"), [{"x": 1}])
+
+    t = threading.Thread(target=drive)
+    t.start()
+    t.join(30)
+    pid = out["results"][0].value["pid"]
+    time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists()
+
+
+# -- resume ----------------------------------------------------------------------------------------
+
+
+def test_same_call_resumes_from_the_store(tmp_path):
+    db = tmp_path / "r.db"
+    params = [{"x": i} for i in range(4)]
+    with Runner(store=db) as runner:
+        first = runner.map(ref("echo"), params)
+    with Runner(store=db) as runner:
+        again = runner.map(ref("echo"), params)  # same fn and params: same default name
+        runs = runner.store.list_runs()
+        attempts = runner.store.attempts(runs[0].run_id)
+    assert [r.value for r in again] == [r.value for r in first]
+    assert len(runs) == 1 and runs[0].name.startswith("echo-")
+    assert len(attempts) == 4  # nothing ran twice
+
+
+# -- bad input: one line, before any trial, nothing stored is lost ---------------------------------
+
+
+def test_bad_arguments_fail_before_any_worker(tmp_path):
+    with pytest.raises(ConfigError, match="workers=0"):
+        Runner(workers=0)
+    with pytest.raises(ConfigError, match="keras_backend='theano'"):
+        Runner(keras_backend="theano")
+    with pytest.raises(ConfigError, match="does not exist"):
+        Runner(allocator="/nonexistent/libjemalloc.so.2")
+    for name in ("jemalloc", "tcmalloc"):
+        try:
+            find_allocator(name)
+        except ConfigError as err:  # absent here: the error says what to install
+            assert "is not installed" in str(err) and "apt-get install" in str(err)
+    with pytest.raises(ConfigError, match="allocator='ptmalloc9'"):
+        Runner(allocator="ptmalloc9")
+    with pytest.raises(UnitError, match="4 potatoes"):
+        Runner(policy=Policy(memory_limit="4 potatoes"))
+    with pytest.raises(ConfigError, match="preload module"):
+        Runner(preload=("no_such_module_xyz",))
+
+
+@pytest.mark.parametrize(
+    "fn, params, needle",
+    [
+        (ref("echo"), {"x": 1}, "list of dicts"),
+        (ref("echo"), "[{}]", "list of dicts"),
+        (ref("echo"), [1, 2], "params[0] is a int"),
+        (ref("echo"), [{"x": object()}], "params[0]"),
+        (ref("echo"), [{1: 2}], "non-string key"),
+        ("no_such_package_xyz.mod:fn", [{}], "cannot be found"),
+        (str(HERE / "missing.py") + ":fn", [{}], "does not exist"),
+        (ref("no_such_function"), [{}], "defines no top-level 'no_such_function'"),
+        ("not a reference", [{}], "not a reference"),
+        (42, [{}], "fn must be a callable"),
+        (_closure_factory(threading.Lock()), [{}], "cannot be pickled"),
+    ],
+)
+def test_bad_fn_or_params_is_one_line_before_anything_runs(tmp_path, fn, params, needle):
+    db = tmp_path / "r.db"
+    with Runner(store=db) as runner:
+        runner.map(ref("echo"), [{"x": 1}], name="kept")
+        with pytest.raises(ConfigError) as info:
+            runner.map(fn, params, name="bad")
+        assert needle in str(info.value) and "\n" not in str(info.value)
+        assert [r.name for r in runner.store.list_runs()] == ["kept"]
+    with Store(db, readonly=True) as store:
+        (trial,) = store.trials(store.get_run("kept").run_id)
+        assert trial.status == "ok"
+
+
+def test_syntax_error_in_fn_file_names_the_line(tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("def train(p):\n    return (\n")
+    with pytest.raises(ConfigError, match=r"does not parse: line \d+"):
+        Runner(store=None).map(f"{bad}:train", [{}])
+
+
+def test_fn_that_fails_to_import_in_the_worker_is_one_line(tmp_path):
+    with Runner(store=tmp_path / "r.db") as runner:
+        with pytest.raises(ConfigError, match="cannot be loaded in the worker: ModuleNotFoundError") as info:
+            runner.map(str(HERE / "runner_bad_import.py") + ":train", [{}], name="bad-import")
+        assert "\n" not in str(info.value)
+        (trial,) = runner.store.trials(runner.store.get_run("bad-import").run_id)
+        assert trial.status == "pending" and trial.attempts == 0  # no trial started
+
+
+def test_top_level_import_stays_light():
+    import subprocess
+    import sys
+
+    code = "import trainguard, trainguard.runner, trainguard.cli.run, sys; print(sorted(m for m in ('torch','tensorflow','keras','jax','numpy','scipy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.replace("'", '"')) == []
+
+
+def test_trainguard_exports_runner_names():
+    assert trainguard.Runner is Runner and trainguard.Policy is Policy
+    assert trainguard.TrialResult is trainguard.runner.TrialResult
