@@ -1,1 +1,74 @@
-"""pytest plugin (placeholder until the leakcheck plugin lands). Inert unless asked for."""
+"""pytest plugin: ``@pytest.mark.leakcheck`` and the ``leakcheck`` fixture. Inert unless used.
+
+A test marked ``@pytest.mark.leakcheck(max_mb_per_iter=1, max_iterations=50)`` has a body that is
+one iteration: the plugin runs it repeatedly (after one ordinary run that sets up its fixtures)
+and fails it when the verdict is ``leak`` with a slope above ``max_mb_per_iter`` MB; the failure
+prints the report. The ``leakcheck`` fixture is :func:`trainguard.leakcheck` itself, for tests that
+build their own step. Importing this plugin imports nothing heavy: trainguard's leak module is
+loaded only when a marked test runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+_MARKER = (
+    "leakcheck(max_mb_per_iter=1, max_iterations=50, max_time='2m', metric='rss'): run the test body "
+    "repeatedly as one iteration and fail when memory leaks faster than max_mb_per_iter MB per iteration"
+)
+_ALLOWED = {"max_mb_per_iter", "max_iterations", "min_iterations", "max_time", "metric", "attribution", "tolerance"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", _MARKER)
+
+
+@pytest.fixture
+def leakcheck() -> Any:
+    """:func:`trainguard.leakcheck`; ``leakcheck(step, max_iterations=...)`` returns a LeakReport."""
+    from trainguard.leaks import leakcheck as _leakcheck
+
+    return _leakcheck
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
+    marker = pyfuncitem.get_closest_marker("leakcheck")
+    if marker is None:
+        yield
+        return
+    unknown = set(marker.kwargs) - _ALLOWED
+    if marker.args or unknown:
+        raise pytest.UsageError(
+            f"{pyfuncitem.nodeid}: @pytest.mark.leakcheck takes keyword arguments among "
+            f"{', '.join(sorted(_ALLOWED))}; got {', '.join(sorted(unknown)) or repr(marker.args)}"
+        )
+    opts = dict(marker.kwargs)
+    max_mb = float(opts.pop("max_mb_per_iter", 1.0))
+    opts.setdefault("max_iterations", 50)
+    opts.setdefault("max_time", "2m")
+    testfunction = pyfuncitem.obj
+    funcargs = pyfuncitem.funcargs
+    argnames = pyfuncitem._fixtureinfo.argnames
+    kwargs = {name: funcargs[name] for name in argnames}
+
+    def step() -> None:
+        testfunction(**kwargs)
+
+    outcome = yield  # the ordinary run: a failing body fails the test as usual
+    if outcome.excinfo is not None:
+        return
+    from trainguard.leaks import Verdict
+    from trainguard.leaks import leakcheck as _leakcheck
+
+    report = _leakcheck(step, **opts)
+    pyfuncitem.user_properties.append(("leakcheck", report.to_dict() | {"series": None}))
+    limit = max_mb * 1e6
+    if report.error is not None:
+        outcome.force_exception(AssertionError(f"leakcheck: the test body failed while repeated:\n{report.summary()}"))
+    elif report.verdict is Verdict.LEAK and (report.slope_bytes_per_iter or 0) > limit:
+        outcome.force_exception(
+            AssertionError(f"leakcheck: memory grows faster than {max_mb:g} MB/iter\n{report.summary()}")
+        )

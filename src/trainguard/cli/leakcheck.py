@@ -1,0 +1,136 @@
+"""``trainguard leakcheck FILE.py:step``: a leak verdict for one training step, in a fresh process.
+
+Exit codes: 0 no leak or plateau, 1 leak, 3 inconclusive, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+HELP = "run a step repeatedly in a fresh process and say whether it leaks, how fast, and what grows"
+
+EXIT = {"no_leak": 0, "plateau": 0, "leak": 1, "inconclusive": 3}
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="FILE.py:STEP", help="a Python file and the name of its step function")
+    parser.add_argument("--setup", metavar="NAME", default=None,
+                        help="a function in the same file run once first; its return value is passed to the step "
+                             "when the step takes one argument")
+    parser.add_argument("--max-iterations", type=int, default=None, metavar="N", help="most calls of the step")
+    parser.add_argument("--min-iterations", type=int, default=10, metavar="N", help="no verdict before N calls")
+    parser.add_argument("--max-time", default="2m", metavar="DURATION", help="time budget, e.g. 90s, 5m (default 2m)")
+    parser.add_argument("--metric", default="rss", help="rss, uss or pss, over the process and its children")
+    parser.add_argument("--tolerance", default=None, metavar="SIZE",
+                        help="growth per iteration below which there is no leak, e.g. 16KB (default automatic)")
+    parser.add_argument("--no-attribution", action="store_true", help="skip the census of growing object kinds")
+    parser.add_argument("--tracemalloc", action="store_true", help="also report growing Python allocation sites (slow)")
+    parser.add_argument("--no-trim", action="store_true", help="do not call malloc_trim(0) before each reading")
+    parser.add_argument("--plot", metavar="FILE", default=None, help="write the series as PNG or SVG (needs matplotlib)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
+
+
+def _split_target(target: str) -> tuple[str, str]:
+    from trainguard.exceptions import ConfigError
+
+    path, sep, name = target.rpartition(":")
+    if not sep or not path or not name or not name.isidentifier():
+        raise ConfigError(f"target {target!r} must be FILE.py:FUNCTION, e.g. train.py:step")
+    return path, name
+
+
+class _Progress:
+    """Live progress on stderr (rich), silent when stderr is not a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._status = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+
+            self._status = Console(stderr=True).status("starting a fresh process...")
+            self._status.start()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if self._status is None:
+            return
+        from trainguard.units import format_bytes
+
+        slope = event.get("slope_bytes_per_iter")
+        self._status.update(
+            f"iteration {event.get('iteration')}  memory {format_bytes(event.get('bytes'))}  "
+            f"slope {format_bytes(slope, signed=True) if slope is not None else '-'}/iter  "
+            f"({event.get('elapsed_s', 0):.0f} s)"
+        )
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+
+def _table(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainguard.units import format_bytes, format_duration
+
+    console = Console()
+    colour = {"leak": "red", "no_leak": "green", "plateau": "yellow", "inconclusive": "magenta"}[report.verdict.value]
+    table = Table(title=f"leakcheck: [bold {colour}]{report.verdict.value}[/]", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+
+    def b(v: float | None) -> str:
+        return format_bytes(v, signed=True) if v is not None else "-"
+
+    table.add_row("reason", report.reason)
+    table.add_row(f"growth ({report.metric})", f"{b(report.slope_bytes_per_iter)}/iter")
+    table.add_row("95% interval", f"{b(report.ci_low_bytes_per_iter)} .. {b(report.ci_high_bytes_per_iter)} /iter")
+    table.add_row("least squares", f"{b(report.least_squares_bytes_per_iter)}/iter")
+    table.add_row("iterations", f"{report.iterations} ({report.warmup_iterations} warm-up, "
+                                f"{report.calls_per_measurement} per reading, {report.measurements} readings)")
+    table.add_row("time", f"{format_duration(report.elapsed_s)}, {format_duration(report.step_time_s)} per iteration")
+    for g in report.growth_by_kind[:10]:
+        table.add_row("grows", g.describe())
+    if report.gpu:
+        table.add_row("gpu", f"{report.gpu.get('verdict')}: {report.gpu.get('reason')}")
+    if report.retention:
+        table.add_row("allocator", report.retention.get("note") or report.retention.get("text", ""))
+    for h in report.hints:
+        table.add_row("hint", h)
+    if report.error is not None:
+        table.add_row("error", f"iteration {report.error.iteration}: {report.error.exc_type}: {report.error.message}")
+    console.print(table)
+    if report.error is not None:
+        print(report.error.traceback, file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainguard.leaks._child import run_isolated
+    from trainguard.leaks._run import make_config
+
+    path, step_name = _split_target(args.target)
+    config = make_config(
+        max_iterations=args.max_iterations, min_iterations=args.min_iterations, max_time=args.max_time,
+        metric=args.metric, attribution=not args.no_attribution, tracemalloc=args.tracemalloc,
+        tolerance=args.tolerance, trim=not args.no_trim,
+    )
+    if args.plot:
+        from trainguard.leaks.plot import check_plot_path
+
+        check_plot_path(args.plot)
+    progress = _Progress(enabled=not args.quiet)
+    try:
+        report = run_isolated({"kind": "file", "path": path, "step": step_name, "setup": args.setup},
+                              config, progress=progress)
+    finally:
+        progress.close()
+    if args.plot:
+        report.plot(args.plot)
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), default=str) + "\n")
+    else:
+        _table(report)
+    return EXIT[report.verdict.value]

@@ -1,0 +1,220 @@
+"""Run a leak check in a fresh Python process (``isolated=True`` and the CLI).
+
+The parent writes a spec (what to run and the config) to a temporary file and starts
+``python -m trainguard.leaks._child SPEC``. The child sends JSON lines on its original stdout:
+``{"event": "progress", ...}`` while it runs, then ``{"event": "report", "report": {...}}`` or
+``{"event": "error", "type": ..., "message": ...}``. The user's own prints go to stderr (fd 1 is
+pointed at fd 2), so that they can never corrupt the protocol or a ``--json`` output.
+
+A target is either a file (``{"kind": "file", "path", "step", "setup"}``, loaded as a module
+whose name is not ``__main__``, so its ``if __name__ == "__main__":`` block does not run) or
+cloudpickled callables.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainguard.exceptions import ConfigError, TrainguardError
+
+__all__ = ["run_isolated", "load_target", "main"]
+
+logger = logging.getLogger(__name__)
+
+_MODULE_NAME = "__trainguard_leakcheck_target__"
+
+
+def load_target(path: str, step_name: str, setup_name: str | None) -> tuple[Callable[..., Any], Callable[[], Any] | None]:
+    """Import ``path`` as a module (not as ``__main__``) and return its step and setup callables.
+
+    Raises:
+        ConfigError: the file is missing, does not import, or lacks the names.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{path}: no such file: give the path of a Python file, e.g. train.py:step")
+    if file.suffix != ".py":
+        raise ConfigError(f"{path}: not a .py file: give a Python file, e.g. train.py:step")
+    # let the file import its neighbours, as `python file.py` would
+    sys.path.insert(0, str(file.resolve().parent))
+    spec = importlib.util.spec_from_file_location(_MODULE_NAME, str(file))
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{path}: cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_MODULE_NAME] = module
+    try:
+        spec.loader.exec_module(module)
+    except SystemExit as exc:
+        raise ConfigError(f"{path}: importing it called sys.exit({exc.code}); move that under `if __name__ == '__main__':`") from None
+    except BaseException as exc:
+        raise ConfigError(f"{path}: importing it raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+    def get(name: str, role: str) -> Callable[..., Any]:
+        if not hasattr(module, name):
+            public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+            raise ConfigError(
+                f"{path} has no {role} {name!r}" + (f" (it defines: {', '.join(public[:10])})" if public else "")
+            )
+        value = getattr(module, name)
+        if not callable(value):
+            raise ConfigError(f"{path}: {name!r} is a {type(value).__name__}, not a function: name a function as the {role}")
+        return value
+
+    step = get(step_name, "step")
+    setup = get(setup_name, "setup") if setup_name else None
+    return step, setup
+
+
+def _emit(stream: Any, event: dict[str, Any]) -> None:
+    stream.write(json.dumps(event, default=str) + "\n")
+    stream.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Child entry point: ``python -m trainguard.leaks._child SPEC_FILE``."""
+    args = sys.argv[1:] if argv is None else argv
+    proto_fd = os.dup(1)
+    # user prints (Python and C level) go to stderr; the protocol keeps the real stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    proto = os.fdopen(proto_fd, "w", buffering=1)
+    try:
+        spec_path = args[0]
+        with open(spec_path, "rb") as fh:
+            raw = fh.read()
+        import cloudpickle
+
+        spec = cloudpickle.loads(raw)
+        from trainguard.leaks._run import LeakCheckConfig, call_plan, run_loop
+
+        config = LeakCheckConfig(**spec["config"])
+        target = spec["target"]
+        if target["kind"] == "file":
+            step, setup = load_target(target["path"], target["step"], target.get("setup"))
+        else:
+            step, setup = target["step"], target.get("setup")
+        if setup is None:
+            call_plan(step, None, False)
+        report = run_loop(step, setup, config, progress=lambda ev: _emit(proto, {"event": "progress", **ev}),
+                          isolated=True)
+        _emit(proto, {"event": "report", "report": report.to_dict()})
+        code = 0
+    except TrainguardError as err:
+        _emit(proto, {"event": "error", "type": type(err).__name__, "message": str(err)})
+        code = 2
+    except BaseException as err:  # setup raised, or something unexpected: report it in one line
+        import traceback
+
+        traceback.print_exc()
+        _emit(proto, {"event": "error", "type": type(err).__name__,
+                      "message": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"})
+        code = 2
+    proto.flush()
+    sys.stderr.flush()
+    # skip interpreter teardown: frameworks can take seconds to unload and add nothing here
+    os._exit(code)
+
+
+def run_isolated(
+    target: dict[str, Any],
+    config: Any,
+    *,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> Any:
+    """Run the leak check of ``target`` in a fresh process and return its LeakReport.
+
+    Raises:
+        ConfigError: the target cannot be sent (not picklable), imported or found, or setup failed.
+    """
+    import cloudpickle
+
+    from trainguard.leaks._report import LeakReport
+
+    try:
+        payload = cloudpickle.dumps({"target": target, "config": config.to_dict()})
+    except Exception as exc:
+        raise ConfigError(f"the step or setup cannot be sent to a fresh process ({type(exc).__name__}: {exc}); "
+                          "use isolated=False or define them at module level") from None
+    child_env = dict(os.environ if env is None else env)
+    # the child imports what the parent could: the same sys.path
+    paths = [p for p in sys.path if p]
+    child_env["PYTHONPATH"] = os.pathsep.join(paths + [child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    with tempfile.TemporaryDirectory(prefix="trainguard-leakcheck-") as tmp:
+        spec_path = os.path.join(tmp, "spec.pkl")
+        with open(spec_path, "wb") as fh:
+            fh.write(payload)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainguard.leaks._child", spec_path],
+            stdout=subprocess.PIPE, stderr=None, env=child_env, text=True,
+        )
+        deadline = None
+        watchdog = None
+        if config.max_time_s is not None:
+            # the check stops itself at max_time; this only catches a step that never returns
+            limit_s = config.max_time_s * 1.5 + 120
+            deadline = time.monotonic() + limit_s
+            watchdog = threading.Timer(limit_s, _kill_tree, [proc.pid])
+            watchdog.daemon = True
+            watchdog.start()
+        report = None
+        error = None
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                kind = event.pop("event", None)
+                if kind == "progress" and progress is not None:
+                    progress(event)
+                elif kind == "report":
+                    report = LeakReport.from_dict(event["report"])
+                elif kind == "error":
+                    error = event
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            try:
+                proc.wait(timeout=30 if report or error else (None if deadline is None else max(1.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc.pid)
+                proc.wait()
+    if error is not None:
+        raise ConfigError(error.get("message") or error.get("type", "the leak check failed"))
+    if report is None:
+        raise ConfigError(
+            f"the leak-check process ended without a report (exit code {proc.returncode}); "
+            "the step may have crashed the interpreter (see the output above)"
+        )
+    return report
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        for p in root.children(recursive=True) + [root]:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+    except psutil.NoSuchProcess:
+        pass
+
+
+if __name__ == "__main__":
+    main()

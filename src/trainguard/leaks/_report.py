@@ -1,0 +1,161 @@
+"""The LeakReport record and its text/JSON forms."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from trainguard.leaks.stats import Verdict
+from trainguard.units import format_bytes, format_duration
+
+__all__ = ["LeakReport", "KindGrowth", "StepError"]
+
+
+@dataclass(frozen=True, slots=True)
+class KindGrowth:
+    """How one census kind (or allocation site) grows, per iteration, over the settled part."""
+
+    kind: str
+    count_per_iter: float
+    bytes_per_iter: float
+    detail: str = ""
+
+    def describe(self) -> str:
+        parts = []
+        if self.count_per_iter:
+            parts.append(f"{self.count_per_iter:+,.1f} {self.kind}/iter")
+        if self.bytes_per_iter:
+            parts.append(f"{format_bytes(self.bytes_per_iter, signed=True)}/iter")
+        text = ", ".join(parts) if parts else f"{self.kind}: no growth"
+        if not self.count_per_iter and self.bytes_per_iter:
+            text = f"{self.kind}: {text}"
+        return text + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True, slots=True)
+class StepError:
+    """The step raised: where, what, and the traceback text."""
+
+    iteration: int
+    exc_type: str
+    message: str
+    traceback: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeakReport:
+    """The answer of :func:`trainguard.leakcheck`.
+
+    Attributes:
+        verdict: leak, no_leak, plateau or inconclusive.
+        reason: why, in words.
+        metric: the host metric decided on (rss, uss or pss, summed over the process tree).
+        slope_bytes_per_iter: robust (Theil-Sen) growth per step call after the warm-up.
+        ci_low_bytes_per_iter: lower end of its 95 % interval.
+        ci_high_bytes_per_iter: upper end of its 95 % interval.
+        least_squares_bytes_per_iter: the plain least-squares slope over the same part, for comparison.
+        iterations: step calls made (setup excluded).
+        warmup_iterations: calls before the series settled (excluded from the slope).
+        measurements: readings taken (one every ``calls_per_measurement`` calls, plus a baseline).
+        calls_per_measurement: calls between two readings (more than 1 for fast steps).
+        tolerance_bytes_per_iter: growth below this is not a leak.
+        elapsed_s: wall time of the check, setup excluded.
+        step_time_s: median time of one call.
+        series: ``[{"iteration", "bytes", "untrimmed_bytes", "gpu_bytes"}, ...]`` one per reading.
+        growth_by_kind: census kinds (and allocation sites) that grow, largest first.
+        hints: framework-specific explanations (retracing, Keras global state, autograd graphs).
+        gpu: the same analysis on GPU memory, when a GPU allocator or NVML was seen.
+        retention: the malloc_trim(0) check: growth of memory the allocator keeps versus live memory.
+        error: the exception raised by the step, if any (the series up to it is kept).
+        isolated: whether it ran in a fresh process.
+    """
+
+    verdict: Verdict
+    reason: str
+    metric: str
+    slope_bytes_per_iter: float | None
+    ci_low_bytes_per_iter: float | None
+    ci_high_bytes_per_iter: float | None
+    least_squares_bytes_per_iter: float | None
+    iterations: int
+    warmup_iterations: int
+    measurements: int
+    calls_per_measurement: int
+    tolerance_bytes_per_iter: float
+    elapsed_s: float
+    step_time_s: float | None
+    series: tuple[dict[str, Any], ...] = ()
+    growth_by_kind: tuple[KindGrowth, ...] = ()
+    hints: tuple[str, ...] = ()
+    gpu: dict[str, Any] | None = None
+    retention: dict[str, Any] | None = None
+    error: StepError | None = None
+    isolated: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def leaked(self) -> bool:
+        return self.verdict is Verdict.LEAK
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the ``--json`` output)."""
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        data["growth_by_kind"] = [asdict(g) | {"text": g.describe()} for g in self.growth_by_kind]
+        data["series"] = list(self.series)
+        data["hints"] = list(self.hints)
+        return data
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LeakReport:
+        d = dict(data)
+        d["verdict"] = Verdict(d["verdict"])
+        d["growth_by_kind"] = tuple(
+            KindGrowth(g["kind"], g["count_per_iter"], g["bytes_per_iter"], g.get("detail", ""))
+            for g in d.get("growth_by_kind", ())
+        )
+        d["series"] = tuple(d.get("series", ()))
+        d["hints"] = tuple(d.get("hints", ()))
+        err = d.get("error")
+        d["error"] = StepError(**err) if err else None
+        fields = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+    def summary(self) -> str:
+        """A few lines a person reads: verdict, rate, what grows, hints."""
+
+        def b(v: float | None) -> str:
+            return format_bytes(v, signed=True) if v is not None else "-"
+
+        lines = [f"verdict: {self.verdict.value} -- {self.reason}"]
+        if self.slope_bytes_per_iter is not None:
+            lines.append(
+                f"growth: {b(self.slope_bytes_per_iter)}/iter "
+                f"(95% CI {b(self.ci_low_bytes_per_iter)} .. {b(self.ci_high_bytes_per_iter)}) of {self.metric}, "
+                f"{self.iterations} iterations ({self.warmup_iterations} warm-up), "
+                f"{format_duration(self.step_time_s)} per iteration"
+            )
+        for g in self.growth_by_kind[:8]:
+            lines.append(f"  grows: {g.describe()}")
+        if self.gpu:
+            lines.append(f"gpu: {self.gpu.get('verdict')} -- {self.gpu.get('reason')}")
+        if self.retention and self.retention.get("note"):
+            lines.append(f"allocator: {self.retention['note']}")
+        for h in self.hints:
+            lines.append(f"hint: {h}")
+        if self.error is not None:
+            lines.append(f"error at iteration {self.error.iteration}: {self.error.exc_type}: {self.error.message}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def plot(self, path: str) -> str:
+        """Write a picture of the series (PNG or SVG by extension); see :mod:`trainguard.leaks.plot`."""
+        from trainguard.leaks.plot import plot_report
+
+        return plot_report(self, path)

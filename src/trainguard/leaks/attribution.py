@@ -1,0 +1,237 @@
+"""What grows: census kinds per iteration, Python allocation sites, and framework hints.
+
+Each census reading is reduced to ``{label: (count, nbytes)}`` for two granularities: kinds
+(``tensorflow.Operation``) and, for objects with bytes, kind + dtype + shape
+(``torch Tensor float32[512, 512] cpu``). Growth per iteration is the Theil-Sen slope of each label
+over the readings taken after the warm-up, so one noisy reading does not name a culprit.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+import tracemalloc
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainguard.leaks._report import KindGrowth
+from trainguard.leaks.stats import theil_sen
+
+__all__ = [
+    "CensusPoint",
+    "take_census",
+    "growth_by_kind",
+    "framework_hints",
+    "TracemallocProbe",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CensusPoint:
+    """One census reduced to counts: after ``iteration`` calls."""
+
+    iteration: int
+    kinds: dict[str, tuple[int, int]]
+    detailed: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def _torch_graph_tensors() -> int | None:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    count = 0
+    tensor_type = torch.Tensor
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, tensor_type) and obj.grad_fn is not None:
+                count += 1
+        except Exception:  # some tensor subclasses raise on attribute access
+            continue
+    return count
+
+
+def _tf_tracing_count() -> int | None:
+    """The number of concrete functions traced so far by all live tf.function objects."""
+    if "tensorflow" not in sys.modules:
+        return None
+    try:
+        from tensorflow.python.eager.polymorphic_function import polymorphic_function as pf
+    except Exception:
+        return None
+    total = 0
+    func_type = getattr(pf, "Function", None)
+    if func_type is None:
+        return None
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, func_type):
+                total += int(obj.experimental_get_tracing_count())
+        except Exception:
+            continue
+    return total
+
+
+def take_census(iteration: int) -> CensusPoint:
+    """Count live framework objects now (frameworks already imported only), plus two extras:
+    torch tensors that hold an autograd graph, and the tf.function tracing count."""
+    from trainguard.probes.census import census
+
+    c = census()
+    kinds = dict(c.by_kind())
+    detailed: dict[str, tuple[int, int]] = {}
+    for e in c.entries:
+        if e.nbytes <= 0:
+            continue
+        label = e.describe()
+        count, nbytes = detailed.get(label, (0, 0))
+        detailed[label] = (count + e.count, nbytes + e.nbytes)
+    graph_tensors = _torch_graph_tensors()
+    if graph_tensors is not None:
+        kinds["torch.Tensor with grad_fn"] = (graph_tensors, 0)
+    tracing = _tf_tracing_count()
+    if tracing is not None:
+        kinds["tensorflow.tf.function traces"] = (tracing, 0)
+    return CensusPoint(iteration, kinds, detailed)
+
+
+def _slopes(points: list[CensusPoint], attr: str) -> dict[str, tuple[float, float]]:
+    labels: set[str] = set()
+    for p in points:
+        labels.update(getattr(p, attr))
+    x = np.array([p.iteration for p in points], dtype=float)
+    out: dict[str, tuple[float, float]] = {}
+    for label in labels:
+        counts = np.array([getattr(p, attr).get(label, (0, 0))[0] for p in points], dtype=float)
+        nbytes = np.array([getattr(p, attr).get(label, (0, 0))[1] for p in points], dtype=float)
+        out[label] = (theil_sen(counts, x), theil_sen(nbytes, x))
+    return out
+
+
+def growth_by_kind(
+    points: list[CensusPoint], *, from_iteration: int = 0, min_count_per_iter: float = 0.2,
+    min_bytes_per_iter: float = 1024.0, limit: int = 12,
+) -> tuple[KindGrowth, ...]:
+    """Kinds whose count or bytes grow per iteration over the census points at or after ``from_iteration``.
+
+    Args:
+        points: census readings in order.
+        from_iteration: ignore readings before this iteration (the warm-up).
+        min_count_per_iter: smallest count slope reported.
+        min_bytes_per_iter: smallest byte slope reported.
+        limit: most entries returned.
+
+    Returns:
+        KindGrowth entries, bytes then count descending; detailed (dtype/shape) entries follow
+        the kind they belong to when they carry bytes.
+    """
+    usable = [p for p in points if p.iteration >= from_iteration]
+    if len(usable) < 3:
+        usable = points[-3:] if len(points) >= 3 else points
+    if len(usable) < 2 or usable[-1].iteration == usable[0].iteration:
+        return ()
+    out: list[KindGrowth] = []
+    for label, (dc, db) in _slopes(usable, "kinds").items():
+        if dc >= min_count_per_iter or db >= min_bytes_per_iter:
+            out.append(KindGrowth(label, round(dc, 2), round(db, 1)))
+    for label, (dc, db) in _slopes(usable, "detailed").items():
+        if db >= min_bytes_per_iter:
+            out.append(KindGrowth(label, round(dc, 2), round(db, 1), detail="by dtype and shape"))
+    out.sort(key=lambda g: (-g.bytes_per_iter, -g.count_per_iter, g.kind))
+    return tuple(out[:limit])
+
+
+def framework_hints(growth: tuple[KindGrowth, ...], modules: set[str] | None = None) -> tuple[str, ...]:
+    """Explanations for well-known growth patterns, from the kinds that grow."""
+    mods = set(sys.modules) if modules is None else modules
+    kinds = {g.kind: g for g in growth}
+    hints: list[str] = []
+    traces = kinds.get("tensorflow.tf.function traces")
+    if traces and traces.count_per_iter >= 0.2:
+        hints.append(
+            f"tf.function retraces ({traces.count_per_iter:+.1f} traces/iter): it is called with new Python "
+            "values or shapes each time; pass tensors, fix input_signature, or use reduce_retracing=True"
+        )
+    tf_graph = [g for k, g in kinds.items() if k.startswith("tensorflow.") and k.split(".", 1)[1]
+                in ("Operation", "SymbolicTensor", "FuncGraph", "ConcreteFunction", "Graph", "AtomicFunction")]
+    if tf_graph:
+        names = ", ".join(f"{g.kind.split('.', 1)[1]} {g.count_per_iter:+,.0f}/iter" for g in tf_graph)
+        text = f"TensorFlow graph objects accumulate ({names})"
+        if "keras" in mods:
+            text += (
+                ": Keras keeps each new model's traced train/predict functions in its global state; "
+                "build the model once and reset its weights, or run each training in a recycled worker "
+                "(trainguard.Runner)"
+            )
+        hints.append(text)
+    keras_kinds = [g for k, g in kinds.items() if k.startswith("keras.") and g.count_per_iter >= 0.2]
+    if keras_kinds:
+        names = ", ".join(f"{g.kind.split('.', 1)[1]} {g.count_per_iter:+,.1f}/iter" for g in keras_kinds)
+        hints.append(
+            f"Keras objects accumulate ({names}): something keeps models or layers alive, or Keras global "
+            "state grows; call keras.backend.clear_session() between models and drop references to them"
+        )
+    graph = kinds.get("torch.Tensor with grad_fn")
+    if graph and graph.count_per_iter >= 0.2:
+        hints.append(
+            f"torch tensors that hold an autograd graph accumulate ({graph.count_per_iter:+.1f}/iter): a tensor "
+            "kept across iterations keeps its whole graph alive (e.g. `total_loss += loss`, a list of losses); "
+            "keep `loss.item()` or `loss.detach()` instead"
+        )
+    return tuple(hints)
+
+
+class TracemallocProbe:
+    """Python allocation sites that grow between two snapshots (slow: tracemalloc traces every allocation)."""
+
+    def __init__(self, frames: int = 1) -> None:
+        self._frames = frames
+        self._first: tracemalloc.Snapshot | None = None
+        self._first_iteration = 0
+        self._started_here = False
+
+    def start(self) -> None:
+        if not tracemalloc.is_tracing():
+            tracemalloc.start(self._frames)
+            self._started_here = True
+
+    def mark(self, iteration: int) -> None:
+        """Take the reference snapshot (after the warm-up)."""
+        self._first = tracemalloc.take_snapshot()
+        self._first_iteration = iteration
+
+    def growth(self, iteration: int, *, limit: int = 8, min_bytes_per_iter: float = 256.0) -> tuple[KindGrowth, ...]:
+        """Sites that grew since :meth:`mark`, per iteration."""
+        if self._first is None or iteration <= self._first_iteration:
+            return ()
+        snap = tracemalloc.take_snapshot()
+        filters = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen *>")]
+        stats = snap.filter_traces(filters).compare_to(self._first.filter_traces(filters), "lineno")
+        span = iteration - self._first_iteration
+        out = []
+        for s in stats:
+            per_iter = s.size_diff / span
+            if per_iter < min_bytes_per_iter:
+                continue
+            frame = s.traceback[0]
+            out.append(KindGrowth(f"python {frame.filename}:{frame.lineno}", round(s.count_diff / span, 2),
+                                  round(per_iter, 1), detail="tracemalloc"))
+            if len(out) >= limit:
+                break
+        return tuple(out)
+
+    def stop(self) -> None:
+        if self._started_here:
+            tracemalloc.stop()
+            self._started_here = False
+
+    def __enter__(self) -> TracemallocProbe:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,588 @@
+"""Leak statistics: pure functions over a memory series (bytes after each iteration).
+
+Nothing here measures anything or touches a process: every function takes a sequence of floats
+(``y``, bytes) and optionally the iteration numbers they were read at (``x``, defaults to
+``0, 1, 2, ...``) and returns a frozen record. The runner's recycling policy uses the same functions.
+
+The pieces, and why each is there:
+
+* :func:`robust_slope` -- the Theil-Sen slope (the median of all pairwise slopes) with a robust
+  standard error (noise scale from the MAD of the residuals) and a t test. Medians ignore the
+  spikes RSS series are full of (a buffer held at the moment of a reading) where least squares
+  follows them. RSS noise is not independent from one iteration to the next (the allocator keeps
+  or returns memory for a few iterations in a row), which makes an uncorrected test call noise a
+  trend far more often than its nominal level; the variance is therefore inflated by the AR(1)
+  factor ``(1 + rho) / (1 - rho)`` with a bias-corrected, deliberately high estimate of ``rho``
+  (never deflated). A rank test (Mann-Kendall) was tried first: its statistic has a ceiling at
+  small n, so a clean 200 KB/iter leak over 14 readings could never reach a strict level.
+* :func:`detect_warmup` -- where the series settles: the MSER rule used for simulation warm-up
+  (minimise the standard error of the mean of what is kept), applied to the residuals from a
+  robust line through the second half, so that a steady leak is "settled" from its start and a
+  series that grows and then levels off is cut where it levels off.
+* :func:`detect_steps` -- single large jumps (an allocator mapping a new arena, a cache filling
+  once). One or two jumps are not a leak; a staircase of them is.
+* :func:`plateau_test` -- growth that stops is not a leak: compares the growth rate during the
+  warm-up with the rate after it.
+* :func:`decide` -- one look of a sequential decision. :func:`look_schedule` gives geometrically
+  spaced looks and :func:`alpha_per_look` splits the false-positive budget across them
+  (Bonferroni), so that looking many times does not raise the false-positive rate above
+  ``alpha``. A leak is only called when the growth is significant at that look's level, at least
+  ``tolerance`` bytes per iteration, persists in the most recent half of the window (not slowing
+  down), and is not one or two jumps.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as _sps
+
+from trainguard.exceptions import ConfigError
+
+__all__ = [
+    "Verdict",
+    "SlopeEstimate",
+    "PlateauResult",
+    "Decision",
+    "theil_sen",
+    "robust_slope",
+    "least_squares_slope",
+    "noise_scale",
+    "detect_warmup",
+    "detect_steps",
+    "plateau_test",
+    "look_schedule",
+    "alpha_per_look",
+    "decide",
+]
+
+ArrayLike = Sequence[float] | np.ndarray
+
+
+class Verdict(str, enum.Enum):
+    """The answer of a leak check."""
+
+    LEAK = "leak"
+    NO_LEAK = "no_leak"
+    PLATEAU = "plateau"
+    INCONCLUSIVE = "inconclusive"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class SlopeEstimate:
+    """A robust slope with its confidence interval and trend test.
+
+    Attributes:
+        slope: Theil-Sen slope, units of ``y`` per unit of ``x`` (bytes per iteration).
+        ci_low: lower end of the two-sided ``confidence`` interval (Sen's method).
+        ci_high: upper end of that interval.
+        n: number of points used.
+        z: t statistic of the slope (robust scale, corrected for autocorrelation); > 0 means growth.
+        p_increase: one-sided p-value of "the series grows".
+        confidence: the interval's confidence level.
+        autocorrelation: the lag-1 autocorrelation used for the variance inflation (>= 0).
+        variance_inflation: the factor applied to the slope variance for autocorrelation (>= 1).
+    """
+
+    slope: float
+    ci_low: float
+    ci_high: float
+    n: int
+    z: float
+    p_increase: float
+    confidence: float
+    autocorrelation: float = 0.0
+    variance_inflation: float = 1.0
+
+    @property
+    def stderr(self) -> float:
+        """The standard error read back from the interval's width (for comparing two slopes)."""
+        if self.n < 3 or not math.isfinite(self.ci_high - self.ci_low):
+            return math.inf
+        q = float(_sps.t.ppf(0.5 + self.confidence / 2, self.n - 2))
+        return max((self.ci_high - self.ci_low) / (2 * q), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PlateauResult:
+    """Did the series grow during its warm-up and then stop?
+
+    Attributes:
+        is_plateau: True when the warm-up grew clearly and the rate after it is small.
+        warmup_index: index where the settled part starts.
+        growth_before: level increase from the start to the settled level (units of ``y``).
+        slope_before: average rate during the warm-up (units per ``x``).
+        slope_after: robust slope of the settled part.
+    """
+
+    is_plateau: bool
+    warmup_index: int
+    growth_before: float
+    slope_before: float
+    slope_after: SlopeEstimate | None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one look at a series.
+
+    ``verdict`` is None when the look cannot decide yet (keep iterating); at the final look it is
+    always set. ``reason`` says why in words.
+    """
+
+    verdict: Verdict | None
+    reason: str
+    warmup_index: int
+    slope: SlopeEstimate | None
+    recent_slope: SlopeEstimate | None
+    step_indices: tuple[int, ...]
+    noise_bytes: float
+    alpha: float
+
+
+def _as_xy(y: ArrayLike, x: ArrayLike | None) -> tuple[np.ndarray, np.ndarray]:
+    ya = np.asarray(y, dtype=float).ravel()
+    if x is None:
+        xa = np.arange(ya.size, dtype=float)
+    else:
+        xa = np.asarray(x, dtype=float).ravel()
+        if xa.size != ya.size:
+            raise ConfigError(f"x has {xa.size} values and y has {ya.size}: give one x per y")
+    if not (np.all(np.isfinite(ya)) and np.all(np.isfinite(xa))):
+        raise ConfigError("the series contains NaN or infinite values: drop them before the analysis")
+    return xa, ya
+
+
+def _pairwise(xa: np.ndarray, ya: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    i, j = np.triu_indices(xa.size, k=1)
+    dx = xa[j] - xa[i]
+    dy = ya[j] - ya[i]
+    keep = dx != 0
+    return dx[keep], dy[keep]
+
+
+def theil_sen(y: ArrayLike, x: ArrayLike | None = None) -> float:
+    """The Theil-Sen slope: the median of the slopes of all pairs of points.
+
+    Args:
+        y: the series.
+        x: where each value was read (default ``0..n-1``); repeated x values are skipped in pairs.
+
+    Returns:
+        The slope in units of ``y`` per unit of ``x``; 0.0 with fewer than two distinct x values.
+    """
+    xa, ya = _as_xy(y, x)
+    dx, dy = _pairwise(xa, ya)
+    if dx.size == 0:
+        return 0.0
+    return float(np.median(dy / dx))
+
+
+def least_squares_slope(y: ArrayLike, x: ArrayLike | None = None) -> float:
+    """The ordinary least-squares slope (for comparison; not robust to spikes)."""
+    xa, ya = _as_xy(y, x)
+    if xa.size < 2 or np.ptp(xa) == 0:
+        return 0.0
+    return float(np.polyfit(xa, ya, 1)[0])
+
+
+def noise_scale(y: ArrayLike, x: ArrayLike | None = None) -> float:
+    """A robust standard deviation of the residuals from the Theil-Sen line (1.4826 x MAD)."""
+    xa, ya = _as_xy(y, x)
+    if ya.size < 3:
+        return 0.0
+    b = theil_sen(ya, xa)
+    r = ya - b * xa
+    r = r - np.median(r)
+    return float(1.4826 * np.median(np.abs(r)))
+
+
+def _lag1_autocorrelation(resid: np.ndarray, scale: float) -> float:
+    """Lag-1 autocorrelation of ``resid`` (winsorised at 3 scales so a spike counts once),
+    bias-corrected for short series and raised by one standard error, clipped to [0, 0.8]."""
+    n = resid.size
+    if n < 6:
+        return 0.0
+    r = resid - np.median(resid)
+    if scale > 0:
+        r = np.clip(r, -3 * scale, 3 * scale)
+    r = r - r.mean()
+    denom = float(np.dot(r, r))
+    if denom == 0:
+        return 0.0
+    rho = float(np.dot(r[:-1], r[1:]) / denom)
+    # E[rho_hat] ~ rho - (1 + 3 rho) / n for AR(1) (Kendall 1954): undo that downward bias, and
+    # use the upper end of a one-standard-error band: an underestimated correlation makes the
+    # test call noise a leak, an overestimated one only costs a few iterations
+    rho = (rho * n + 1.0) / (n - 3.0) + 1.0 / math.sqrt(n)
+    return float(min(max(rho, 0.0), 0.8))
+
+
+def robust_slope(
+    y: ArrayLike,
+    x: ArrayLike | None = None,
+    *,
+    confidence: float = 0.95,
+    autocorrelation: bool = True,
+    resolution: float = 0.0,
+) -> SlopeEstimate:
+    """Theil-Sen slope with a robust standard error, a confidence interval and a trend test.
+
+    The standard error is the least-squares formula with the noise scale taken robustly
+    (1.4826 x MAD of the residuals from the Theil-Sen line, so spikes do not widen it), times
+    1.05 for Theil-Sen's efficiency, times ``sqrt((1 + rho) / (1 - rho))`` for the lag-1
+    autocorrelation ``rho`` of the residuals. The test and the interval use Student's t with
+    ``n - 2`` degrees of freedom.
+
+    Args:
+        y: the series (e.g. bytes after each iteration).
+        x: where each value was read (default ``0..n-1``), e.g. the iteration count.
+        confidence: two-sided confidence level of the interval, in (0, 1).
+        autocorrelation: correct for autocorrelated noise (recommended for memory series).
+        resolution: the step of the measurement (e.g. 4096 for page-granular RSS); the noise scale
+            is never taken below ``resolution / sqrt(12)``.
+
+    Returns:
+        A :class:`SlopeEstimate` (``z`` is the t statistic). With fewer than 3 points the
+        interval is infinite and z is 0.
+
+    Raises:
+        ConfigError: ``confidence`` outside (0, 1), x and y of different lengths, or NaN values.
+    """
+    if not 0 < confidence < 1:
+        raise ConfigError(f"confidence={confidence!r} must be between 0 and 1, e.g. 0.95")
+    xa, ya = _as_xy(y, x)
+    n = int(ya.size)
+    if n < 3 or np.ptp(xa) == 0:
+        slope = theil_sen(ya, xa) if n == 2 else 0.0
+        return SlopeEstimate(slope, -math.inf, math.inf, n, 0.0, 0.5, confidence)
+    slope = theil_sen(ya, xa)
+    resid = ya - slope * xa
+    resid = resid - np.median(resid)
+    mad_scale = 1.4826 * float(np.median(np.abs(resid)))
+    # the MAD alone is a noisy scale at small n (37 % efficiency), which makes the t test call
+    # chance trends significant; a standard deviation winsorised at 3 MADs is as robust to
+    # spikes and far steadier
+    wins = float(np.std(np.clip(resid, -3 * mad_scale, 3 * mad_scale))) if mad_scale > 0 else 0.0
+    scale = max(mad_scale, wins, 0.5 * float(np.std(resid)), resolution / math.sqrt(12.0))
+    rho = _lag1_autocorrelation(resid, scale) if autocorrelation else 0.0
+    inflation = (1.0 + rho) / (1.0 - rho)
+    sxx = float(np.sum((xa - xa.mean()) ** 2))
+    se = 1.05 * scale * math.sqrt(inflation / sxx)
+    df = n - 2
+    if se == 0:
+        return SlopeEstimate(slope, slope, slope, n, 0.0 if slope == 0 else math.copysign(math.inf, slope),
+                             0.5 if slope == 0 else float(slope < 0), confidence, rho, inflation)
+    t = slope / se
+    p_increase = float(_sps.t.sf(t, df))
+    q = float(_sps.t.ppf(0.5 + confidence / 2, df))
+    return SlopeEstimate(slope, slope - q * se, slope + q * se, n, float(t), p_increase, confidence, rho, inflation)
+
+
+def detect_warmup(y: ArrayLike, x: ArrayLike | None = None, *, max_fraction: float = 0.5) -> int:
+    """Index where the series settles onto its long-run behaviour (0 when it starts settled).
+
+    MSER (White 1997): choose the cut ``d`` that minimises ``sum((r[d:] - mean(r[d:]))**2) / (n-d)**2``,
+    where ``r`` are the residuals from a Theil-Sen line through the second half of the series, so
+    that a steady trend counts as settled. The cut never passes ``max_fraction`` of the series.
+
+    Args:
+        y: the series.
+        x: where each value was read (default ``0..n-1``).
+        max_fraction: the largest share of the series that may be cut, in (0, 1).
+
+    Returns:
+        The index of the first settled value.
+    """
+    if not 0 < max_fraction < 1:
+        raise ConfigError(f"max_fraction={max_fraction!r} must be between 0 and 1, e.g. 0.5")
+    xa, ya = _as_xy(y, x)
+    n = ya.size
+    if n < 6:
+        return 0
+    half = n // 2
+    b = theil_sen(ya[half:], xa[half:])
+    r = ya - b * xa
+    max_cut = int(math.floor(max_fraction * n))
+    best_d, best_val = 0, math.inf
+    # suffix sums give every candidate's statistic in one pass
+    rs = r[::-1]
+    csum = np.cumsum(rs)[::-1]
+    csq = np.cumsum(rs * rs)[::-1]
+    for d in range(0, max_cut + 1):
+        k = n - d
+        mean = csum[d] / k
+        sse = csq[d] - k * mean * mean
+        val = max(sse, 0.0) / (k * k)
+        if val < best_val * (1 - 1e-9):
+            best_d, best_val = d, val
+    if best_d == 0:
+        return 0
+    # MSER cuts somewhere even in pure noise; keep the cut only when the part it drops really
+    # sits off the settled level (more than 4 standard errors), which also keeps the test that
+    # follows from choosing a window that merely looks more trending.
+    kept = r[best_d:]
+    scale = 1.4826 * float(np.median(np.abs(kept - np.median(kept))))
+    if scale == 0:
+        scale = float(np.std(kept))
+    gap = abs(float(np.mean(r[:best_d]) - np.median(kept)))
+    if best_d > 1 and gap <= 4.0 * scale / math.sqrt(best_d):
+        return 0
+    if best_d == 1 and gap <= 4.0 * max(scale, 1e-12):
+        return 0
+    return int(best_d)
+
+
+def detect_steps(y: ArrayLike, *, threshold: float = 6.0, min_jump: float = 0.0) -> tuple[int, ...]:
+    """Indices ``i`` where ``y[i] - y[i-1]`` is a jump far outside the usual change.
+
+    A jump is more than ``threshold`` robust standard deviations (1.4826 x MAD) of the first
+    differences away from their median, and at least ``min_jump`` in absolute size.
+
+    Args:
+        y: the series.
+        threshold: how many robust standard deviations make a jump.
+        min_jump: the smallest absolute jump reported (e.g. a page or a tolerance).
+
+    Returns:
+        Indices into ``y`` of the values just after each jump, in order.
+    """
+    _, ya = _as_xy(y, None)
+    if ya.size < 5:
+        return ()
+    d = np.diff(ya)
+    med = float(np.median(d))
+    scale = 1.4826 * float(np.median(np.abs(d - med)))
+    dev = np.abs(d - med)
+    limit = max(threshold * scale, min_jump)
+    if limit <= 0:
+        limit = np.finfo(float).tiny
+    return tuple(int(i) + 1 for i in np.nonzero(dev > limit)[0])
+
+
+def _remove_jumps(ya: np.ndarray, steps: Sequence[int]) -> np.ndarray:
+    """The series with each listed jump (less the typical change) subtracted from what follows."""
+    if not steps:
+        return ya
+    d = np.diff(ya)
+    med = float(np.median(d))
+    adj = ya.copy()
+    for i in steps:
+        adj[i:] -= d[i - 1] - med
+    return adj
+
+
+def plateau_test(
+    y: ArrayLike,
+    x: ArrayLike | None = None,
+    *,
+    warmup_index: int | None = None,
+    tolerance: float = 0.0,
+    ratio: float = 0.25,
+    confidence: float = 0.95,
+) -> PlateauResult:
+    """Growth that stops is not a leak: did ``y`` grow during its warm-up and then level off?
+
+    A plateau needs (1) a warm-up of at least 3 points whose level rose by more than three noise
+    standard deviations, (2) a settled part at least as long as the warm-up (and 8 points), and
+    (3) a settled slope that is not significantly positive and whose upper bound is below
+    ``max(tolerance, ratio * slope_before)``.
+
+    Args:
+        y: the series.
+        x: where each value was read (default ``0..n-1``).
+        warmup_index: where the settled part starts (default :func:`detect_warmup`).
+        tolerance: a slope below this is no growth at all (units per x).
+        ratio: how much slower than during the warm-up the settled growth must be.
+        confidence: the confidence level of the settled slope's interval.
+
+    Returns:
+        A :class:`PlateauResult`.
+    """
+    xa, ya = _as_xy(y, x)
+    n = ya.size
+    d = detect_warmup(ya, xa) if warmup_index is None else int(warmup_index)
+    if n < 8 or d < 3 or n - d < max(8, d):
+        return PlateauResult(False, d, 0.0, 0.0, None)
+    after = robust_slope(ya[d:], xa[d:], confidence=confidence)
+    k = max(2, min(5, d // 2))
+    # skip the first reading: the first call of anything allocates caches, which is not growth
+    start_level = float(np.median(ya[1 : 1 + k]))
+    settled_level = float(np.median(ya[d : d + max(k, 3)]))
+    growth = settled_level - start_level
+    span = float(xa[d] - xa[1]) or 1.0
+    slope_before = growth / span
+    noise = noise_scale(ya[d:], xa[d:])
+    grew = growth > max(3.0 * noise, tolerance * span, 0.0) and slope_before > 0
+    stopped = after.p_increase > (1 - confidence) and after.ci_high < max(tolerance, ratio * slope_before)
+    return PlateauResult(bool(grew and stopped), d, growth, slope_before, after)
+
+
+def look_schedule(min_points: int, max_points: int, *, ratio: float = 1.25) -> tuple[int, ...]:
+    """Geometrically spaced sample counts at which a sequential test looks at the data.
+
+    Args:
+        min_points: the first look (>= 4).
+        max_points: the last planned look (>= min_points).
+        ratio: growth factor between looks (> 1).
+
+    Returns:
+        Increasing sample counts from ``min_points`` to ``max_points`` inclusive.
+    """
+    if min_points < 4:
+        raise ConfigError(f"min_points={min_points!r} must be at least 4")
+    if max_points < min_points:
+        raise ConfigError(f"max_points={max_points!r} must be at least min_points={min_points}")
+    if ratio <= 1:
+        raise ConfigError(f"ratio={ratio!r} must be above 1, e.g. 1.25")
+    looks = [min_points]
+    while looks[-1] < max_points:
+        looks.append(min(max_points, max(looks[-1] + 1, int(math.ceil(looks[-1] * ratio)))))
+    return tuple(looks)
+
+
+def alpha_per_look(alpha: float, looks: int) -> float:
+    """The false-positive level of each look so that all ``looks`` together stay within ``alpha``.
+
+    Bonferroni: ``alpha / looks``. Looks at one growing series are strongly correlated, so the
+    real family-wise rate is well below ``alpha`` (measured in bench/leak_detection.py).
+    """
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha={alpha!r} must be between 0 and 1, e.g. 0.01")
+    if looks < 1:
+        raise ConfigError(f"looks={looks!r} must be at least 1")
+    return alpha / looks
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "B":
+        from trainguard.units import format_bytes
+
+        return format_bytes(value, signed=True)
+    return f"{value:+.3g}{unit}"
+
+
+def decide(
+    y: ArrayLike,
+    x: ArrayLike | None = None,
+    *,
+    alpha: float,
+    tolerance: float,
+    final: bool = False,
+    min_points: int = 12,
+    confidence: float = 0.95,
+    unit: str = "B",
+) -> Decision:
+    """One look of the sequential leak decision.
+
+    Args:
+        y: the series so far (bytes after each measurement).
+        x: iteration count at each measurement (default ``0..n-1``); slopes are per unit of x.
+        alpha: this look's one-sided false-positive level (see :func:`alpha_per_look`).
+        tolerance: the smallest slope (bytes per iteration) that counts as a leak; a series whose
+            upper bound is below it is ``no_leak``.
+        final: the budget is spent: return a verdict whatever the evidence.
+        min_points: settled points needed before any verdict but the final one.
+        confidence: level of the reported interval, which also decides ``no_leak`` (upper bound
+            below ``tolerance``) and ``plateau``. The leak decision uses ``alpha`` alone.
+        unit: ``"B"`` formats numbers as bytes in the reason; anything else is appended as is.
+
+    Returns:
+        A :class:`Decision`; ``verdict`` is None when more iterations are needed.
+    """
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha={alpha!r} must be between 0 and 1")
+    if tolerance < 0:
+        raise ConfigError(f"tolerance={tolerance!r} must be >= 0")
+    xa, ya = _as_xy(y, x)
+    n = ya.size
+    if n < 4:
+        verdict = Verdict.INCONCLUSIVE if final else None
+        return Decision(
+            verdict, f"only {n} measurements: at least 4 are needed", 0, None, None, (), 0.0, alpha
+        )
+    warm = detect_warmup(ya, xa)
+    wx, wy = xa[warm:], ya[warm:]
+    m = wy.size
+    est = robust_slope(wy, wx, confidence=confidence)
+    strict = robust_slope(wy, wx, confidence=1.0 - 2.0 * alpha)
+    noise = noise_scale(wy, wx)
+    half = m // 2
+    recent = robust_slope(wy[half:], wx[half:], confidence=confidence) if m - half >= 4 else None
+    step_idx = detect_steps(wy, min_jump=max(tolerance * 2, 1.0) if unit == "B" else 0.0)
+    fmt = _fmt
+    rate = f"{fmt(est.slope, unit)}/iter (CI {fmt(est.ci_low, unit)} .. {fmt(est.ci_high, unit)})"
+
+    def out(verdict: Verdict | None, reason: str) -> Decision:
+        return Decision(verdict, reason, warm, est, recent, tuple(i + warm for i in step_idx), noise, alpha)
+
+    if m < min_points and not final:
+        return out(None, f"{m} settled measurements; waiting for {min_points}")
+
+    significant = est.p_increase < alpha and est.slope >= tolerance
+    if significant:
+        problems: list[str] = []
+        if recent is not None:
+            first = robust_slope(wy[: half + 1], wx[: half + 1], confidence=confidence)
+            se = math.hypot(first.stderr, recent.stderr)
+            z_slow = (first.slope - recent.slope) / se if se > 0 and math.isfinite(se) else 0.0
+            # growth must show in both halves: a level shift (the allocator switching to a
+            # bigger heap for a while) lifts the whole series but leaves one half flat
+            if z_slow > 1.645 or recent.slope < tolerance or recent.p_increase > 0.25 or first.slope <= 0:
+                problems.append(
+                    f"growth is slowing down ({fmt(first.slope, unit)}/iter, then {fmt(recent.slope, unit)}/iter)"
+                )
+        up_steps = [i for i in step_idx if wy[i] > wy[i - 1]]
+        if step_idx and len(up_steps) <= 2:
+            adjusted = _remove_jumps(wy, step_idx)
+            adj = robust_slope(adjusted, wx, confidence=confidence)
+            if not (adj.p_increase < alpha and adj.slope >= tolerance):
+                where = ", ".join(str(int(wx[i])) for i in up_steps) or "-"
+                problems.append(f"most growth came in {len(step_idx)} jump(s) (at iteration {where})")
+        if not problems:
+            return out(
+                Verdict.LEAK, f"memory grows {rate}, steadily after {int(xa[warm])} warm-up iterations"
+            )
+        if not final:
+            return out(None, "; ".join(problems) + "; collecting more iterations")
+        plateau = plateau_test(ya, xa, tolerance=tolerance, confidence=confidence)
+        if recent is not None and not (recent.p_increase < alpha and recent.ci_low > 0):
+            return (
+                out(
+                    Verdict.PLATEAU,
+                    f"memory grew {rate} but {problems[0]}, and the last {recent.n} measurements show no "
+                    f"significant growth ({fmt(recent.slope, unit)}/iter)",
+                )
+                if plateau.is_plateau or recent.ci_high < max(tolerance, est.slope / 2)
+                else out(
+                    Verdict.INCONCLUSIVE, f"memory grew {rate} but {'; '.join(problems)}; run more iterations"
+                )
+            )
+        return out(Verdict.INCONCLUSIVE, f"memory grew {rate} but {'; '.join(problems)}; run more iterations")
+
+    plateau = plateau_test(ya, xa, warmup_index=warm, tolerance=tolerance, confidence=confidence)
+    if plateau.is_plateau and (final or m >= min_points):
+        return out(
+            Verdict.PLATEAU,
+            f"memory grew {fmt(plateau.growth_before, unit)} over the first {int(xa[warm])} iterations, "
+            f"then leveled off: {rate}",
+        )
+    if strict.ci_high < tolerance:
+        return out(Verdict.NO_LEAK, f"no growth: {rate}, below the tolerance {fmt(tolerance, unit)}/iter")
+    if not final:
+        return out(
+            None,
+            f"no significant growth yet ({rate}); a leak up to {fmt(est.ci_high, unit)}/iter is not ruled out",
+        )
+    return out(
+        Verdict.INCONCLUSIVE,
+        f"no significant growth ({rate}), but the noise ({fmt(noise, unit)}) leaves a leak of up to "
+        f"{fmt(est.ci_high, unit)}/iter possible; run more iterations or raise the tolerance",
+    )
