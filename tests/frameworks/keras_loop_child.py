@@ -32,7 +32,7 @@ def main() -> None:
             result = keras_fit({**PARAMS, "seed": i})
             fit_s.append(time.perf_counter() - start)
             sampler.mark("iter_end", i)
-            c = census(graph_objects=True)
+            c = census(numpy=False)
             census_s.append(c.elapsed_s)
             kinds = c.by_kind()
             counts.append(
@@ -40,9 +40,15 @@ def main() -> None:
                     "Operation": kinds.get("tensorflow.Operation", (0, 0))[0],
                     "SymbolicTensor": kinds.get("tensorflow.SymbolicTensor", (0, 0))[0],
                     "FuncGraph": kinds.get("tensorflow.FuncGraph", (0, 0))[0],
+                    "graph_total": sum(
+                        count
+                        for name, (count, nbytes) in kinds.items()
+                        if nbytes == 0 and "Variable" not in name
+                    ),
                 }
             )
     tl = sampler.timeline
+    scope_survivors = _scope_check()
     print(
         json.dumps(
             {
@@ -53,9 +59,30 @@ def main() -> None:
                 "counts": counts,
                 "fit_s": fit_s,
                 "census_s": census_s,
+                "scope_survivors": scope_survivors,
             }
         )
     )
+
+
+def _scope_check() -> list[dict]:
+    """One fit inside scope(): the kept model's variables are not survivors, a stray variable is."""
+    import keras
+    import numpy as np
+
+    import trainguard
+
+    with trainguard.scope() as s:
+        model = keras.Sequential([keras.layers.Input(shape=(29,)), keras.layers.Dense(31)])
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(np.zeros((64, 29), "float32"), np.zeros((64, 31), "float32"), verbose=0)
+        s.keep(model)
+        global _STRAY
+        _STRAY = keras.Variable(np.zeros((13, 17), "float32"))
+    return [sv.to_dict() for sv in s.report.survivors]
+
+
+_STRAY = None
 
 
 if __name__ == "__main__":

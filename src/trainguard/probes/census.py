@@ -626,6 +626,8 @@ def reachable_ids(objects: Iterable[object] | object, *, limit: int = 1_000_000)
     else:
         stack = [objects]
     seen: set[int] = set()
+    torch = sys.modules.get("torch")
+    torch_tensor = getattr(torch, "Tensor", None) if torch is not None else None
     while stack and len(seen) < limit:
         obj = stack.pop()
         oid = id(obj)
@@ -637,10 +639,16 @@ def reachable_ids(objects: Iterable[object] | object, *, limit: int = 1_000_000)
             continue
         try:
             stack.extend(gc.get_referents(obj))
-            # numpy views hold their base outside the GC protocol
-            base = getattr(obj, "base", None) if t.__name__ == "ndarray" else None
-            if base is not None:
-                stack.append(base)
+            if torch_tensor is not None and issubclass(t, torch_tensor):
+                # a tensor's .grad and a view's ._base live in C++, invisible to get_referents
+                for extra in (obj.grad, obj._base):
+                    if extra is not None:
+                        stack.append(extra)
+            elif t.__name__ == "ndarray":
+                # numpy views hold their base outside the GC protocol
+                base = obj.base
+                if base is not None:
+                    stack.append(base)
         except Exception:
             continue
     return frozenset(seen)
