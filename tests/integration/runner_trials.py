@@ -69,3 +69,15 @@ def leak(params):
     block[::4096] = b"x" * len(block[::4096])  # touch every page so RSS shows it
     _LEAK.append(block)
     return {"held_mib": sum(len(b) for b in _LEAK) >> 20, "pid": os.getpid()}
+
+
+def spawn_child(params):
+    """Start a long-sleeping child process, note its pid in a file, then return or crash."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(params["pid_file"]).write_text(str(child.pid))
+    time.sleep(0.3)  # long enough for the supervisor's sampler to see the child
+    if params.get("crash"):
+        ctypes.string_at(0)
+    return {"child": child.pid}

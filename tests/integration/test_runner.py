@@ -260,6 +260,21 @@ def test_workers_die_with_the_supervisor_thread_exits_cleanly(tmp_path):
     assert not Path(f"/proc/{pid}").exists()
 
 
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_workers_children_do_not_outlive_it(tmp_path, crash):
+    pid_file = tmp_path / "child.pid"
+    with Runner(store=None) as runner:
+        (r,) = runner.map(ref("spawn_child"), [{"pid_file": str(pid_file), "crash": crash}])
+    assert r.status == ("failed" if crash else "ok")
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
+        time.sleep(0.05)
+    assert (
+        not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
+    )
+
+
 # -- resume ----------------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -125,6 +126,7 @@ class _Worker:
     pipes: PipePair
     sampler: TreeSampler
     started_mono: float
+    started_wall: float
     oom_kills_at_start: int | None
     state: str = "starting"  # starting, loading, idle, busy, exiting, dead
     trial: _Running | None = None
@@ -164,6 +166,30 @@ def _cgroup_oom_kills() -> int | None:
     except Exception:  # noqa: BLE001 - cgroup files are optional evidence
         return None
     return None if info is None else info.oom_kill_count
+
+
+def _descendants(pid: int, known: tuple[int, ...], since_wall: float) -> list[Any]:
+    """The worker's descendants: live children, plus those the sampler saw (a dead worker's
+    children are re-parented, so only the sampler still knows them). A known pid counts only if
+    that process started after the worker did and is not one of ours (pid reuse)."""
+    import psutil
+
+    found: dict[int, Any] = {}
+    try:
+        for child in psutil.Process(pid).children(recursive=True):
+            found[child.pid] = child
+    except psutil.Error:
+        pass
+    for other in known:
+        if other in found or other in (pid, os.getpid()):
+            continue
+        try:
+            proc = psutil.Process(other)
+            if proc.create_time() >= since_wall - 1.0 and proc.ppid() != os.getpid():
+                found[other] = proc
+        except psutil.Error:
+            continue
+    return list(found.values())
 
 
 class _NullStore:
@@ -367,6 +393,9 @@ class Session:
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             close_fds=True,
+            # its own process group: whatever it starts can be killed with it, even after it crashed,
+            # and a Ctrl-C at the terminal reaches only the supervisor, which then stops the workers
+            start_new_session=True,
         )
         pipes.close_child_ends()
         worker = _Worker(
@@ -376,6 +405,7 @@ class Session:
             pipes=pipes,
             sampler=TreeSampler(proc.pid),
             started_mono=time.monotonic(),
+            started_wall=time.time(),
             oom_kills_at_start=_cgroup_oom_kills(),
         )
         self._next_worker_id += 1
@@ -606,11 +636,23 @@ class Session:
         self._reap(worker, grace_s=10.0)
 
     def _reap(self, worker: _Worker, grace_s: float) -> int | None:
+        descendants = _descendants(worker.proc.pid, worker.sampler.pids(), worker.started_wall)
         try:
             rc = worker.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             kill_tree(worker.proc.pid)
             rc = worker.proc.wait()
+        # a worker's own children (data loaders, shells) must not outlive it; its process group
+        # holds even those re-parented after a crash (the kernel keeps a pgid from being reused)
+        try:
+            os.killpg(worker.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for proc in descendants:
+            try:
+                proc.kill()  # psutil checks the process is still the one seen (no pid reuse)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
         with self._lock:
             worker.state = "dead"
         worker.sampler.close()

@@ -145,13 +145,19 @@ class TreeSampler:
 
 
 def kill_tree(pid: int) -> list[int]:
-    """SIGKILL ``pid`` and every descendant (children first found, then all killed at once)."""
+    """SIGKILL ``pid``, its process group when it leads one, and every descendant."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
         procs = []
     killed: list[int] = []
+    try:
+        # a worker leads its own process group: this also reaches children that left the tree
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, 9)
+    except OSError:
+        pass
     for proc in procs:
         try:
             proc.kill()
