@@ -176,3 +176,33 @@ def test_progress_snapshot_is_available_while_running(tmp_path):
     assert any(p.workers and p.workers[0].rss_bytes for p in seen)
     assert any(p.done >= 1 and p.eta_s is not None for p in seen)
     assert os.getpid() not in [w.pid for p in seen for w in p.workers]
+
+
+def test_ctrl_c_stops_the_run_kills_workers_and_records_it(tmp_path):
+    db = tmp_path / "int.db"
+    params = tmp_path / "p.json"
+    params.write_text(json.dumps([{"x": i, "sleep_s": 30} for i in range(3)]))
+    args = [sys.executable, "-m", "trainguard", "run", f"{TRIALS}:echo", "--params", str(params)]
+    proc = subprocess.Popen(
+        args + ["--store", str(db), "--name", "int", "--no-progress"], stderr=subprocess.PIPE, text=True
+    )
+    pids: list[int] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not pids:
+        time.sleep(0.1)
+        try:
+            with Store(db, readonly=True) as store:
+                run = store.get_run("int")
+                pids = [w.pid for w in store.workers(run.run_id)] if run else []
+        except Exception:  # noqa: BLE001 - not created yet
+            continue
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert pids and not [p for p in pids if Path(f"/proc/{p}").exists() and "zombie" not in _state(p)]
+    with Store(db, readonly=True) as store:
+        run = store.get_run("int")
+        assert run.status == "interrupted"
+        assert [t.status for t in store.trials(run.run_id)] == ["pending"] * 3
+        assert [w.reason for w in store.workers(run.run_id)] == ["shutdown"]
