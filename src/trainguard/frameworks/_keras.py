@@ -42,6 +42,10 @@ class KerasAdapter(BaseAdapter):
                 pass
         if not self.available():
             return None
+        return self.configured_backend()
+
+    def configured_backend(self) -> str:
+        """The backend Keras would pick if imported now (environment and keras.json only)."""
         if (self.major_version() or 3) < 3:
             return "tensorflow"
         env = os.environ.get("KERAS_BACKEND")
