@@ -77,12 +77,15 @@ def _scope_check() -> list[dict]:
         model.compile(optimizer="sgd", loss="mse")
         model.fit(np.zeros((64, 29), "float32"), np.zeros((64, 31), "float32"), verbose=0)
         s.keep(model)
-        global _STRAY
+        global _STRAY, _STRAY_TENSOR
         _STRAY = keras.Variable(np.zeros((13, 17), "float32"))
+        # a plain backend tensor too: tf.constant (EagerTensor) or torch.ones
+        _STRAY_TENSOR = keras.ops.convert_to_tensor(np.ones((19, 23), "float32"))
     return [sv.to_dict() for sv in s.report.survivors]
 
 
 _STRAY = None
+_STRAY_TENSOR = None
 
 
 if __name__ == "__main__":

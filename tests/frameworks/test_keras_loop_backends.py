@@ -82,9 +82,13 @@ def test_torch_backend_is_flat_with_no_graph_growth(torch_run):
 
 
 def test_scope_names_the_stray_variable_but_not_the_kept_model(tf_run, torch_run):
-    for run, framework, kind in ((tf_run, "tensorflow", "Variable"), (torch_run, "torch", "Parameter")):
+    for run, framework, kind, tensor_kind in (
+        (tf_run, "tensorflow", "Variable", "EagerTensor"),
+        (torch_run, "torch", "Parameter", "Tensor"),
+    ):
         survivors = {(s["framework"], s["kind"], tuple(s["shape"] or ())) for s in run["scope_survivors"]}
         assert (framework, kind, (13, 17)) in survivors, survivors
+        assert (framework, tensor_kind, (19, 23)) in survivors, survivors
         # the kept Dense(31) on 29 inputs: its kernel and bias are not survivors
         assert not any(shape in ((29, 31), (31,)) for _, _, shape in survivors), survivors
     tf_kinds = {s["kind"]: s["count"] for s in tf_run["scope_survivors"] if s["framework"] == "tensorflow"}
