@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         code = 2
     proto.flush()
     sys.stderr.flush()
+    # processes the step started and left running (workers, servers) would hold our pipes open
+    # and outlive the check: end them, the check is over
+    _kill_descendants()
     # skip interpreter teardown: frameworks can take seconds to unload and add nothing here
     os._exit(code)
 
@@ -182,8 +185,10 @@ def run_isolated(
                     progress(event)
                 elif kind == "report":
                     report = LeakReport.from_dict(event["report"])
+                    break
                 elif kind == "error":
                     error = event
+                    break
         finally:
             if watchdog is not None:
                 watchdog.cancel()
@@ -200,6 +205,19 @@ def run_isolated(
             "the step may have crashed the interpreter (see the output above)"
         )
     return report
+
+
+def _kill_descendants() -> None:
+    import psutil
+
+    try:
+        for p in psutil.Process().children(recursive=True):
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+    except psutil.Error:
+        pass
 
 
 def _kill_tree(pid: int) -> None:

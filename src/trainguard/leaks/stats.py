@@ -326,14 +326,14 @@ def detect_warmup(y: ArrayLike, x: ArrayLike | None = None, *, max_fraction: flo
     if best_d == 0:
         return 0
     # MSER cuts somewhere even in pure noise; keep the cut only when the part it drops really
-    # sits off the settled level (more than 4 standard errors), which also keeps the test that
+    # sits off the settled level (by 6 standard errors and 1.5 standard deviations), which also keeps the test that
     # follows from choosing a window that merely looks more trending.
     kept = r[best_d:]
     scale = 1.4826 * float(np.median(np.abs(kept - np.median(kept))))
     if scale == 0:
         scale = float(np.std(kept))
     gap = abs(float(np.mean(r[:best_d]) - np.median(kept)))
-    if best_d > 1 and gap <= 4.0 * scale / math.sqrt(best_d):
+    if best_d > 1 and (gap <= 6.0 * scale / math.sqrt(best_d) or gap <= 1.5 * scale):
         return 0
     if best_d == 1 and gap <= 4.0 * max(scale, 1e-12):
         return 0
@@ -387,6 +387,7 @@ def plateau_test(
     tolerance: float = 0.0,
     ratio: float = 0.25,
     confidence: float = 0.95,
+    min_growth: float = 0.0,
 ) -> PlateauResult:
     """Growth that stops is not a leak: did ``y`` grow during its warm-up and then level off?
 
@@ -402,6 +403,7 @@ def plateau_test(
         tolerance: a slope below this is no growth at all (units per x).
         ratio: how much slower than during the warm-up the settled growth must be.
         confidence: the confidence level of the settled slope's interval.
+        min_growth: the warm-up must have grown at least this much (units of ``y``).
 
     Returns:
         A :class:`PlateauResult`.
@@ -420,7 +422,7 @@ def plateau_test(
     span = float(xa[d] - xa[1]) or 1.0
     slope_before = growth / span
     noise = noise_scale(ya[d:], xa[d:])
-    grew = growth > max(3.0 * noise, tolerance * span, 0.0) and slope_before > 0
+    grew = growth > max(3.0 * noise, tolerance * span, min_growth, 0.0) and slope_before > 0
     stopped = after.p_increase > (1 - confidence) and after.ci_high < max(tolerance, ratio * slope_before)
     return PlateauResult(bool(grew and stopped), d, growth, slope_before, after)
 
@@ -535,7 +537,8 @@ def decide(
             z_slow = (first.slope - recent.slope) / se if se > 0 and math.isfinite(se) else 0.0
             # growth must show in both halves: a level shift (the allocator switching to a
             # bigger heap for a while) lifts the whole series but leaves one half flat
-            if z_slow > 1.645 or recent.slope < tolerance or recent.p_increase > 0.25 or first.slope <= 0:
+            slowing = z_slow > 1.645 or (z_slow > 1.0 and recent.slope < 0.5 * first.slope)
+            if slowing or recent.slope < tolerance or recent.p_increase > 0.25 or first.slope <= 0:
                 problems.append(
                     f"growth is slowing down ({fmt(first.slope, unit)}/iter, then {fmt(recent.slope, unit)}/iter)"
                 )
@@ -567,7 +570,10 @@ def decide(
             )
         return out(Verdict.INCONCLUSIVE, f"memory grew {rate} but {'; '.join(problems)}; run more iterations")
 
-    plateau = plateau_test(ya, xa, warmup_index=warm, tolerance=tolerance, confidence=confidence)
+    # a few MB of first-iteration caches is ordinary; a plateau is growth worth mentioning
+    min_growth = 4.0 * 1024 * 1024 if unit == "B" else 0.0
+    plateau = plateau_test(ya, xa, warmup_index=warm, tolerance=tolerance, confidence=confidence,
+                           min_growth=min_growth)
     if plateau.is_plateau and (final or m >= min_points):
         return out(
             Verdict.PLATEAU,

@@ -1,0 +1,164 @@
+"""`trainguard leakcheck FILE.py:step` as a subprocess: verdicts, exit codes, JSON, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TARGETS = textwrap.dedent(
+    """
+    import os, time
+    KEEP = []
+
+    def setup():
+        return 200_000
+
+    def leak(n):
+        KEEP.append(bytearray(n))
+        time.sleep(0.005)
+
+    def flat():
+        x = bytearray(500_000)
+        time.sleep(0.005)
+
+    def two_args(a, b):
+        pass
+
+    COUNT = [0]
+
+    def boom():
+        COUNT[0] += 1
+        if COUNT[0] == 5:
+            raise RuntimeError("disk on fire")
+
+    def slow():
+        time.sleep(0.4)
+
+    if __name__ == "__main__":
+        raise SystemExit("the __main__ block must not run")
+    """
+)
+
+CHILDREN = textwrap.dedent(
+    """
+    import os, time
+    STATE = {}
+    CHUNK = 2 * 1024 * 1024
+
+    def setup():
+        # a buffer shared copy-on-write with a forked child, as a DataLoader's dataset is
+        buf = bytearray(os.urandom(1024)) * (160 * 1024)
+        r1, w1 = os.pipe(); r2, w2 = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            i = 0
+            while True:
+                if not os.read(r1, 1):
+                    os._exit(0)
+                # writing makes the touched pages private to the child: its RSS does not change
+                start = (i * CHUNK) % len(buf)
+                buf[start:start + CHUNK] = b"x" * CHUNK
+                i += 1
+                os.write(w2, b"k")
+        STATE.update(buf=buf, w=w1, r=r2, pid=pid)
+
+    def step():
+        os.write(STATE["w"], b"g")
+        os.read(STATE["r"], 1)
+        time.sleep(0.01)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("lk") / "targets.py"
+    path.write_text(TARGETS)
+    (path.parent / "children.py").write_text(CHILDREN)
+    (path.parent / "broken.py").write_text("import not_a_module_anywhere\n")
+    return path
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainguard", "leakcheck", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_leak_gives_exit_1_and_one_json_object(targets: Path) -> None:
+    res = cli(f"{targets}:leak", "--setup", "setup", "--json", "--max-time", "15s")
+    assert res.returncode == 1, res.stderr
+    data = json.loads(res.stdout)  # nothing else on stdout
+    for key in ("verdict", "slope_bytes_per_iter", "ci_low_bytes_per_iter", "ci_high_bytes_per_iter", "iterations",
+                "warmup_iterations", "metric", "growth_by_kind", "reason"):
+        assert key in data
+    assert data["verdict"] == "leak"
+    assert data["slope_bytes_per_iter"] == pytest.approx(200_000, rel=0.2)
+    assert data["ci_low_bytes_per_iter"] > 100_000
+    assert "must not run" not in res.stderr
+
+
+def test_flat_gives_exit_0_and_a_table(targets: Path, tmp_path: Path) -> None:
+    plot = tmp_path / "flat.png"
+    res = cli(f"{targets}:flat", "--max-time", "10s", "--plot", str(plot))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "no_leak" in res.stdout
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_step_that_raises_keeps_the_series_and_says_where(targets: Path) -> None:
+    res = cli(f"{targets}:boom", "--json", "--max-time", "10s")
+    assert res.returncode == 3
+    data = json.loads(res.stdout)
+    assert data["verdict"] == "inconclusive"
+    assert data["error"]["iteration"] == 5 and data["error"]["exc_type"] == "RuntimeError"
+    assert "disk on fire" in data["error"]["traceback"] and "disk on fire" in data["reason"]
+    assert len(data["series"]) >= 2
+
+
+def test_budget_too_short_is_inconclusive(targets: Path) -> None:
+    res = cli(f"{targets}:slow", "--json", "--max-time", "1s")
+    assert res.returncode == 3
+    data = json.loads(res.stdout)
+    assert data["verdict"] == "inconclusive" and "raise max_time" in data["reason"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["{d}/nope.py:step"], "no such file"),
+        (["{d}/broken.py:step"], "ModuleNotFoundError"),
+        (["{t}:missing"], "has no step 'missing'"),
+        (["{t}:leak", "--setup", "nosetup"], "has no setup 'nosetup'"),
+        (["{t}:two_args"], "requires 2 arguments"),
+        (["{t}:leak"], "requires the argument"),
+        (["{t}:flat", "--metric", "vms"], "metric='vms' is unknown"),
+        (["{t}:flat", "--max-iterations", "0"], "max_iterations=0"),
+        (["{t}:flat", "--max-time", "soon"], "not a duration"),
+        (["{t}"], "FILE.py:FUNCTION"),
+        (["{t}:flat", "--plot", "{d}/x.gif"], ".png or .svg"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(targets: Path, args: list[str], message: str) -> None:
+    res = cli(*[a.format(t=targets, d=targets.parent) for a in args], "--max-time" if "--max-time" not in args else "--min-iterations", "5s" if "--max-time" not in args else "1")
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("trainguard leakcheck: error:")]
+    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert res.stdout == ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PSS needs /proc/PID/smaps_rollup")
+def test_growth_in_a_child_private_memory_is_a_leak_under_pss_not_rss(targets: Path) -> None:
+    path = targets.parent / "children.py"
+    pss = json.loads(cli(f"{path}:step", "--setup", "setup", "--metric", "pss", "--json",
+                         "--max-iterations", "60", "--max-time", "30s").stdout)
+    assert pss["verdict"] == "leak", pss["reason"]
+    assert pss["slope_bytes_per_iter"] == pytest.approx(2 * 1024 * 1024, rel=0.35)
+    rss = json.loads(cli(f"{path}:step", "--setup", "setup", "--metric", "rss", "--json",
+                         "--max-iterations", "60", "--max-time", "30s").stdout)
+    # RSS does not see it: the pages were resident in both processes before they became private
+    assert abs(rss["slope_bytes_per_iter"]) < 0.05 * pss["slope_bytes_per_iter"], rss["reason"]
