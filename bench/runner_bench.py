@@ -272,6 +272,8 @@ def render(results: dict[str, Any]) -> str:
             )
         else:
             lines.append(f"- kill overshoot: no kill recorded (statuses {over['statuses']})")
+    for failure in results.get("failures", []):
+        lines.append(f"- {failure['config']} FAILED: {failure['error']}")
     lines.append("")
     lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()))
     lines.append(f"command: {results['command']}")
@@ -304,9 +306,20 @@ def main(argv: list[str] | None = None) -> int:
     store = os.path.join(tempfile.mkdtemp(prefix="trainguard-bench-"), "bench.db")
     configs: list[dict[str, Any]] = []
 
+    failures: list[dict[str, str]] = []
+
     def step(label: str, fn, *fn_args):
         print(f"[{time.strftime('%H:%M:%S')}] {label} ...", file=sys.stderr, flush=True)
-        value = fn(*fn_args)
+        try:
+            value = fn(*fn_args)
+        except Exception as err:  # noqa: BLE001 - one broken configuration must not lose the others
+            import traceback
+
+            traceback.print_exc()
+            failures.append({"config": label, "error": f"{type(err).__name__}: {err}"})
+            if label.startswith("(a)"):
+                raise
+            return None
         if value is not None:
             print(
                 f"    {json.dumps({k: v for k, v in value.items() if k != 'trial_peak_rss_bytes'})[:300]}",
@@ -316,16 +329,18 @@ def main(argv: list[str] | None = None) -> int:
         return value
 
     configs.append(step("(a) naive", bench_naive, trials))
-    if "b" in only:
-        configs.append(step("(b) Runner 1 worker", bench_runner, trials, 1, store))
-    if "c" in only:
-        configs.append(step("(c) ProcessPoolExecutor", bench_pool, trials))
+    for key, label, fn, fn_args in [
+        ("b", "(b) Runner 1 worker", bench_runner, (trials, 1, store)),
+        ("c", "(c) ProcessPoolExecutor", bench_pool, (trials,)),
+    ]:
+        if key in only and (row := step(label, fn, *fn_args)) is not None:
+            configs.append(row)
     if "d" in only:
         row = step("(d) Optuna", bench_optuna, trials)
         if row:
             configs.append(row)
-    if "e" in only:
-        configs.append(step("(e) Runner 2 workers", bench_runner, trials, 2, store))
+    if "e" in only and (row := step("(e) Runner 2 workers", bench_runner, trials, 2, store)) is not None:
+        configs.append(row)
     overshoot = (
         step("(f) kill overshoot", bench_overshoot, store, 2 if args.quick else 3) if "f" in only else None
     )
@@ -344,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         "single_trial_peak_bytes": configs[0]["trial_peak_rss_bytes"][0],
         "configs": configs,
         "overshoot": overshoot,
+        "failures": failures,
         "store": store,
     }
     out = Path(args.out)
