@@ -85,16 +85,29 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainguard", "leakcheck", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "trainguard", "leakcheck", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_leak_gives_exit_1_and_one_json_object(targets: Path) -> None:
     res = cli(f"{targets}:leak", "--setup", "setup", "--json", "--max-time", "15s")
     assert res.returncode == 1, res.stderr
     data = json.loads(res.stdout)  # nothing else on stdout
-    for key in ("verdict", "slope_bytes_per_iter", "ci_low_bytes_per_iter", "ci_high_bytes_per_iter", "iterations",
-                "warmup_iterations", "metric", "growth_by_kind", "reason"):
+    for key in (
+        "verdict",
+        "slope_bytes_per_iter",
+        "ci_low_bytes_per_iter",
+        "ci_high_bytes_per_iter",
+        "iterations",
+        "warmup_iterations",
+        "metric",
+        "growth_by_kind",
+        "reason",
+    ):
         assert key in data
     assert data["verdict"] == "leak"
     assert data["slope_bytes_per_iter"] == pytest.approx(200_000, rel=0.2)
@@ -144,7 +157,11 @@ def test_budget_too_short_is_inconclusive(targets: Path) -> None:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(targets: Path, args: list[str], message: str) -> None:
-    res = cli(*[a.format(t=targets, d=targets.parent) for a in args], "--max-time" if "--max-time" not in args else "--min-iterations", "5s" if "--max-time" not in args else "1")
+    res = cli(
+        *[a.format(t=targets, d=targets.parent) for a in args],
+        "--max-time" if "--max-time" not in args else "--min-iterations",
+        "5s" if "--max-time" not in args else "1",
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("trainguard leakcheck: error:")]
     assert len(lines) == 1 and message in lines[0], res.stderr
@@ -154,11 +171,35 @@ def test_bad_input_is_one_line_and_exit_2(targets: Path, args: list[str], messag
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PSS needs /proc/PID/smaps_rollup")
 def test_growth_in_a_child_private_memory_is_a_leak_under_pss_not_rss(targets: Path) -> None:
     path = targets.parent / "children.py"
-    pss = json.loads(cli(f"{path}:step", "--setup", "setup", "--metric", "pss", "--json",
-                         "--max-iterations", "60", "--max-time", "30s").stdout)
+    pss = json.loads(
+        cli(
+            f"{path}:step",
+            "--setup",
+            "setup",
+            "--metric",
+            "pss",
+            "--json",
+            "--max-iterations",
+            "60",
+            "--max-time",
+            "30s",
+        ).stdout
+    )
     assert pss["verdict"] == "leak", pss["reason"]
     assert pss["slope_bytes_per_iter"] == pytest.approx(2 * 1024 * 1024, rel=0.35)
-    rss = json.loads(cli(f"{path}:step", "--setup", "setup", "--metric", "rss", "--json",
-                         "--max-iterations", "60", "--max-time", "30s").stdout)
+    rss = json.loads(
+        cli(
+            f"{path}:step",
+            "--setup",
+            "setup",
+            "--metric",
+            "rss",
+            "--json",
+            "--max-iterations",
+            "60",
+            "--max-time",
+            "30s",
+        ).stdout
+    )
     # RSS does not see it: the pages were resident in both processes before they became private
     assert abs(rss["slope_bytes_per_iter"]) < 0.05 * pss["slope_bytes_per_iter"], rss["reason"]

@@ -123,8 +123,9 @@ def test_decide_leak_no_leak_plateau_inconclusive():
     leak = S.decide(noisy(60, 1 * MB, 2 * MB, 0), x, alpha=0.001, tolerance=1024)
     assert leak.verdict is Verdict.LEAK and "grows" in leak.reason
     assert leak.slope.slope == pytest.approx(1 * MB, rel=0.25)
-    flat = S.decide(500 * MB + np.random.default_rng(0).integers(0, 3, 60) * 4096.0, x, alpha=0.001,
-                    tolerance=64 * 1024)
+    flat = S.decide(
+        500 * MB + np.random.default_rng(0).integers(0, 3, 60) * 4096.0, x, alpha=0.001, tolerance=64 * 1024
+    )
     assert flat.verdict is Verdict.NO_LEAK
     t = np.arange(150.0)
     plateau = 500 * MB + 200 * MB * (1 - np.exp(-t / 12)) + np.random.default_rng(0).normal(0, 1 * MB, 150)

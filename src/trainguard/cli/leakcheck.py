@@ -16,21 +16,47 @@ EXIT = {"no_leak": 0, "plateau": 0, "leak": 1, "inconclusive": 3}
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="FILE.py:STEP", help="a Python file and the name of its step function")
-    parser.add_argument("--setup", metavar="NAME", default=None,
-                        help="a function in the same file run once first; its return value is passed to the step "
-                             "when the step takes one argument")
-    parser.add_argument("--max-iterations", type=int, default=None, metavar="N", help="most calls of the step")
-    parser.add_argument("--min-iterations", type=int, default=10, metavar="N", help="no verdict before N calls")
-    parser.add_argument("--max-time", default="2m", metavar="DURATION", help="time budget, e.g. 90s, 5m (default 2m)")
+    parser.add_argument(
+        "target", metavar="FILE.py:STEP", help="a Python file and the name of its step function"
+    )
+    parser.add_argument(
+        "--setup",
+        metavar="NAME",
+        default=None,
+        help="a function in the same file run once first; its return value is passed to the step "
+        "when the step takes one argument",
+    )
+    parser.add_argument(
+        "--max-iterations", type=int, default=None, metavar="N", help="most calls of the step"
+    )
+    parser.add_argument(
+        "--min-iterations", type=int, default=10, metavar="N", help="no verdict before N calls"
+    )
+    parser.add_argument(
+        "--max-time", default="2m", metavar="DURATION", help="time budget, e.g. 90s, 5m (default 2m)"
+    )
     parser.add_argument("--metric", default="rss", help="rss, uss or pss, over the process and its children")
-    parser.add_argument("--tolerance", default=None, metavar="SIZE",
-                        help="growth per iteration below which there is no leak, e.g. 16KB (default automatic)")
-    parser.add_argument("--no-attribution", action="store_true", help="skip the census of growing object kinds")
-    parser.add_argument("--tracemalloc", action="store_true", help="also report growing Python allocation sites (slow)")
-    parser.add_argument("--no-trim", action="store_true", help="do not call malloc_trim(0) before each reading")
-    parser.add_argument("--plot", metavar="FILE", default=None, help="write the series as PNG or SVG (needs matplotlib)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
+    parser.add_argument(
+        "--tolerance",
+        default=None,
+        metavar="SIZE",
+        help="growth per iteration below which there is no leak, e.g. 16KB (default automatic)",
+    )
+    parser.add_argument(
+        "--no-attribution", action="store_true", help="skip the census of growing object kinds"
+    )
+    parser.add_argument(
+        "--tracemalloc", action="store_true", help="also report growing Python allocation sites (slow)"
+    )
+    parser.add_argument(
+        "--no-trim", action="store_true", help="do not call malloc_trim(0) before each reading"
+    )
+    parser.add_argument(
+        "--plot", metavar="FILE", default=None, help="write the series as PNG or SVG (needs matplotlib)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object on stdout and nothing else"
+    )
 
 
 def _split_target(target: str) -> tuple[str, str]:
@@ -77,7 +103,9 @@ def _table(report: Any) -> None:
     from trainguard.units import format_bytes, format_duration
 
     console = Console()
-    colour = {"leak": "red", "no_leak": "green", "plateau": "yellow", "inconclusive": "magenta"}[report.verdict.value]
+    colour = {"leak": "red", "no_leak": "green", "plateau": "yellow", "inconclusive": "magenta"}[
+        report.verdict.value
+    ]
     table = Table(title=f"leakcheck: [bold {colour}]{report.verdict.value}[/]", show_header=False)
     table.add_column(style="bold")
     table.add_column()
@@ -87,11 +115,18 @@ def _table(report: Any) -> None:
 
     table.add_row("reason", report.reason)
     table.add_row(f"growth ({report.metric})", f"{b(report.slope_bytes_per_iter)}/iter")
-    table.add_row("95% interval", f"{b(report.ci_low_bytes_per_iter)} .. {b(report.ci_high_bytes_per_iter)} /iter")
+    table.add_row(
+        "95% interval", f"{b(report.ci_low_bytes_per_iter)} .. {b(report.ci_high_bytes_per_iter)} /iter"
+    )
     table.add_row("least squares", f"{b(report.least_squares_bytes_per_iter)}/iter")
-    table.add_row("iterations", f"{report.iterations} ({report.warmup_iterations} warm-up, "
-                                f"{report.calls_per_measurement} per reading, {report.measurements} readings)")
-    table.add_row("time", f"{format_duration(report.elapsed_s)}, {format_duration(report.step_time_s)} per iteration")
+    table.add_row(
+        "iterations",
+        f"{report.iterations} ({report.warmup_iterations} warm-up, "
+        f"{report.calls_per_measurement} per reading, {report.measurements} readings)",
+    )
+    table.add_row(
+        "time", f"{format_duration(report.elapsed_s)}, {format_duration(report.step_time_s)} per iteration"
+    )
     for g in report.growth_by_kind[:10]:
         table.add_row("grows", g.describe())
     if report.gpu:
@@ -101,7 +136,9 @@ def _table(report: Any) -> None:
     for h in report.hints:
         table.add_row("hint", h)
     if report.error is not None:
-        table.add_row("error", f"iteration {report.error.iteration}: {report.error.exc_type}: {report.error.message}")
+        table.add_row(
+            "error", f"iteration {report.error.iteration}: {report.error.exc_type}: {report.error.message}"
+        )
     console.print(table)
     if report.error is not None:
         print(report.error.traceback, file=sys.stderr)
@@ -113,9 +150,14 @@ def run(args: argparse.Namespace) -> int:
 
     path, step_name = _split_target(args.target)
     config = make_config(
-        max_iterations=args.max_iterations, min_iterations=args.min_iterations, max_time=args.max_time,
-        metric=args.metric, attribution=not args.no_attribution, tracemalloc=args.tracemalloc,
-        tolerance=args.tolerance, trim=not args.no_trim,
+        max_iterations=args.max_iterations,
+        min_iterations=args.min_iterations,
+        max_time=args.max_time,
+        metric=args.metric,
+        attribution=not args.no_attribution,
+        tracemalloc=args.tracemalloc,
+        tolerance=args.tolerance,
+        trim=not args.no_trim,
     )
     if args.plot:
         from trainguard.leaks.plot import check_plot_path
@@ -123,8 +165,9 @@ def run(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)
     progress = _Progress(enabled=not args.quiet)
     try:
-        report = run_isolated({"kind": "file", "path": path, "step": step_name, "setup": args.setup},
-                              config, progress=progress)
+        report = run_isolated(
+            {"kind": "file", "path": path, "step": step_name, "setup": args.setup}, config, progress=progress
+        )
     finally:
         progress.close()
     if args.plot:

@@ -18,7 +18,15 @@ _MARKER = (
     "leakcheck(max_mb_per_iter=1, max_iterations=50, max_time='2m', metric='rss'): run the test body "
     "repeatedly as one iteration and fail when memory leaks faster than max_mb_per_iter MB per iteration"
 )
-_ALLOWED = {"max_mb_per_iter", "max_iterations", "min_iterations", "max_time", "metric", "attribution", "tolerance"}
+_ALLOWED = {
+    "max_mb_per_iter",
+    "max_iterations",
+    "min_iterations",
+    "max_time",
+    "metric",
+    "attribution",
+    "tolerance",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -67,7 +75,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
     pyfuncitem.user_properties.append(("leakcheck", report.to_dict() | {"series": None}))
     limit = max_mb * 1e6
     if report.error is not None:
-        outcome.force_exception(AssertionError(f"leakcheck: the test body failed while repeated:\n{report.summary()}"))
+        outcome.force_exception(
+            AssertionError(f"leakcheck: the test body failed while repeated:\n{report.summary()}")
+        )
     elif report.verdict is Verdict.LEAK and (report.slope_bytes_per_iter or 0) > limit:
         outcome.force_exception(
             AssertionError(f"leakcheck: memory grows faster than {max_mb:g} MB/iter\n{report.summary()}")

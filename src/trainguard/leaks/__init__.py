@@ -34,6 +34,7 @@ def leakcheck(
     trim: bool = True,
     calls_per_measurement: int | None = None,
     max_measurements: int = 300,
+    max_growth: str | int | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> LeakReport:
     """Run ``step`` repeatedly and say whether memory leaks, how fast, and what grows.
@@ -63,6 +64,8 @@ def leakcheck(
         trim: call ``malloc_trim(0)`` before each reading (glibc only) and report what it returned.
         calls_per_measurement: calls between readings; default automatic.
         max_measurements: the most readings.
+        max_growth: stop when memory has grown this much since the start (``"2GB"``); default
+            a quarter of the available memory, at most 4 GiB, so a fast leak cannot exhaust the host.
         progress: called with a dict (iteration, bytes, slope_bytes_per_iter...) as the check runs.
 
     Returns:
@@ -76,9 +79,18 @@ def leakcheck(
     from trainguard.leaks._run import call_plan, make_config, run_loop
 
     config = make_config(
-        max_iterations=max_iterations, min_iterations=min_iterations, max_time=max_time, metric=metric,
-        attribution=attribution, tracemalloc=tracemalloc, tolerance=tolerance, alpha=alpha, trim=trim,
-        calls_per_measurement=calls_per_measurement, max_measurements=max_measurements,
+        max_iterations=max_iterations,
+        min_iterations=min_iterations,
+        max_time=max_time,
+        metric=metric,
+        attribution=attribution,
+        tracemalloc=tracemalloc,
+        tolerance=tolerance,
+        alpha=alpha,
+        trim=trim,
+        calls_per_measurement=calls_per_measurement,
+        max_measurements=max_measurements,
+        max_growth=max_growth,
     )
     if not callable(step):
         from trainguard.exceptions import ConfigError

@@ -35,7 +35,9 @@ logger = logging.getLogger(__name__)
 _MODULE_NAME = "__trainguard_leakcheck_target__"
 
 
-def load_target(path: str, step_name: str, setup_name: str | None) -> tuple[Callable[..., Any], Callable[[], Any] | None]:
+def load_target(
+    path: str, step_name: str, setup_name: str | None
+) -> tuple[Callable[..., Any], Callable[[], Any] | None]:
     """Import ``path`` as a module (not as ``__main__``) and return its step and setup callables.
 
     Raises:
@@ -56,19 +58,26 @@ def load_target(path: str, step_name: str, setup_name: str | None) -> tuple[Call
     try:
         spec.loader.exec_module(module)
     except SystemExit as exc:
-        raise ConfigError(f"{path}: importing it called sys.exit({exc.code}); move that under `if __name__ == '__main__':`") from None
+        raise ConfigError(
+            f"{path}: importing it called sys.exit({exc.code}); move that under `if __name__ == '__main__':`"
+        ) from None
     except BaseException as exc:
-        raise ConfigError(f"{path}: importing it raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise ConfigError(
+            f"{path}: importing it raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
 
     def get(name: str, role: str) -> Callable[..., Any]:
         if not hasattr(module, name):
             public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
             raise ConfigError(
-                f"{path} has no {role} {name!r}" + (f" (it defines: {', '.join(public[:10])})" if public else "")
+                f"{path} has no {role} {name!r}"
+                + (f" (it defines: {', '.join(public[:10])})" if public else "")
             )
         value = getattr(module, name)
         if not callable(value):
-            raise ConfigError(f"{path}: {name!r} is a {type(value).__name__}, not a function: name a function as the {role}")
+            raise ConfigError(
+                f"{path}: {name!r} is a {type(value).__name__}, not a function: name a function as the {role}"
+            )
         return value
 
     step = get(step_name, "step")
@@ -106,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             step, setup = target["step"], target.get("setup")
         if setup is None:
             call_plan(step, None, False)
-        report = run_loop(step, setup, config, progress=lambda ev: _emit(proto, {"event": "progress", **ev}),
-                          isolated=True)
+        report = run_loop(
+            step, setup, config, progress=lambda ev: _emit(proto, {"event": "progress", **ev}), isolated=True
+        )
         _emit(proto, {"event": "report", "report": report.to_dict()})
         code = 0
     except TrainguardError as err:
@@ -117,8 +127,14 @@ def main(argv: list[str] | None = None) -> int:
         import traceback
 
         traceback.print_exc()
-        _emit(proto, {"event": "error", "type": type(err).__name__,
-                      "message": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"})
+        _emit(
+            proto,
+            {
+                "event": "error",
+                "type": type(err).__name__,
+                "message": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+            },
+        )
         code = 2
     proto.flush()
     sys.stderr.flush()
@@ -148,8 +164,10 @@ def run_isolated(
     try:
         payload = cloudpickle.dumps({"target": target, "config": config.to_dict()})
     except Exception as exc:
-        raise ConfigError(f"the step or setup cannot be sent to a fresh process ({type(exc).__name__}: {exc}); "
-                          "use isolated=False or define them at module level") from None
+        raise ConfigError(
+            f"the step or setup cannot be sent to a fresh process ({type(exc).__name__}: {exc}); "
+            "use isolated=False or define them at module level"
+        ) from None
     child_env = dict(os.environ if env is None else env)
     # the child imports what the parent could: the same sys.path
     paths = [p for p in sys.path if p]
@@ -160,7 +178,10 @@ def run_isolated(
             fh.write(payload)
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainguard.leaks._child", spec_path],
-            stdout=subprocess.PIPE, stderr=None, env=child_env, text=True,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            env=child_env,
+            text=True,
         )
         deadline = None
         watchdog = None
@@ -193,7 +214,11 @@ def run_isolated(
             if watchdog is not None:
                 watchdog.cancel()
             try:
-                proc.wait(timeout=30 if report or error else (None if deadline is None else max(1.0, deadline - time.monotonic())))
+                proc.wait(
+                    timeout=30
+                    if report or error
+                    else (None if deadline is None else max(1.0, deadline - time.monotonic()))
+                )
             except subprocess.TimeoutExpired:
                 _kill_tree(proc.pid)
                 proc.wait()

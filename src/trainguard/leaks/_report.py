@@ -148,7 +148,9 @@ class LeakReport:
         for h in self.hints:
             lines.append(f"hint: {h}")
         if self.error is not None:
-            lines.append(f"error at iteration {self.error.iteration}: {self.error.exc_type}: {self.error.message}")
+            lines.append(
+                f"error at iteration {self.error.iteration}: {self.error.exc_type}: {self.error.message}"
+            )
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -59,6 +59,7 @@ class LeakCheckConfig:
     calls_per_measurement: int | None
     max_measurements: int
     min_measurements: int
+    max_growth_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -68,9 +69,13 @@ def _positive_int(name: str, value: Any, *, allow_none: bool = False, minimum: i
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"{name}={value!r} must be a whole number such as {max(minimum, 50)}", value=repr(value))
+        raise ConfigError(
+            f"{name}={value!r} must be a whole number such as {max(minimum, 50)}", value=repr(value)
+        )
     if value < minimum:
-        raise ConfigError(f"{name}={value!r} must be at least {minimum}, e.g. {max(minimum, 50)}", value=int(value))
+        raise ConfigError(
+            f"{name}={value!r} must be at least {minimum}, e.g. {max(minimum, 50)}", value=int(value)
+        )
     return int(value)
 
 
@@ -87,6 +92,7 @@ def make_config(
     trim: bool = True,
     calls_per_measurement: int | None = None,
     max_measurements: int = 300,
+    max_growth: str | int | None = None,
 ) -> LeakCheckConfig:
     """Validate every setting before any work starts.
 
@@ -99,16 +105,33 @@ def make_config(
     if max_time_s is not None and max_time_s <= 0:
         raise ConfigError(f"max_time={max_time!r} must be positive, e.g. '5m'", value=max_time)
     if max_it is None and max_time_s is None:
-        raise ConfigError("give max_iterations or max_time (or both): a leak check needs a budget, e.g. max_time='5m'")
+        raise ConfigError(
+            "give max_iterations or max_time (or both): a leak check needs a budget, e.g. max_time='5m'"
+        )
     if max_it is not None and min_it > max_it:
-        raise ConfigError(f"min_iterations={min_it} is above max_iterations={max_it}: lower it or raise max_iterations")
+        raise ConfigError(
+            f"min_iterations={min_it} is above max_iterations={max_it}: lower it or raise max_iterations"
+        )
     if not isinstance(metric, str) or metric.lower() not in METRICS:
-        raise ConfigError(f"metric={metric!r} is unknown: use one of {', '.join(METRICS)}", value=repr(metric))
+        raise ConfigError(
+            f"metric={metric!r} is unknown: use one of {', '.join(METRICS)}", value=repr(metric)
+        )
     tol = None if tolerance in (None, "auto") else float(parse_size(tolerance, name="tolerance"))
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 0.5:
         raise ConfigError(f"alpha={alpha!r} must be between 0 and 0.5, e.g. 0.01", value=repr(alpha))
     cpm = _positive_int("calls_per_measurement", calls_per_measurement, allow_none=True)
     max_meas = _positive_int("max_measurements", max_measurements, minimum=12)
+    if max_growth is None:
+        import psutil
+
+        # a fast leaking step would otherwise take the machine down before the time budget ends
+        growth_cap = int(min(4 * 1024**3, 0.25 * psutil.virtual_memory().available))
+    else:
+        growth_cap = parse_size(max_growth, name="max_growth")
+        if not growth_cap:
+            raise ConfigError(
+                f"max_growth={max_growth!r} must be positive, e.g. '2GB'", value=repr(max_growth)
+            )
     return LeakCheckConfig(
         max_iterations=max_it,
         min_iterations=min_it,
@@ -122,6 +145,7 @@ def make_config(
         calls_per_measurement=cpm,
         max_measurements=max_meas,
         min_measurements=10,
+        max_growth_bytes=int(growth_cap),
     )
 
 
@@ -263,7 +287,13 @@ def run_loop(
     isolated: bool = False,
 ) -> LeakReport:
     """Run the leak check in this process. See :func:`trainguard.leakcheck`."""
-    from trainguard.leaks.attribution import CensusPoint, TracemallocProbe, framework_hints, growth_by_kind, take_census
+    from trainguard.leaks.attribution import (
+        CensusPoint,
+        TracemallocProbe,
+        framework_hints,
+        growth_by_kind,
+        take_census,
+    )
 
     setup_value = setup() if setup is not None else None
     pass_value = call_plan(step, setup_value, setup is not None)
@@ -281,7 +311,7 @@ def run_loop(
     start = time.perf_counter()
     measure_cost = 0.0
     k = config.calls_per_measurement or 1
-    calibrated = config.calls_per_measurement is not None
+    calibrated = False
     schedule: tuple[int, ...] = ()
     alpha_look = config.alpha
     tolerance = config.tolerance_bytes_per_iter
@@ -340,7 +370,9 @@ def run_loop(
         step_time = float(np.median(step_times[-50:])) if step_times else block_time
         if not calibrated and n >= 3:
             # batch calls so that reading costs about _OVERHEAD_TARGET of the time in the step
-            want = math.ceil(measure_cost / max(_OVERHEAD_TARGET * step_time, 1e-9))
+            want = config.calls_per_measurement or math.ceil(
+                measure_cost / max(_OVERHEAD_TARGET * step_time, 1e-9)
+            )
             cap = _MAX_CALLS_PER_MEASUREMENT
             if config.max_iterations is not None:
                 cap = max(1, min(cap, (config.max_iterations - iterations) // 40))
@@ -348,7 +380,12 @@ def run_loop(
                 # the statistics need readings: accept more overhead rather than fewer than ~40
                 calls_left = (config.max_time_s - (time.perf_counter() - start)) / max(step_time, 1e-9)
                 cap = max(1, min(cap, int(calls_left // 40)))
-            k = int(min(max(1, want), cap))
+            if config.max_growth_bytes:
+                grown = max(series[-1]["bytes"] - series[1]["bytes"], 0)
+                per_call = grown / max(iterations - int(series[1]["iteration"]), 1)
+                if per_call > 0:
+                    cap = max(1, min(cap, int(config.max_growth_bytes / 60 / per_call)))
+            k = int(min(max(1, want), cap)) if config.calls_per_measurement is None else want
             calibrated = True
             if tolerance is None:
                 tolerance = _auto_tolerance(step_time)
@@ -382,17 +419,25 @@ def run_loop(
         next_block = k * step_time + measure_cost
         out_of_time = config.max_time_s is not None and elapsed + next_block > config.max_time_s
         out_of_readings = n >= config.max_measurements
-        final = out_of_iterations or out_of_time or out_of_readings
+        out_of_memory = bool(config.max_growth_bytes) and series[-1]["bytes"] - series[0]["bytes"] > (
+            config.max_growth_bytes or 0
+        )
+        final = out_of_iterations or out_of_time or out_of_readings or out_of_memory
         looks_now = n in schedule_set or final
         if progress is not None and (time.perf_counter() - last_progress > 0.5 or looks_now):
             last_progress = time.perf_counter()
             ys = [r["bytes"] for r in series]
             xs = [r["iteration"] for r in series]
-            progress({
-                "iteration": iterations, "measurements": n, "bytes": ys[-1], "elapsed_s": elapsed,
-                "slope_bytes_per_iter": stats.theil_sen(ys[-60:], xs[-60:]) if n >= 3 else None,
-                "calls_per_measurement": k,
-            })
+            progress(
+                {
+                    "iteration": iterations,
+                    "measurements": n,
+                    "bytes": ys[-1],
+                    "elapsed_s": elapsed,
+                    "slope_bytes_per_iter": stats.theil_sen(ys[-60:], xs[-60:]) if n >= 3 else None,
+                    "calls_per_measurement": k,
+                }
+            )
         if looks_now and calibrated:
             early_ok = iterations >= config.min_iterations
             decision = _decide(series, "bytes", alpha_look, tolerance, final or False, early_ok)
@@ -485,31 +530,47 @@ def run_loop(
         retention=retention,
         error=error,
         isolated=isolated,
-        extra={"alpha": config.alpha, "alpha_per_look": alpha_look, "looks": len(schedule) + 1,
-               "python": sys.version.split()[0]},
+        extra={
+            "alpha": config.alpha,
+            "alpha_per_look": alpha_look,
+            "looks": len(schedule) + 1,
+            "python": sys.version.split()[0],
+        },
     )
 
 
-def _decide(series: list[dict[str, Any]], key: str, alpha: float, tolerance: float, final: bool,
-            early_ok: bool) -> stats.Decision:
+def _decide(
+    series: list[dict[str, Any]], key: str, alpha: float, tolerance: float, final: bool, early_ok: bool
+) -> stats.Decision:
     pairs = [(r["iteration"], r[key]) for r in series if r.get(key) is not None]
     xs = [p[0] for p in pairs]
     ys = [p[1] for p in pairs]
     d = stats.decide(ys, xs, alpha=alpha, tolerance=tolerance, final=final)
     if not early_ok and not final and d.verdict is not None:
-        return stats.Decision(None, "below min_iterations", d.warmup_index, d.slope, d.recent_slope,
-                              d.step_indices, d.noise_bytes, d.alpha)
+        return stats.Decision(
+            None,
+            "below min_iterations",
+            d.warmup_index,
+            d.slope,
+            d.recent_slope,
+            d.step_indices,
+            d.noise_bytes,
+            d.alpha,
+        )
     return d
 
 
-def _retention(series: list[dict[str, Any]], warm: int, alpha: float, tolerance: float,
-               decision: stats.Decision) -> dict[str, Any] | None:
+def _retention(
+    series: list[dict[str, Any]], warm: int, alpha: float, tolerance: float, decision: stats.Decision
+) -> dict[str, Any] | None:
     rows = [r for r in series[warm:] if r.get("untrimmed_bytes") is not None]
     if len(rows) < 4:
         return None
     held = np.array([r["untrimmed_bytes"] - r["bytes"] for r in rows], dtype=float)
     xs = [r["iteration"] for r in rows]
-    untrimmed = stats.decide([r["untrimmed_bytes"] for r in rows], xs, alpha=alpha, tolerance=tolerance, final=True)
+    untrimmed = stats.decide(
+        [r["untrimmed_bytes"] for r in rows], xs, alpha=alpha, tolerance=tolerance, final=True
+    )
     note = ""
     if untrimmed.verdict is Verdict.LEAK and decision.verdict is not Verdict.LEAK:
         note = (

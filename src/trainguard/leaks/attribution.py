@@ -113,8 +113,12 @@ def _slopes(points: list[CensusPoint], attr: str) -> dict[str, tuple[float, floa
 
 
 def growth_by_kind(
-    points: list[CensusPoint], *, from_iteration: int = 0, min_count_per_iter: float = 0.2,
-    min_bytes_per_iter: float = 1024.0, limit: int = 12,
+    points: list[CensusPoint],
+    *,
+    from_iteration: int = 0,
+    min_count_per_iter: float = 0.2,
+    min_bytes_per_iter: float = 1024.0,
+    limit: int = 12,
 ) -> tuple[KindGrowth, ...]:
     """Kinds whose count or bytes grow per iteration over the census points at or after ``from_iteration``.
 
@@ -156,8 +160,13 @@ def framework_hints(growth: tuple[KindGrowth, ...], modules: set[str] | None = N
             f"tf.function retraces ({traces.count_per_iter:+.1f} traces/iter): it is called with new Python "
             "values or shapes each time; pass tensors, fix input_signature, or use reduce_retracing=True"
         )
-    tf_graph = [g for k, g in kinds.items() if k.startswith("tensorflow.") and k.split(".", 1)[1]
-                in ("Operation", "SymbolicTensor", "FuncGraph", "ConcreteFunction", "Graph", "AtomicFunction")]
+    tf_graph = [
+        g
+        for k, g in kinds.items()
+        if k.startswith("tensorflow.")
+        and k.split(".", 1)[1]
+        in ("Operation", "SymbolicTensor", "FuncGraph", "ConcreteFunction", "Graph", "AtomicFunction")
+    ]
     if tf_graph:
         names = ", ".join(f"{g.kind.split('.', 1)[1]} {g.count_per_iter:+,.0f}/iter" for g in tf_graph)
         text = f"TensorFlow graph objects accumulate ({names})"
@@ -204,7 +213,9 @@ class TracemallocProbe:
         self._first = tracemalloc.take_snapshot()
         self._first_iteration = iteration
 
-    def growth(self, iteration: int, *, limit: int = 8, min_bytes_per_iter: float = 256.0) -> tuple[KindGrowth, ...]:
+    def growth(
+        self, iteration: int, *, limit: int = 8, min_bytes_per_iter: float = 256.0
+    ) -> tuple[KindGrowth, ...]:
         """Sites that grew since :meth:`mark`, per iteration."""
         if self._first is None or iteration <= self._first_iteration:
             return ()
@@ -218,8 +229,14 @@ class TracemallocProbe:
             if per_iter < min_bytes_per_iter:
                 continue
             frame = s.traceback[0]
-            out.append(KindGrowth(f"python {frame.filename}:{frame.lineno}", round(s.count_diff / span, 2),
-                                  round(per_iter, 1), detail="tracemalloc"))
+            out.append(
+                KindGrowth(
+                    f"python {frame.filename}:{frame.lineno}",
+                    round(s.count_diff / span, 2),
+                    round(per_iter, 1),
+                    detail="tracemalloc",
+                )
+            )
             if len(out) >= limit:
                 break
         return tuple(out)

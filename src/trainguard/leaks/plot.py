@@ -48,22 +48,35 @@ def plot_report(report: Any, path: str) -> str:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     try:
         ax.plot(xs, ys, "o-", ms=3, lw=1, label=f"{report.metric} after gc + trim")
-        untrimmed = [(r["iteration"], r["untrimmed_bytes"] / mib) for r in report.series if r.get("untrimmed_bytes")]
+        untrimmed = [
+            (r["iteration"], r["untrimmed_bytes"] / mib) for r in report.series if r.get("untrimmed_bytes")
+        ]
         if untrimmed:
-            ax.plot(*zip(*untrimmed), ".", ms=3, alpha=0.4, color="grey", label=f"{report.metric} before malloc_trim")
+            ax.plot(
+                *zip(*untrimmed, strict=False),
+                ".",
+                ms=3,
+                alpha=0.4,
+                color="grey",
+                label=f"{report.metric} before malloc_trim",
+            )
         if report.warmup_iterations:
             ax.axvline(report.warmup_iterations, color="orange", ls="--", label="end of warm-up")
         if report.slope_bytes_per_iter is not None and xs:
             import numpy as np
 
-            kept = [(x, y) for x, y in zip(xs, ys) if x >= report.warmup_iterations]
+            kept = [(x, y) for x, y in zip(xs, ys, strict=False) if x >= report.warmup_iterations]
             if kept:
                 kx = np.array([k[0] for k in kept], dtype=float)
                 ky = np.array([k[1] for k in kept], dtype=float)
                 slope = report.slope_bytes_per_iter / mib
                 intercept = float(np.median(ky - slope * kx))
-                ax.plot(kx, intercept + slope * kx, color="red",
-                        label=f"slope {report.slope_bytes_per_iter / 1024:+,.1f} KiB/iter")
+                ax.plot(
+                    kx,
+                    intercept + slope * kx,
+                    color="red",
+                    label=f"slope {report.slope_bytes_per_iter / 1024:+,.1f} KiB/iter",
+                )
         ax.set_xlabel("iteration")
         ax.set_ylabel("MiB")
         ax.set_title(f"leakcheck: {report.verdict.value}")

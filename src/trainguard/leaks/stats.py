@@ -278,12 +278,23 @@ def robust_slope(
     se = 1.05 * scale * math.sqrt(inflation / sxx)
     df = n - 2
     if se == 0:
-        return SlopeEstimate(slope, slope, slope, n, 0.0 if slope == 0 else math.copysign(math.inf, slope),
-                             0.5 if slope == 0 else float(slope < 0), confidence, rho, inflation)
+        return SlopeEstimate(
+            slope,
+            slope,
+            slope,
+            n,
+            0.0 if slope == 0 else math.copysign(math.inf, slope),
+            0.5 if slope == 0 else float(slope < 0),
+            confidence,
+            rho,
+            inflation,
+        )
     t = slope / se
     p_increase = float(_sps.t.sf(t, df))
     q = float(_sps.t.ppf(0.5 + confidence / 2, df))
-    return SlopeEstimate(slope, slope - q * se, slope + q * se, n, float(t), p_increase, confidence, rho, inflation)
+    return SlopeEstimate(
+        slope, slope - q * se, slope + q * se, n, float(t), p_increase, confidence, rho, inflation
+    )
 
 
 def detect_warmup(y: ArrayLike, x: ArrayLike | None = None, *, max_fraction: float = 0.5) -> int:
@@ -572,8 +583,9 @@ def decide(
 
     # a few MB of first-iteration caches is ordinary; a plateau is growth worth mentioning
     min_growth = 4.0 * 1024 * 1024 if unit == "B" else 0.0
-    plateau = plateau_test(ya, xa, warmup_index=warm, tolerance=tolerance, confidence=confidence,
-                           min_growth=min_growth)
+    plateau = plateau_test(
+        ya, xa, warmup_index=warm, tolerance=tolerance, confidence=confidence, min_growth=min_growth
+    )
     if plateau.is_plateau and (final or m >= min_points):
         return out(
             Verdict.PLATEAU,

@@ -1,0 +1,113 @@
+"""Real leaks and real non-leaks: Keras on TF and torch backends, PyTorch loops (CPU), in fresh processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+KERAS = textwrap.dedent(
+    """
+    from trainguard.workloads import keras_fit
+
+    def step():
+        keras_fit({"units": 256, "rows": 1000, "features": 20})
+    """
+)
+
+TORCH = textwrap.dedent(
+    """
+    import torch
+    torch.set_num_threads(1)
+    MODEL = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    OPT = torch.optim.SGD(MODEL.parameters(), lr=1e-3)
+    X = torch.randn(256, 64)
+    Y = torch.randn(256, 1)
+    HISTORY = []
+
+    def train():
+        OPT.zero_grad()
+        loss = torch.nn.functional.mse_loss(MODEL(X), Y)
+        loss.backward()
+        OPT.step()
+        return loss
+
+    def keep_tensor():
+        HISTORY.append(train())        # keeps each loss with its autograd graph
+
+    def keep_item():
+        HISTORY.append(train().item())  # a float: nothing leaks
+    """
+)
+
+
+def leakcheck(tmp_path: Path, source: str, target: str, *args: str, backend: str | None = None) -> dict:
+    path = tmp_path / "work.py"
+    path.write_text(source)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+    if backend:
+        env["KERAS_BACKEND"] = backend
+    res = subprocess.run(
+        [sys.executable, "-m", "trainguard", "leakcheck", f"{path}:{target}", "--json", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert res.returncode in (0, 1, 3), res.stderr[-3000:]
+    return json.loads(res.stdout)
+
+
+@pytest.mark.slow
+def test_keras_on_tensorflow_leaks_and_names_graph_objects(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("keras")
+    data = leakcheck(
+        tmp_path,
+        KERAS,
+        "step",
+        "--min-iterations",
+        "30",
+        "--max-iterations",
+        "31",
+        "--max-time",
+        "4m",
+        backend="tensorflow",
+    )
+    assert data["verdict"] == "leak", data["reason"]
+    assert data["iterations"] >= 30
+    slope, lsq = data["slope_bytes_per_iter"], data["least_squares_bytes_per_iter"]
+    assert slope > 1e6 and abs(slope - lsq) <= 0.25 * lsq
+    kinds = {g["kind"] for g in data["growth_by_kind"]}
+    assert {"tensorflow.Operation", "tensorflow.SymbolicTensor"} & kinds, kinds
+    assert any("graph objects" in h for h in data["hints"])
+
+
+@pytest.mark.slow
+def test_keras_on_torch_is_not_a_leak(tmp_path: Path) -> None:
+    pytest.importorskip("keras")
+    data = leakcheck(tmp_path, KERAS, "step", "--max-iterations", "40", "--max-time", "3m", backend="torch")
+    assert data["verdict"] != "leak", data["reason"]
+
+
+@pytest.mark.slow
+def test_torch_loss_tensors_kept_with_their_graph_leak(tmp_path: Path) -> None:
+    data = leakcheck(tmp_path, TORCH, "keep_tensor", "--max-time", "40s")
+    assert data["verdict"] == "leak", data["reason"]
+    kinds = {g["kind"]: g for g in data["growth_by_kind"]}
+    assert kinds["torch.Tensor with grad_fn"]["count_per_iter"] >= 1
+    assert any(k.startswith("torch.") for k in kinds)
+    assert any("autograd graph" in h for h in data["hints"])
+
+
+@pytest.mark.slow
+def test_torch_loss_item_is_no_leak(tmp_path: Path) -> None:
+    data = leakcheck(tmp_path, TORCH, "keep_item", "--max-time", "40s")
+    assert data["verdict"] == "no_leak", data["reason"]
