@@ -275,6 +275,62 @@ def test_a_workers_children_do_not_outlive_it(tmp_path, crash):
     )
 
 
+# -- file descriptors shared by the loop and the sampler thread -------------------------------------
+
+
+def test_closing_a_pipe_pair_never_closes_a_reused_fd_number():
+    from trainguard.runner._protocol import PipePair
+
+    pipes = PipePair()
+    child_fds = {pipes.child_read_fd, pipes.child_write_fd}
+    pipes.close_child_ends()  # as right after the worker is spawned
+    # the kernel hands out the lowest free numbers: take fds until the child's old numbers are reused,
+    # as another worker's pipe or the sampler's /proc reads would be
+    held: list[int] = []
+    while not child_fds <= set(held) and len(held) < 1000:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+    try:
+        assert child_fds <= set(held)
+        pipes.close()
+        for fd in held:
+            os.fstat(fd)  # EBADF if close() closed a number it no longer owned
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def test_many_short_recycled_workers_sampled_fast_share_fds_safely(tmp_path, caplog):
+    # every trial starts and ends a worker (pipes and /proc fds opened and closed) while the sampler
+    # thread reads every millisecond: a double close used to hit the other thread's fds within ~30 trials
+    caplog.set_level("WARNING", logger="trainguard")
+    policy = Policy(max_trials_per_worker=1, peak_ratio=None)
+    with Runner(workers=3, policy=policy, store=tmp_path / "r.db", sample_interval="1ms") as runner:
+        results = runner.map(ref("echo"), [{"x": i} for i in range(30)], name="churn")
+    assert [r.status for r in results] == ["ok"] * 30
+    assert len({r.value["pid"] for r in results}) == 30
+    assert not [r for r in caplog.records if r.levelno >= 30], [r.getMessage() for r in caplog.records]
+
+
+def test_a_failing_memory_reading_is_logged_and_skipped_not_fatal(tmp_path, caplog, monkeypatch):
+    from trainguard.runner import _treesampler
+
+    real_read = _treesampler.TreeSampler.read
+    calls = {"n": 0}
+
+    def flaky_read(self, **kwargs):
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:  # the loop's end-of-trial readings and the sampler thread's both fail
+            raise OSError(9, "Bad file descriptor")
+        return real_read(self, **kwargs)
+
+    monkeypatch.setattr(_treesampler.TreeSampler, "read", flaky_read)
+    caplog.set_level("ERROR", logger="trainguard")
+    with Runner(workers=2, store=tmp_path / "r.db", sample_interval="5ms") as runner:
+        results = runner.map(ref("echo"), [{"x": i, "sleep_s": 0.02} for i in range(8)], name="flaky-reads")
+    assert [r.status for r in results] == ["ok"] * 8
+    assert any("reading skipped" in r.getMessage() for r in caplog.records)
+
+
 # -- resume ----------------------------------------------------------------------------------------
 
 

@@ -50,8 +50,17 @@ class PipePair:
         self.child_write_fd = up_w
 
     def close_child_ends(self) -> None:
-        """Close the child's fds in the supervisor once the child holds them, so EOF means death."""
-        for fd in (self.child_read_fd, self.child_write_fd):
+        """Close the child's fds in the supervisor once the child holds them, so EOF means death.
+
+        Idempotent: a closed fd is forgotten (-1). Closing a number twice would close whatever file
+        another thread opened under that number since (another worker's pipe, a sampler's statm,
+        a psutil read), which shows up as EBADF or wrong contents far from here.
+        """
+        fds = (self.child_read_fd, self.child_write_fd)
+        self.child_read_fd = self.child_write_fd = -1
+        for fd in fds:
+            if fd < 0:
+                continue
             try:
                 os.close(fd)
             except OSError:

@@ -523,7 +523,7 @@ class Session:
         run = worker.trial
         if run is None or run.index != msg["index"]:
             return
-        reading = worker.sampler.read(rediscover=True)
+        reading = self._read_tree(worker, rediscover=True)
         own_rss = int(msg.get("rss_bytes") or 0)
         rss_after = reading[0] if reading else own_rss
         children = max(0, rss_after - own_rss)
@@ -746,7 +746,7 @@ class Session:
             workers = [w for w in self._workers if w.state not in ("dead",)]
         now_wall = time.time()
         for worker in workers:
-            reading = worker.sampler.read(uss=self.config.uss)
+            reading = self._read_tree(worker, uss=self.config.uss)
             if reading is None:
                 continue
             rss, uss = reading
@@ -773,6 +773,17 @@ class Session:
                     worker.kill = decision
                 kill_tree(worker.proc.pid)
                 logger.info("worker %d: %s", worker.worker_id, decision.message)
+
+    def _read_tree(
+        self, worker: _Worker, *, uss: bool = False, rediscover: bool = False
+    ) -> tuple[int, int | None] | None:
+        """One reading of a worker's tree, or None; a failed reading is logged and skipped, since
+        losing a sample is harmless and a sampler fault must never end the run or its other workers."""
+        try:
+            return worker.sampler.read(uss=uss, rediscover=rediscover)
+        except Exception:  # noqa: BLE001 - see above
+            logger.exception("reading the memory of worker %d failed; reading skipped", worker.worker_id)
+            return None
 
     def _flush_samples(self, force: bool = False) -> None:
         now = time.monotonic()

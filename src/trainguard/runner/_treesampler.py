@@ -9,6 +9,7 @@ through file descriptors kept open (one ``pread`` per process per sample). USS (
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -16,6 +17,8 @@ import time
 import psutil
 
 __all__ = ["TreeSampler", "kill_tree"]
+
+logger = logging.getLogger(__name__)
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _HAVE_PROC = os.path.exists("/proc/self/statm")
@@ -51,6 +54,9 @@ def _uss_bytes(pid: int) -> int | None:
 class TreeSampler:
     """Reads RSS (and optionally USS) of ``root_pid`` and its descendants.
 
+    Safe to share between threads: its statm fds are opened, read and closed only by this object,
+    under its lock, and ``close`` makes later reads return None.
+
     Args:
         root_pid: the worker's pid.
         rediscover_s: how often the set of descendants is re-read.
@@ -73,7 +79,7 @@ class TreeSampler:
         current = set(pids)
         for pid in list(self._fds):
             if pid not in current:
-                os.close(self._fds.pop(pid))
+                self._forget(pid)
         for pid in pids:
             if pid not in self._fds:
                 try:
@@ -81,6 +87,13 @@ class TreeSampler:
                 except OSError:
                     continue
         self._last_discovery = time.monotonic()
+
+    def _forget(self, pid: int) -> None:
+        fd = self._fds.pop(pid)
+        try:
+            os.close(fd)
+        except OSError as err:  # only ever ours: EBADF here means someone else closed our fd
+            logger.warning("closing the statm fd %d of pid %d failed: %s", fd, pid, err)
 
     def pids(self) -> tuple[int, ...]:
         with self._lock:
@@ -104,8 +117,9 @@ class TreeSampler:
                     if pid == self.root_pid:
                         root_alive = True
                 except (OSError, ValueError, IndexError):
-                    # the process ended (ESRCH on a stale fd): drop it, it holds no memory now
-                    os.close(self._fds.pop(pid))
+                    # the process ended (ESRCH on a stale fd): drop it, it holds no memory now.
+                    # This sampler alone opened and closes these fds, always under its lock.
+                    self._forget(pid)
             if not root_alive:
                 return None
             uss_total: int | None = None
