@@ -54,6 +54,18 @@ def fault(params):
     raise ValueError(f"unknown kind {kind}")
 
 
+def exit_unreaped(params):
+    """Exit while a detached grandchild keeps the worker's pipe open for ``linger_s``: the supervisor
+    sees no EOF yet, so the dead worker stays an unreaped zombie that long while it is sampled."""
+    first = os.fork()
+    if first == 0:
+        if os.fork() == 0:  # the grandchild, re-parented away from the worker's tree at once
+            time.sleep(params.get("linger_s", 0.3))
+        os._exit(0)
+    os.waitpid(first, 0)
+    os._exit(3)
+
+
 def flaky(params):
     """Crashes (segfault) on the first attempt, succeeds on the next: a marker file remembers."""
     marker = Path(params["marker"])

@@ -331,6 +331,21 @@ def test_a_failing_memory_reading_is_logged_and_skipped_not_fatal(tmp_path, capl
     assert any("reading skipped" in r.getMessage() for r in caplog.records)
 
 
+def test_no_memory_reading_is_stored_for_a_worker_that_is_not_running(tmp_path):
+    # the worker exits but stays unreaped for 0.3 s (its pipe held open elsewhere) while sampled every
+    # 2 ms: its /proc statm reads all zeros then, which used to be stored as RSS 0 readings
+    params = [{"kind": "ok"}, {"linger_s": 0.3}, {"kind": "ok"}]
+    fns = [ref("fault"), ref("exit_unreaped"), ref("fault")]
+    with Runner(store=tmp_path / "r.db", sample_interval="2ms") as runner:
+        results = [
+            runner.map(fn, [p], name=f"t{i}")[0] for i, (fn, p) in enumerate(zip(fns, params, strict=True))
+        ]
+        samples = runner.store.samples(runner.store.get_run("t1").run_id)
+    assert [r.status for r in results] == ["ok", "failed", "ok"]
+    assert results[1].error["status"] == "crashed"
+    assert samples and [s for s in samples if s.rss_bytes == 0] == []
+
+
 # -- resume ----------------------------------------------------------------------------------------
 
 

@@ -100,7 +100,8 @@ class TreeSampler:
             return tuple(self._fds) if self._fds else (self.root_pid,)
 
     def read(self, *, uss: bool = False, rediscover: bool = False) -> tuple[int, int | None] | None:
-        """Return ``(rss_bytes, uss_bytes or None)`` of the tree, or None when the root is gone."""
+        """Return ``(rss_bytes, uss_bytes or None)`` of the tree, or None when the root is not running
+        (gone, or exited and not yet reaped)."""
         if not _HAVE_PROC:
             return self._read_psutil(uss)
         with self._lock:
@@ -112,9 +113,12 @@ class TreeSampler:
             root_alive = False
             for pid, fd in list(self._fds.items()):
                 try:
-                    data = os.pread(fd, 128, 0)
-                    rss += int(data.split()[1]) * _PAGE
-                    if pid == self.root_pid:
+                    fields = os.pread(fd, 128, 0).split()
+                    size, resident = int(fields[0]), int(fields[1])
+                    rss += resident * _PAGE
+                    # a process without an address space (size 0: a zombie, exited but not yet
+                    # reaped) is not running: its zeros are no reading of the worker
+                    if pid == self.root_pid and size > 0:
                         root_alive = True
                 except (OSError, ValueError, IndexError):
                     # the process ended (ESRCH on a stale fd): drop it, it holds no memory now.
