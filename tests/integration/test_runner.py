@@ -190,6 +190,49 @@ def test_predictive_recycling_acts_before_the_memory_limit(tmp_path):
     assert recycled[0].detail["growth_per_trial_bytes"] == pytest.approx(30 * 2**20, rel=0.2)
 
 
+def test_recycles_kills_and_retries_are_events_that_show_lists(tmp_path, capsys):
+    from trainguard.cli import main
+
+    db = tmp_path / "r.db"
+    policy = Policy(
+        max_trials_per_worker=2, memory_limit="250MB", retries=1, retry_on=("memory",), peak_ratio=None
+    )
+    params = [{"kind": "ok"}, {"kind": "ok"}, {"kind": "alloc"}, {"kind": "ok"}]
+    with Runner(policy=policy, store=db) as runner:
+        results = runner.map(ref("fault"), params, name="eventful")
+        events = runner.store.events(runner.store.get_run("eventful").run_id)
+    assert [r.status for r in results] == ["ok", "ok", "failed", "ok"]
+    assert results[2].attempts == 2
+    by_kind: dict[str, list] = {}
+    for e in events:
+        by_kind.setdefault(e.kind, []).append(e)
+    (recycle,) = by_kind["recycle"]
+    assert recycle.worker_id == 0 and recycle.data["rule"] == "max_trials" and recycle.data["trials"] == 2
+    assert (
+        "worker 0 recycled after 2 trials" in recycle.message and "max_trials_per_worker=2" in recycle.message
+    )
+    kills = by_kind["kill"]
+    assert [(k.worker_id, k.index) for k in kills] == [(1, 2), (2, 2)]  # the first try and its retry
+    assert all(k.data["status"] == "killed_memory" and k.data["value"] > k.data["limit"] for k in kills)
+    assert kills[0].message.startswith("worker 1 (trial 2 attempt 1) killed at memory_limit: tree RSS")
+    (retry,) = by_kind["retry"]
+    assert retry.index == 2 and retry.worker_id == 1 and retry.data["status"] == "killed_memory"
+    assert "ended with killed_memory (killed at memory_limit" in retry.message
+    assert "retrying as attempt 2" in retry.message
+
+    assert main(["show", "eventful", "--store", str(db), "--events", "20"]) == 0
+    out = capsys.readouterr().out
+    recent = out[out.index("recent events") :]
+    for needle in (
+        "recycle",
+        "worker 0 recycled after 2 trials",
+        "kill",
+        "worker 1 (trial 2 attempt 1) killed at memory_limit",
+    ):
+        assert needle in recent, needle
+    assert "trial 2 attempt 1 on worker 1 ended with killed_memory" in recent
+
+
 # -- worker environment ----------------------------------------------------------------------------
 
 

@@ -482,6 +482,13 @@ class Session:
                 and now - worker.started_mono > self.config.start_timeout_s
             ):
                 kill_tree(worker.proc.pid)
+                self._event(
+                    "kill",
+                    f"worker {worker.worker_id} killed: not ready after {self.config.start_timeout_s:g} s "
+                    f"({worker.state})",
+                    data={"start_timeout_s": self.config.start_timeout_s, "state": worker.state},
+                    worker=worker,
+                )
                 raise WorkerCrashedError(
                     f"worker {worker.worker_id} was not ready after {self.config.start_timeout_s:g} s "
                     "(preload or fn import too slow or stuck): raise start_timeout or check the import",
@@ -580,15 +587,16 @@ class Session:
             )
         if status != "ok" and should_retry(self.policy, status, run.session_attempts):
             logger.info("trial %d attempt %d: %s; retrying", run.index, run.attempt, status)
-            if self.run_id is not None:
-                self.store.add_event(
-                    self.run_id,
-                    "retry",
-                    f"trial {run.index} attempt {run.attempt} ended with {status}; retrying",
-                    data={"status": status},
-                    worker_id=worker_id,
-                    index=run.index,
-                )
+            cause = str((error or {}).get("message") or status)
+            where = f" on worker {worker_id}" if worker_id is not None else ""
+            self._event(
+                "retry",
+                f"trial {run.index} attempt {run.attempt}{where} ended with {status} ({cause}); "
+                f"retrying as attempt {run.attempt + 1}",
+                data={"status": status, "message": cause, "attempt": run.attempt},
+                worker=worker,
+                index=run.index,
+            )
             self._queue.appendleft(_Running(run.index, run.params, run.attempt + 1, run.session_attempts + 1))
             return
         final = "ok" if status == "ok" else "failed"
@@ -632,6 +640,13 @@ class Session:
             {"rule": decision.rule, "why": decision.message, "trials": worker.trials_done, **decision.values},
         )
         logger.info("worker %d recycled: %s", worker.worker_id, decision.message)
+        self._event(
+            "recycle",
+            f"worker {worker.worker_id} recycled after {worker.trials_done} "
+            f"trial{'s' if worker.trials_done != 1 else ''}: {decision.message}",
+            data={"rule": decision.rule, "trials": worker.trials_done, **decision.values},
+            worker=worker,
+        )
         # wait for it to be gone before a replacement starts: its memory must be free first
         self._reap(worker, grace_s=10.0)
 
@@ -642,6 +657,16 @@ class Session:
         except subprocess.TimeoutExpired:
             kill_tree(worker.proc.pid)
             rc = worker.proc.wait()
+            try:
+                self._event(
+                    "kill",
+                    f"worker {worker.worker_id} killed: still running {grace_s:g} s after it was told to "
+                    "exit",
+                    data={"grace_s": grace_s, "state": worker.state},
+                    worker=worker,
+                )
+            except Exception:  # noqa: BLE001 - reaping must finish even if the store cannot be written
+                logger.exception("could not record the kill of worker %d", worker.worker_id)
         # a worker's own children (data loaders, shells) must not outlive it; its process group
         # holds even those re-parented after a crash (the kernel keeps a pgid from being reused)
         try:
@@ -658,6 +683,27 @@ class Session:
         worker.sampler.close()
         worker.pipes.close()
         return rc
+
+    def _event(
+        self,
+        kind: str,
+        message: str,
+        *,
+        data: dict[str, Any] | None = None,
+        worker: _Worker | None = None,
+        index: int | None = None,
+    ) -> None:
+        """Record an event for ``trainguard show`` (loop thread only: the store has one writer)."""
+        if self.run_id is None:
+            return
+        self.store.add_event(
+            self.run_id,
+            kind,
+            message,
+            data=data,
+            worker_id=worker.worker_id if worker is not None else None,
+            index=index,
+        )
 
     def _end_worker(self, worker: _Worker, reason: str, detail: dict[str, Any]) -> None:
         if worker.ended:
@@ -680,6 +726,15 @@ class Session:
         with self._lock:
             run, kill = worker.trial, worker.kill
             worker.trial = None
+        if kill is not None:  # the sampler thread killed it; the loop records it (one store writer)
+            during = f" (trial {run.index} attempt {run.attempt})" if run is not None else ""
+            self._event(
+                "kill",
+                f"worker {worker.worker_id}{during} {kill.message}",
+                data={"status": kill.status, "limit": kill.limit, "value": kill.value},
+                worker=worker,
+                index=run.index if run is not None else None,
+            )
         cause = classify_end(
             rc,
             in_trial=run is not None,
@@ -810,6 +865,17 @@ class Session:
             interrupted = worker.state == "busy"
             if interrupted:
                 kill_tree(worker.proc.pid)
+                try:
+                    index = worker.trial.index if worker.trial is not None else None
+                    self._event(
+                        "kill",
+                        f"worker {worker.worker_id} killed in trial {index}: the run was {status}",
+                        data={"run_status": status},
+                        worker=worker,
+                        index=index,
+                    )
+                except Exception:  # noqa: BLE001 - shutting down must reach every worker
+                    logger.exception("could not record the kill of worker %d", worker.worker_id)
             elif worker.state != "exiting":
                 try:
                     worker.pipes.to_worker.send({"op": "exit"})
