@@ -115,6 +115,7 @@ def test_leak_gives_exit_1_and_one_json_object(targets: Path) -> None:
     assert "must not run" not in res.stderr
 
 
+@pytest.mark.slow
 def test_flat_gives_exit_0_and_a_table(targets: Path, tmp_path: Path) -> None:
     plot = tmp_path / "flat.png"
     res = cli(f"{targets}:flat", "--max-time", "10s", "--plot", str(plot))

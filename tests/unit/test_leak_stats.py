@@ -204,4 +204,4 @@ def test_bad_input_is_a_config_error(call):
 def test_look_schedule_and_alpha():
     looks = S.look_schedule(12, 200)
     assert looks[0] == 12 and looks[-1] == 200 and list(looks) == sorted(set(looks))
-    assert S.alpha_per_look(0.01, 10) == pytest.approx(0.001)
+    assert S.alpha_per_look(0.01, 10) == pytest.approx(0.0005)

@@ -42,7 +42,7 @@ def leakcheck(
     ``setup()`` runs once first; when it returns something other than None and ``step`` takes one
     positional argument, ``step(value)`` is called, otherwise ``step()``. Memory is read after
     every ``calls_per_measurement`` calls (batched automatically for fast steps so that reading
-    costs about 3 % of the step's time), after ``gc.collect()`` and, on glibc, ``malloc_trim(0)``.
+    costs about 2.5 % of the step's time), after ``gc.collect()`` and, on glibc, ``malloc_trim(0)``.
     The check stops as soon as the sequential test is confident, or when the budget is spent.
 
     Args:

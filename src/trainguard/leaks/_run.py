@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 METRICS = ("rss", "uss", "pss")
 #: Reading overhead aimed at, as a share of the time spent in the step itself.
-_OVERHEAD_TARGET = 0.04
+_OVERHEAD_TARGET = 0.025
 _MAX_CALLS_PER_MEASUREMENT = 100_000
 
 
@@ -287,6 +287,29 @@ def run_loop(
     isolated: bool = False,
 ) -> LeakReport:
     """Run the leak check in this process. See :func:`trainguard.leakcheck`."""
+
+    setup_value = setup() if setup is not None else None
+    pass_value = call_plan(step, setup_value, setup is not None)
+    call = (lambda: step(setup_value)) if pass_value else step
+
+    # Objects alive before the first call cannot be what grows; moving them to the permanent
+    # generation makes every later gc.collect() walk only what the iterations created (19 ms ->
+    # well under 1 ms in a process with numpy and scipy loaded), which is most of a reading's cost.
+    gc.collect()
+    gc.freeze()
+    try:
+        return _loop(step, call, config, progress, isolated)
+    finally:
+        gc.unfreeze()
+
+
+def _loop(
+    step: Callable[..., Any],
+    call: Callable[[], Any],
+    config: LeakCheckConfig,
+    progress: Callable[[dict[str, Any]], None] | None,
+    isolated: bool,
+) -> LeakReport:
     from trainguard.leaks.attribution import (
         CensusPoint,
         TracemallocProbe,
@@ -294,10 +317,6 @@ def run_loop(
         growth_by_kind,
         take_census,
     )
-
-    setup_value = setup() if setup is not None else None
-    pass_value = call_plan(step, setup_value, setup is not None)
-    call = (lambda: step(setup_value)) if pass_value else step
 
     meter = _Meter(config.metric, config.trim)
     probe = TracemallocProbe() if config.tracemalloc else None
@@ -308,6 +327,7 @@ def run_loop(
     step_times: list[float] = []
     error: StepError | None = None
     iterations = 0
+    meter.read()  # first use imports the probes; keep that out of the timed loop
     start = time.perf_counter()
     measure_cost = 0.0
     k = config.calls_per_measurement or 1

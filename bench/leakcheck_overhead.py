@@ -1,0 +1,78 @@
+"""Overhead of leakcheck (attribution off) on the time of the iterations themselves.
+
+Run: .venv/bin/python bench/leakcheck_overhead.py
+
+For steps of several durations, times a plain loop (per call), then runs
+``leakcheck(attribution=False, max_time="8s")`` with ``min_iterations`` above what fits (so it cannot
+stop early) and reports its wall time over the same number of plain calls. Setup and process start
+are excluded; the default time budget decides the batching, as in real use.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+import trainguard
+
+A = np.random.default_rng(0).standard_normal((300, 300)).astype("float32")
+
+
+def make_step(seconds: float):
+    def step() -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            A @ A[:, :8]
+
+    return step
+
+
+def main() -> None:
+    rows = []
+    budget_s = 8.0
+    for step_s in (0.0005, 0.005, 0.05, 0.5):
+        step = make_step(step_s)
+        n = max(8, int(budget_s / step_s))
+        t = time.perf_counter()
+        for _ in range(n):
+            step()
+        per_call = (time.perf_counter() - t) / n
+        # min_iterations above what fits: the check cannot stop early and runs its whole budget
+        rep = trainguard.leakcheck(step, attribution=False, min_iterations=10**9, max_time=budget_s)
+        ratio = rep.elapsed_s / (rep.iterations * per_call)
+        rows.append(
+            {
+                "step_s": step_s,
+                "plain_per_call_s": per_call,
+                "iterations": rep.iterations,
+                "leakcheck_s": rep.elapsed_s,
+                "ratio": ratio,
+                "calls_per_measurement": rep.calls_per_measurement,
+                "measurements": rep.measurements,
+            }
+        )
+    print("# leakcheck overhead (attribution off)\n")
+    print(
+        f"{datetime.date.today()}, Python {platform.python_version()}, trainguard {trainguard.__version__}\n"
+    )
+    print(
+        "| step | iterations in 8 s | same calls in a plain loop | under leakcheck | ratio | calls per reading | readings |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['step_s'] * 1000:g} ms | {r['iterations']} | {r['iterations'] * r['plain_per_call_s']:.2f} s | "
+            f"{r['leakcheck_s']:.2f} s | {r['ratio']:.3f} | {r['calls_per_measurement']} | {r['measurements']} |"
+        )
+    out = Path(__file__).parent / "results" / "leakcheck_overhead.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"date": str(datetime.date.today()), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
