@@ -263,7 +263,11 @@ def run_measured_child(
     wall_s = time.time() - t0
     drain.join(timeout=5)
     if exit_code != 0 or len(rows) != trials:
-        tail = " | ".join(line.strip() for line in stderr_lines[-3:])
+        from trainguard.runner._quiet import is_startup_noise, min_log_level
+
+        level = min_log_level(env or _child_env())  # TF's start-up lines must not hide the error
+        kept = [line for line in stderr_lines if line.strip() and not is_startup_noise(line, level)]
+        tail = " | ".join(line.strip() for line in kept[-3:])
         raise TrainguardError(
             f"the {mode} loop failed (exit code {exit_code}, {len(rows)} of {trials} trials): {tail}"
         )

@@ -47,3 +47,14 @@ def test_recycling_keeps_keras_tf_memory_flat(tmp_path):
     assert guarded_slope < 0.5 * naive_slope
     assert max(guarded_peaks) <= 1.05 * guarded_peaks[0] + 2 * naive_slope
     assert max(guarded_peaks) < max(naive_peaks)
+
+
+@pytest.mark.slow
+def test_a_tensorflow_worker_starts_without_its_start_up_lines(tmp_path, capfd):
+    # TF 2.21 prints absl's pre-init notice and the oneDNN INFO line on import whatever
+    # TF_CPP_MIN_LOG_LEVEL says; the worker drops them (the Runner's default level is 1)
+    with Runner(store=None, preload=("tensorflow",), threads=1) as runner:
+        (result,) = runner.map("json:dumps", [{"x": 1}])
+    err = capfd.readouterr().err
+    assert result.ok
+    assert "absl::InitializeLog" not in err and "oneDNN custom operations" not in err, err

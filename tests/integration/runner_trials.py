@@ -66,6 +66,13 @@ def exit_unreaped(params):
     os._exit(3)
 
 
+def import_noisy(params):
+    import runner_noisy  # noqa: F401 - writes TensorFlow-like start-up lines to fd 2
+
+    os.write(2, b"trial says: a real error line\n")
+    return {"pid": os.getpid()}
+
+
 def flaky(params):
     """Crashes (segfault) on the first attempt, succeeds on the next: a marker file remembers."""
     marker = Path(params["marker"])

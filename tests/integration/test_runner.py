@@ -279,6 +279,31 @@ def test_allocator_library_is_preloaded_in_the_workers():
     assert r.value["env"]["LD_PRELOAD"].split(":")[0] == str(Path(libs[0]).resolve())
 
 
+def test_framework_start_up_lines_are_dropped_and_real_errors_kept(monkeypatch, capfd):
+    from trainguard.runner import _quiet
+
+    # a stand-in module prints TensorFlow 2.21's start-up lines on import (real TF: tests/frameworks)
+    monkeypatch.setattr(_quiet, "QUIET_MODULES", ("runner_noisy",))
+    with Runner(store=None, env={"TF_CPP_MIN_LOG_LEVEL": "1"}) as runner:
+        (ok,) = runner.map(ref("import_noisy"), [{}])
+    err = capfd.readouterr().err
+    assert ok.status == "ok"
+    assert "absl::InitializeLog" not in err and "oneDNN" not in err
+    assert "a real warning from the import" in err and "trial says: a real error line" in err
+
+    # a worker that dies in the middle of the import: the supervisor shows what it captured
+    with Runner(store=None, env={"TF_CPP_MIN_LOG_LEVEL": "1", "RUNNER_NOISY_CRASH": "1"}) as runner:
+        (crashed,) = runner.map(ref("import_noisy"), [{}])
+    err = capfd.readouterr().err
+    assert crashed.error["status"] == "crashed" and crashed.error["signal"] == "SIGSEGV"
+    assert "Check failed: the fatal line" in err and "a real warning from the import" in err
+    assert "oneDNN" not in err
+
+    with Runner(store=None, env={"TF_CPP_MIN_LOG_LEVEL": "0"}) as runner:  # asked for everything
+        runner.map(ref("import_noisy"), [{}])
+    assert "oneDNN custom operations are on" in capfd.readouterr().err
+
+
 def test_default_threads_are_cores_divided_by_workers(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     cores = len(os.sched_getaffinity(0))

@@ -24,8 +24,10 @@ from multiprocessing.connection import wait as wait_connections
 from typing import Any
 
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
+from trainguard.runner import _quiet
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
+from trainguard.runner._quiet import replay_capture
 from trainguard.runner._treesampler import TreeSampler, kill_tree
 from trainguard.runner.policy import (
     KillDecision,
@@ -190,6 +192,14 @@ def _descendants(pid: int, known: tuple[int, ...], since_wall: float) -> list[An
         except psutil.Error:
             continue
     return list(found.values())
+
+
+def _stderr_fd() -> int:
+    try:
+        sys.stderr.flush()
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
 
 
 class _NullStore:
@@ -374,6 +384,7 @@ class Session:
                 "sys_path": [p for p in sys.path if p],
                 "preload": list(self.config.preload),
                 "threads": self.config.threads,
+                "quiet_modules": list(_quiet.QUIET_MODULES),
             }
         )
         try:
@@ -678,6 +689,8 @@ class Session:
                 proc.kill()  # psutil checks the process is still the one seen (no pid reuse)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        # a worker that died while importing TensorFlow left its captured stderr behind: show it
+        replay_capture(worker.proc.pid, out_fd=_stderr_fd(), level=_quiet.min_log_level(self.config.base_env))
         with self._lock:
             worker.state = "dead"
         worker.sampler.close()

@@ -232,6 +232,10 @@ def main(argv: list[str]) -> None:
         if entry not in sys.path:
             sys.path.insert(0, entry)
     inbox, outbox = child_connections(read_fd, write_fd)
+    if config.get("quiet_modules"):
+        from trainguard.runner._quiet import install_quiet_imports
+
+        install_quiet_imports(tuple(config["quiet_modules"]))
     threads = config.get("threads")
     start = time.perf_counter()
     try:
