@@ -12,7 +12,19 @@ sampled from outside the processes at 10 Hz (RSS summed over the process tree):
   (c) ProcessPoolExecutor(max_workers=1, max_tasks_per_child=1, mp_context=spawn): a process per trial
   (d) Optuna, one process, the same trials as an objective (if optuna is installed)
   (e) trainguard Runner, 2 workers
+  (g) Ray Tune (if ray is installed: pip install -e '.[bench]'): the same trials, one at a time, each
+      in a fresh actor process (reuse_actors=False, Tune's default), on a local Ray instance started
+      by the benchmark with ray.init(num_cpus=2); its wall time includes importing ray, ray.init and
+      ray.shutdown, as a user pays them, and its memory is the whole Ray process tree (driver, GCS,
+      raylet, agents, workers). It runs min(trials, 16) trials unless --ray-trials says otherwise
+      (a fresh actor per trial makes 40 of them take over 6 minutes); the table then says so
   (f) memory-limit kill overshoot: a trial allocating 50 MB every 20 ms under memory_limit=600MB
+
+Memory basis: "peak RSS" is the RSS summed over every descendant of the benchmark process (plus, for
+(g), any process whose command line names the Ray session's temp dir), sampled at 10 Hz; it counts
+pages shared between processes once per process, so it overstates a many-process tree such as Ray's.
+"peak PSS" is the PSS (shared pages divided among their users) summed over the same processes,
+sampled at 5 Hz by a second thread around every configuration but (f): the fair sum across processes.
 
 It prints a markdown table of ratios against (a) plus the versions and date, and writes the raw
 figures to bench/results/runner_bench.json.
@@ -24,15 +36,66 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 MIB = 2**20
 HERE = Path(__file__).resolve().parent
+_RAY_MARK = "TRAINGUARD-RAY "
+
+# Command-line fragments (a Ray session's temp dir) that mark a process as part of the configuration
+# being measured even when it is not a descendant of this process.
+_EXTRA_MARKERS: list[str] = []
+_marked_cache: dict[str, Any] = {"at": 0.0, "pids": set()}
+# pids measured only because they named a marker (not descendants): shows whether the scan matters
+_outside_tree: set[int] = set()
+
+
+def _measured_processes() -> list[Any]:
+    """Descendants of this process plus (re-scanned once a second) processes naming a marker."""
+    import psutil
+
+    me = psutil.Process()
+    procs = {p.pid: p for p in me.children(recursive=True)}
+    if _EXTRA_MARKERS:
+        now = time.time()
+        if now - _marked_cache["at"] >= 1.0:
+            found = set()
+            for p in psutil.process_iter(["cmdline"]):
+                cmdline = " ".join(p.info["cmdline"] or ())
+                if p.pid != me.pid and any(m in cmdline for m in _EXTRA_MARKERS):
+                    found.add(p.pid)
+            _marked_cache.update(at=now, pids=found)
+        for pid in _marked_cache["pids"]:
+            if pid not in procs:
+                try:
+                    procs[pid] = psutil.Process(pid)
+                    _outside_tree.add(pid)
+                except psutil.Error:
+                    pass
+    return list(procs.values())
+
+
+def _sum_memory(kind: str) -> tuple[int, int] | None:
+    """(sum of ``kind`` = "rss" or "pss" bytes, process count) over :func:`_measured_processes`."""
+    import psutil
+
+    total = count = 0
+    for proc in _measured_processes():
+        try:
+            total += proc.memory_info().rss if kind == "rss" else proc.memory_full_info().pss
+            count += 1
+        except psutil.Error:  # exited between listing and reading, or not ours to read
+            continue
+    return (total, count) if count else None
 
 
 # -- trial functions (module level so spawned processes can import them) ---------------------------
@@ -56,6 +119,70 @@ def memory_hog(params: dict[str, Any]) -> int:
         held.append(bytearray(b"\x01") * chunk)  # repetition writes every page, unlike bytearray(n)
         time.sleep(every_s)
     return len(held)
+
+
+def ray_keras_trial(config: dict[str, Any]) -> None:
+    """The (g) trainable: one fit, reported to Tune with its window and the actor's pid and RSS."""
+    import psutil
+    from ray import tune
+
+    out = timed_keras_fit(config["params"])
+    tune.report(
+        {
+            "start": out["start"],
+            "end": out["end"],
+            "pid": os.getpid(),
+            "rss_after_bytes": psutil.Process().memory_info().rss,
+            "loss": out["value"]["loss"],
+        }
+    )
+
+
+def _ray_child() -> None:
+    """The (g) child: ray.init, a Tune run of the trials one at a time, ray.shutdown; marked lines out."""
+    spec = json.loads(sys.argv[2])
+    t0 = time.time()
+    import ray
+    from ray import tune
+
+    from trainguard.demo import trial_line
+
+    t_import = time.time()
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _temp_dir=spec["ray_temp_dir"],
+        runtime_env={"env_vars": {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}},
+    )
+    t_init = time.time()
+    tuner = tune.Tuner(
+        tune.with_resources(ray_keras_trial, {"cpu": 2}),
+        param_space={"params": spec["params"]},
+        tune_config=tune.TuneConfig(num_samples=spec["trials"], max_concurrent_trials=1),
+        run_config=tune.RunConfig(name="runner-bench", storage_path=spec["storage_path"], verbose=0),
+    )
+    grid = tuner.fit()
+    t_fit = time.time()
+    done = sorted(
+        (r.metrics for r in grid if r.error is None and "start" in r.metrics), key=lambda m: m["start"]
+    )
+    for index, m in enumerate(done):
+        value = {"loss": m["loss"], "pid": m["pid"]}
+        print(trial_line(index, m["start"], m["end"], m["rss_after_bytes"], value), flush=True)
+    errors = [f"{type(r.error).__name__}: {r.error}"[:300] for r in grid if r.error is not None]
+    ray.shutdown()
+    phases = {
+        "event": "phases",
+        "import_s": t_import - t0,
+        "init_s": t_init - t_import,
+        "fit_s": t_fit - t_init,
+        "shutdown_s": time.time() - t_fit,
+        "errors": errors,
+    }
+    print(_RAY_MARK + json.dumps(phases), flush=True)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def _optuna_child() -> None:
@@ -175,6 +302,119 @@ def bench_optuna(trials: int) -> dict[str, Any] | None:
     return _half_to_row(half, "(d) Optuna study, 1 process")
 
 
+def bench_ray(trials: int, timeout_s: float | None = None) -> dict[str, Any] | None:
+    """(g): Ray Tune in a child process, measured over the whole Ray process tree. None: no ray."""
+    import importlib.util
+
+    import psutil
+
+    if importlib.util.find_spec("ray") is None:
+        return None
+    from trainguard.demo import _MARK, TreeSampler, _child_env, theil_sen_slope
+
+    # Short path: Ray puts unix sockets under its temp dir (108-byte limit on their paths).
+    base = tempfile.mkdtemp(prefix="tgray-", dir="/tmp")
+    spec = {
+        "trials": trials,
+        "params": {},
+        "ray_temp_dir": os.path.join(base, "ray"),
+        "storage_path": os.path.join(base, "results"),
+    }
+    env = _child_env()
+    env["RAY_USAGE_STATS_ENABLED"] = "0"  # no usage report attempts from an offline machine
+    timeout_s = timeout_s if timeout_s is not None else 120.0 + 60.0 * trials
+    max_procs = 0
+
+    def read() -> int | None:
+        nonlocal max_procs
+        got = _sum_memory("rss")
+        if got is None:
+            return None
+        max_procs = max(max_procs, got[1])
+        return got[0]
+
+    _EXTRA_MARKERS.append(base)
+    _outside_tree.clear()
+    rows: list[dict[str, Any]] = []
+    phases: dict[str, Any] = {}
+    stderr_lines: list[str] = []
+    timed_out = False
+    try:
+        t0 = time.time()
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--ray-child", json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,  # one process group to end if it hangs
+        )
+        drain = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
+        drain.start()
+
+        def watchdog() -> None:
+            nonlocal timed_out
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        threading.Thread(target=watchdog, daemon=True).start()
+        with TreeSampler(read, interval_s=0.1) as sampler:
+            for line in proc.stdout:
+                if line.startswith(_MARK):
+                    event = json.loads(line[len(_MARK) :])
+                    if event.get("event") == "trial":
+                        rows.append(event)
+                elif line.startswith(_RAY_MARK):
+                    phases = json.loads(line[len(_RAY_MARK) :])
+            exit_code = proc.wait()
+        wall_s = time.time() - t0
+        drain.join(timeout=5)
+        # ray.shutdown() should have ended every Ray process; anything left is counted, then ended
+        # so that the configurations after this one run on a quiet machine.
+        time.sleep(1.0)
+        _marked_cache["at"] = 0.0
+        leftover = [p for p in _measured_processes() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        for p in leftover:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(leftover, timeout=10)
+    finally:
+        _EXTRA_MARKERS.remove(base)
+        shutil.rmtree(base, ignore_errors=True)
+    if exit_code != 0 or timed_out or not phases:
+        tail = " | ".join(line.strip() for line in stderr_lines[-3:] if line.strip())
+        raise RuntimeError(
+            f"the Ray Tune child failed (exit code {exit_code}, timed out {timed_out}, "
+            f"{len(rows)} of {trials} trials): {tail}"
+        )
+    peaks = [
+        max(filter(None, [sampler.peak_between(r["start"], r["end"]), r["rss_after_bytes"]])) for r in rows
+    ]
+    pids = [r["value"]["pid"] for r in rows]
+    return {
+        "config": "(g) Ray Tune, fresh actor per trial, 1 at a time",
+        "wall_s": wall_s,
+        "peak_rss_bytes": max([sampler.peak_rss_bytes, *peaks]),
+        "growth_bytes_per_trial": theil_sen_slope(peaks[1:]),
+        "trial_peak_rss_bytes": peaks,
+        "trial_worker_rss_after_bytes": [r["rss_after_bytes"] for r in rows],
+        "recycles": max(0, len(set(pids)) - 1),
+        "workers_started": len(set(pids)),
+        "failed": trials - len(rows),
+        "trials": trials,
+        "phases_s": {k: v for k, v in phases.items() if k.endswith("_s")},
+        "errors": phases.get("errors", []),
+        "max_processes": max_procs,
+        "leftover_processes": len(leftover),
+        "processes_outside_tree": len(_outside_tree),
+    }
+
+
 def bench_overshoot(store: str, kills: int = 3) -> dict[str, Any]:
     """Kill overshoot: RSS at the kill minus the limit, from the Runner's record and a 200 Hz outside sampler."""
     from trainguard.demo import TreeSampler
@@ -235,19 +475,29 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"trainguard runner benchmark, {results['trials']} x keras_fit (defaults, TF backend), {results['date']}",
         "",
-        "| configuration | wall s | wall / naive | peak RSS MiB | peak / naive | peak / single trial | growth MiB/trial | workers (recycled) | failed |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| configuration | wall s | wall / naive | peak RSS-sum MiB | peak / naive | peak / single trial | peak PSS-sum MiB | PSS / naive | growth MiB/trial | workers (recycled) | failed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
         growth = row["growth_bytes_per_trial"]
         note = " (hung: gh-115634)" if row.get("hung") else ""
+        if row.get("trials", results["trials"]) != results["trials"]:
+            note += f" ({row['trials']} trials)"
+        pss = row.get("peak_pss_bytes")
         lines.append(
             f"| {row['config']}{note} | {row['wall_s']:.1f} | {_fmt_ratio(row['wall_s'], naive['wall_s'])} | "
             f"{row['peak_rss_bytes'] / MIB:.0f} | {_fmt_ratio(row['peak_rss_bytes'], naive['peak_rss_bytes'])} | "
-            f"{_fmt_ratio(row['peak_rss_bytes'], single)} | {'-' if growth is None else f'{growth / MIB:+.1f}'} | "
+            f"{_fmt_ratio(row['peak_rss_bytes'], single)} | {'-' if pss is None else f'{pss / MIB:.0f}'} | "
+            f"{_fmt_ratio(pss, naive.get('peak_pss_bytes'))} | {'-' if growth is None else f'{growth / MIB:+.1f}'} | "
             f"{row.get('workers_started', 1) or 1} ({row.get('recycles', 0)}) | {row['failed']} |"
         )
+    for skipped in results.get("skipped", []):
+        lines.append(f"| {skipped} | - | - | - | - | - | - | - | - | - | - |")
     lines.append("")
+    lines.append(
+        "RSS-sum: RSS summed over the configuration's processes at 10 Hz (shared pages counted once per "
+        "process); PSS-sum: PSS summed over the same processes at 5 Hz (shared pages divided among them)."
+    )
     lines.append(f"single-trial peak (trial 0 of the naive loop, a fresh process): {single / MIB:.0f} MiB")
     by = {r["config"][:3]: r for r in rows}
     if "(b)" in by:
@@ -272,6 +522,21 @@ def render(results: dict[str, Any]) -> str:
             )
         else:
             lines.append(f"- kill overshoot: no kill recorded (statuses {over['statuses']})")
+    if "(g)" in by:
+        g = by["(g)"]
+        ph = g.get("phases_s", {})
+        lines.append(
+            f"- Ray Tune: {g['trials']} trials in {g['workers_started']} worker processes; import ray "
+            f"{ph.get('import_s', 0):.1f} s, ray.init {ph.get('init_s', 0):.1f} s, Tuner.fit {ph.get('fit_s', 0):.1f} s, "
+            f"ray.shutdown {ph.get('shutdown_s', 0):.1f} s; up to {g['max_processes']} processes "
+            f"({g.get('processes_outside_tree', 0)} outside this process's tree); "
+            f"{g['leftover_processes']} left after shutdown"
+        )
+        if g["trials"] != results["trials"]:
+            per_trial = g["wall_s"] / g["trials"] / (naive["wall_s"] / results["trials"])
+            lines.append(
+                f"- Ray Tune ran {g['trials']} trials, not {results['trials']}: wall per trial / naive's = {per_trial:.2f}"
+            )
     for failure in results.get("failures", []):
         lines.append(f"- {failure['config']} FAILED: {failure['error']}")
     lines.append("")
@@ -287,7 +552,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="8 trials, for development")
     parser.add_argument(
-        "--only", default="abcdef", help="which configurations to run, e.g. 'ab' (default abcdef)"
+        "--only", default="abcdefg", help="which configurations to run, e.g. 'ab' (default abcdefg)"
+    )
+    parser.add_argument(
+        "--ray-trials",
+        type=int,
+        default=None,
+        help="trials for (g) Ray Tune (default: --trials, at most 16)",
+    )
+    parser.add_argument(
+        "--pss-hz", type=float, default=5.0, help="PSS-sum sampling rate, 0 to skip (default 5)"
     )
     parser.add_argument(
         "--out", default=str(HERE / "results" / "runner_bench.json"), help="where to write the JSON"
@@ -296,6 +570,13 @@ def main(argv: list[str] | None = None) -> int:
     trials = args.trials or (8 if args.quick else 40)
     if trials < 2:
         parser.error("--trials must be >= 2")
+    # Ray Tune pays a fresh actor process per trial (about 9 s each on 2 shared cores): 40 of them
+    # would take over 6 minutes, so by default it runs at most 16 and the table says so.
+    ray_trials = args.ray_trials or min(trials, 16)
+    if ray_trials < 2:
+        parser.error("--ray-trials must be >= 2")
+    if args.pss_hz < 0:
+        parser.error("--pss-hz must be >= 0")
     only = set(args.only)
     if "a" not in only:
         parser.error("--only must include 'a': every ratio is against the naive loop")
@@ -307,11 +588,24 @@ def main(argv: list[str] | None = None) -> int:
     configs: list[dict[str, Any]] = []
 
     failures: list[dict[str, str]] = []
+    skipped: list[str] = []
 
-    def step(label: str, fn, *fn_args):
+    def read_pss() -> int | None:
+        got = _sum_memory("pss")
+        return got[0] if got else None
+
+    def step(label: str, fn, *fn_args, pss: bool = True):
         print(f"[{time.strftime('%H:%M:%S')}] {label} ...", file=sys.stderr, flush=True)
+        from trainguard.demo import TreeSampler
+
         try:
-            value = fn(*fn_args)
+            if pss and args.pss_hz > 0:
+                with TreeSampler(read_pss, interval_s=1.0 / args.pss_hz) as pss_sampler:
+                    value = fn(*fn_args)
+                if value is not None and pss_sampler.series:
+                    value["peak_pss_bytes"] = pss_sampler.peak_rss_bytes
+            else:
+                value = fn(*fn_args)
         except Exception as err:  # noqa: BLE001 - one broken configuration must not lose the others
             import traceback
 
@@ -341,14 +635,24 @@ def main(argv: list[str] | None = None) -> int:
             configs.append(row)
     if "e" in only and (row := step("(e) Runner 2 workers", bench_runner, trials, 2, store)) is not None:
         configs.append(row)
+    if "g" in only:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            skipped.append("(g) Ray Tune: skipped, ray is not installed (pip install -e '.[bench]')")
+        elif (row := step("(g) Ray Tune", bench_ray, ray_trials)) is not None:
+            configs.append(row)
     overshoot = (
-        step("(f) kill overshoot", bench_overshoot, store, 2 if args.quick else 3) if "f" in only else None
+        step("(f) kill overshoot", bench_overshoot, store, 2 if args.quick else 3, pss=False)
+        if "f" in only
+        else None
     )
     vers = versions()
-    try:
-        vers["optuna"] = metadata.version("optuna")
-    except metadata.PackageNotFoundError:
-        pass
+    for package in ("optuna", "ray"):
+        try:
+            vers[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
     results = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "trials": trials,
@@ -360,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         "configs": configs,
         "overshoot": overshoot,
         "failures": failures,
+        "skipped": skipped,
         "store": store,
     }
     out = Path(args.out)
@@ -373,4 +678,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--optuna-child":
         _optuna_child()
+    if len(sys.argv) > 2 and sys.argv[1] == "--ray-child":
+        _ray_child()
     sys.exit(main())
