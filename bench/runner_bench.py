@@ -16,8 +16,8 @@ sampled from outside the processes at 10 Hz (RSS summed over the process tree):
       in a fresh actor process (reuse_actors=False, Tune's default), on a local Ray instance started
       by the benchmark with ray.init(num_cpus=2); its wall time includes importing ray, ray.init and
       ray.shutdown, as a user pays them, and its memory is the whole Ray process tree (driver, GCS,
-      raylet, agents, workers). It runs min(trials, 16) trials unless --ray-trials says otherwise
-      (a fresh actor per trial makes 40 of them take over 6 minutes); the table then says so
+      raylet, agents, workers). --ray-trials gives it fewer trials (a fresh actor per trial
+      costs about 7 s on 2 shared cores); the table then says so
   (f) memory-limit kill overshoot: a trial allocating 50 MB every 20 ms under memory_limit=600MB
 
 Memory basis: "peak RSS" is the RSS summed over every descendant of the benchmark process (plus, for
@@ -56,7 +56,7 @@ _RAY_MARK = "TRAINGUARD-RAY "
 _EXTRA_MARKERS: list[str] = []
 _marked_cache: dict[str, Any] = {"at": 0.0, "pids": set()}
 # pids measured only because they named a marker (not descendants): shows whether the scan matters
-_outside_tree: set[int] = set()
+_outside_tree: dict[int, str] = {}
 
 
 def _measured_processes() -> list[Any]:
@@ -78,7 +78,7 @@ def _measured_processes() -> list[Any]:
             if pid not in procs:
                 try:
                     procs[pid] = psutil.Process(pid)
-                    _outside_tree.add(pid)
+                    _outside_tree[pid] = " ".join(procs[pid].cmdline())[:200]
                 except psutil.Error:
                     pass
     return list(procs.values())
@@ -333,6 +333,8 @@ def bench_ray(trials: int, timeout_s: float | None = None) -> dict[str, Any] | N
         max_procs = max(max_procs, got[1])
         return got[0]
 
+    # e.g. multiprocessing's resource tracker from an earlier configuration: not Ray's to clean up
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     _EXTRA_MARKERS.append(base)
     _outside_tree.clear()
     rows: list[dict[str, Any]] = []
@@ -376,7 +378,17 @@ def bench_ray(trials: int, timeout_s: float | None = None) -> dict[str, Any] | N
         # so that the configurations after this one run on a quiet machine.
         time.sleep(1.0)
         _marked_cache["at"] = 0.0
-        leftover = [p for p in _measured_processes() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        leftover = [
+            p
+            for p in _measured_processes()
+            if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        ]
+        leftover_cmdlines = []
+        for p in leftover:
+            try:
+                leftover_cmdlines.append(" ".join(p.cmdline())[:200])
+            except psutil.Error:
+                pass
         for p in leftover:
             try:
                 p.kill()
@@ -412,6 +424,8 @@ def bench_ray(trials: int, timeout_s: float | None = None) -> dict[str, Any] | N
         "max_processes": max_procs,
         "leftover_processes": len(leftover),
         "processes_outside_tree": len(_outside_tree),
+        "outside_tree_cmdlines": list(_outside_tree.values()),
+        "leftover_cmdlines": leftover_cmdlines,
     }
 
 
@@ -558,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ray-trials",
         type=int,
         default=None,
-        help="trials for (g) Ray Tune (default: --trials, at most 16)",
+        help="trials for (g) Ray Tune (default: --trials; 40 take about 5 minutes)",
     )
     parser.add_argument(
         "--pss-hz", type=float, default=5.0, help="PSS-sum sampling rate, 0 to skip (default 5)"
@@ -570,9 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     trials = args.trials or (8 if args.quick else 40)
     if trials < 2:
         parser.error("--trials must be >= 2")
-    # Ray Tune pays a fresh actor process per trial (about 9 s each on 2 shared cores): 40 of them
-    # would take over 6 minutes, so by default it runs at most 16 and the table says so.
-    ray_trials = args.ray_trials or min(trials, 16)
+    ray_trials = args.ray_trials or trials
     if ray_trials < 2:
         parser.error("--ray-trials must be >= 2")
     if args.pss_hz < 0:
