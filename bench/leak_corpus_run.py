@@ -1,0 +1,127 @@
+"""Run every case of bench/leak_corpus/ through the CLI exactly as a user would, and score the verdicts.
+
+Run: .venv/bin/python bench/leak_corpus_run.py [--only NAME ...] [--jobs 1] [-- extra leakcheck args]
+
+Each case is ``trainguard leakcheck CASE.py:step --setup setup --json`` with default options (a
+case without a ``setup`` function gets a warning from the CLI and runs without one). A case's
+``EXPECTED`` is ``leak`` or ``no_leak``; the verdicts ``no_leak`` and ``plateau`` both count as
+"not a leak", ``inconclusive`` counts as wrong either way. Prints a markdown table and the accuracy;
+writes the table to bench/results/leak_corpus_run.json and each full report to
+bench/results/leak_corpus/CASE.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE / "leak_corpus"
+RESULTS = HERE / "results"
+
+
+def constants(path: Path) -> dict[str, str]:
+    out = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("EXPECTED", "SOURCE") and isinstance(node.value, ast.Constant):
+                out[node.targets[0].id] = node.value.value
+    return out
+
+
+def fmt_bytes(v: float | None) -> str:
+    if v is None:
+        return "-"
+    for unit, size in (("MB", 1e6), ("KB", 1e3)):
+        if abs(v) >= size:
+            return f"{v / size:+.3g} {unit}"
+    return f"{v:+.3g} B"
+
+
+def run_case(path: Path, extra: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "trainguard", "leakcheck", f"{path}:step", "--setup", "setup", "--json", *extra]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - t0
+    row = {"case": path.stem, **constants(path), "exit": res.returncode, "wall_s": wall}
+    try:
+        data = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        row.update(verdict="error", reason=res.stderr.strip().splitlines()[-1:] or ["?"])
+        row["reason"] = row["reason"][0]
+        return row
+    (RESULTS / "leak_corpus").mkdir(parents=True, exist_ok=True)
+    (RESULTS / "leak_corpus" / f"{path.stem}.json").write_text(json.dumps(data))
+    row.update(
+        verdict=data["verdict"],
+        metric=data.get("metric"),
+        slope=data.get("slope_bytes_per_iter"),
+        ci=(data.get("ci_low_bytes_per_iter"), data.get("ci_high_bytes_per_iter")),
+        iterations=data.get("iterations"),
+        elapsed_s=data.get("elapsed_s"),
+        reason=data.get("reason"),
+    )
+    return row
+
+
+def correct(row: dict) -> bool:
+    v = row.get("verdict")
+    if row.get("EXPECTED") == "leak":
+        return v == "leak"
+    return v in ("no_leak", "plateau")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*", default=None, help="case names (file stems) to run")
+    ap.add_argument("--jobs", type=int, default=1, help="cases run at once (1 keeps timings honest)")
+    ap.add_argument("--tag", default="", help="suffix of the results file name")
+    args, extra = ap.parse_known_args()
+    extra = [a for a in extra if a != "--"]
+    cases = sorted(p for p in CORPUS.glob("*.py") if not p.name.startswith("_"))
+    if args.only:
+        cases = [p for p in cases if p.stem in set(args.only)]
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        rows = list(pool.map(lambda p: run_case(p, extra), cases))
+    total = time.time() - t0
+    import trainguard
+
+    print(f"# leak corpus: {len(rows)} cases through `trainguard leakcheck FILE.py:step --setup setup --json`\n")
+    print(f"{datetime.date.today()}, trainguard {getattr(trainguard, '__version__', '?')}, Python {platform.python_version()}")
+    if extra:
+        print(f"extra arguments: {' '.join(extra)}")
+    print()
+    print("| case | expected | verdict | metric | slope /iter | 95 % CI | iterations | wall s | correct |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ci = r.get("ci") or (None, None)
+        print(
+            f"| {r['case']} | {r.get('EXPECTED')} | {r.get('verdict')} | {r.get('metric', '-')} | {fmt_bytes(r.get('slope'))} | "
+            f"{fmt_bytes(ci[0])} .. {fmt_bytes(ci[1])} | {r.get('iterations', '-')} | {r['wall_s']:.1f} | "
+            f"{'yes' if correct(r) else '**no**'} |"
+        )
+    ok = sum(correct(r) for r in rows)
+    print(f"\naccuracy {ok}/{len(rows)} = {ok / max(len(rows), 1):.0%}; total wall {total:.0f} s")
+    for r in rows:
+        if not correct(r):
+            print(f"- {r['case']}: {r.get('verdict')}: {r.get('reason')}")
+    RESULTS.mkdir(exist_ok=True)
+    name = "leak_corpus_run" + (f"_{args.tag}" if args.tag else "") + ".json"
+    (RESULTS / name).write_text(
+        json.dumps({"date": str(datetime.date.today()), "extra": extra, "rows": rows, "wall_s": total}, indent=1, default=str)
+    )
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
