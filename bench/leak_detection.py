@@ -9,8 +9,16 @@ Noise model (bytes after each iteration, around 500 MB), "swing" S = two standar
   * stress rows add a two-state allocator level (+S/2, switching with probability 2 % per
     iteration, i.e. held for ~50 iterations), which is indistinguishable from growth over windows
     shorter than its dwell time.
-Each run is the sequential test of trainguard.leaks.stats exactly as leakcheck() runs it (looks
-from 12 readings, x1.25 apart, alpha = 1 % split over the looks), up to 200 iterations.
+Each run is the sequential test of trainguard.leaks.stats as leakcheck() runs it by default (looks
+from 12 readings, x1.25 apart, alpha = 1 % split over the looks, one reading per call) in three
+regimes of the default 2-minute budget, which set how many calls fit and the gate before a leak
+verdict (``min_iterations=None``):
+  * fast step (<= 0.6 s): 200 calls simulated, no leak verdict before call 120;
+  * 1.2 s step: 100 calls fit, gate 60 calls (60 % of the budget), strict leak test below 120;
+  * 2.4 s step: 50 calls fit, gate 30 calls, strict leak test.
+Series: a steady leak; no leak; a warm-up that grows 60 MB over 60 calls, slowing down, then
+stops; a ramp that grows linearly for 80 calls then stops (0.5 MB/call, 40 MB; the hard case: it
+does not slow down before it stops); no leak with a two-state allocator level.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from trainguard.leaks import stats as S
 
 MB = 1024.0 * 1024.0
 N_MAX = 200
+GATE_TARGET = 120  # trainguard.leaks._run._LEAK_GATE_ITERATIONS
+REGIMES = {"fast": (200, 120), "1.2s": (100, 60), "2.4s": (50, 30)}  # calls in budget, leak gate
 
 
 def noise(rng: np.random.Generator, n: int, swing: float, level_switch: bool = False) -> np.ndarray:
@@ -57,19 +67,27 @@ def series(kind: str, slope: float, swing: float, seed: int, level_switch: bool 
     t = np.arange(N_MAX + 1, dtype=float)
     if kind == "linear":
         trend = slope * t
+    elif kind == "ramp80":  # linear for 80 iterations, then stops
+        trend = slope * np.minimum(t, 80)
     else:  # grows for 60 iterations, slowing down, then stops
         trend = slope * 30 * (1 - (1 - np.minimum(t, 60) / 60) ** 2)
     return 500 * MB + trend + noise(rng, t.size, swing, level_switch)
 
 
-def sequential(y: np.ndarray, first_look: int = 12) -> tuple[str, int]:
+def sequential(
+    y: np.ndarray, first_look: int = 12, gate: int = 0, strong_below: int = 0, alpha: float = 0.01
+) -> tuple[str, int]:
+    """The verdict and the call count it came at; ``gate``: no leak verdict before that many calls
+    (except at the last look); ``strong_below``: the strict leak test below that many calls."""
     x = np.arange(y.size, dtype=float)
     looks = S.look_schedule(first_look, y.size)
-    a = S.alpha_per_look(0.01, len(looks))
+    a = S.alpha_per_look(alpha, len(looks))
     for k in looks:
-        d = S.decide(y[:k], x[:k], alpha=a, tolerance=1024.0, final=k == looks[-1])
-        if d.verdict is not None:
-            return d.verdict.value, k - 1
+        final = k == looks[-1]
+        d = S.decide(y[:k], x[:k], alpha=a, tolerance=1024.0, final=final, strong=k - 1 < strong_below)
+        if d.verdict is None or (d.verdict.value == "leak" and k - 1 < gate and not final):
+            continue
+        return d.verdict.value, k - 1
     raise AssertionError
 
 
@@ -86,55 +104,66 @@ def oracle_power_30(slope: float, swing: float, alpha: float = 0.01) -> float:
     return float(sps.norm.sf(sps.norm.isf(alpha) - slope / se))
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    p = k / n
+    c = (p + z * z / (2 * n)) / (1 + z * z / n)
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, c - h), min(1.0, c + h)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--alpha", type=float, default=0.01)
+    ap.add_argument("--fp-runs", type=int, default=None, help="runs for the plain-noise rows (default --runs)")
+    ap.add_argument("--swings", default="10,20,70", help="comma-separated swings in MB")
     args = ap.parse_args()
     R = args.runs
     rows = []
     t0 = time.time()
-    for swing_mb in (10, 20, 35, 70):
+    kinds = (
+        ("linear", 1, False),
+        ("linear", 0, False),
+        ("plateau", 2, False),
+        ("ramp80", 0.5, False),
+        ("linear", 0, True),
+    )
+    for swing_mb in [int(v) for v in args.swings.split(",")]:
         swing = swing_mb * MB
-        for kind, slope_mb, stress in (
-            ("linear", 1, False),
-            ("linear", 0, False),
-            ("plateau", 2, False),
-            ("linear", 0, True),
-        ):
-            if stress and swing_mb not in (20, 70):
-                continue
-            verdicts, iters, naive = [], [], []
-            late = []
-            for seed in range(R):
-                y = series(kind, slope_mb * MB, swing, seed, stress)
-                v, k = sequential(y)
-                verdicts.append(v)
-                iters.append(k)
-                naive.append(naive_ols_30(y))
-                if kind == "plateau":
-                    late.append(sequential(y, first_look=120)[0])
-            leak = np.array([v == "leak" for v in verdicts])
-            its = np.array(iters)
-            row = {
-                "swing_mb": swing_mb,
-                "kind": kind + (" + level switch" if stress else ""),
-                "slope_mb": slope_mb,
-                "p_leak": float(leak.mean()),
-                "p_leak_within_30": float((leak & (its <= 30)).mean()),
-                "median_iters_to_leak": float(np.median(its[leak])) if leak.any() else None,
-                "p90_iters_to_leak": float(np.percentile(its[leak], 90)) if leak.any() else None,
-                "p_naive_ols_leak_at_30": float(np.mean(naive)),
-                "oracle_power_30": oracle_power_30(slope_mb * MB, swing)
-                if kind == "linear" and slope_mb
-                else None,
-                "verdicts": {v: verdicts.count(v) for v in sorted(set(verdicts))},
-            }
-            if late:
-                row["p_leak_looking_from_120"] = float(np.mean([v == "leak" for v in late]))
-            rows.append(row)
+        for kind, slope_mb, stress in kinds:
+            for regime, (budget, gate) in REGIMES.items():
+                verdicts, iters = [], []
+                naive = []
+                runs = (args.fp_runs or R) if (kind == "linear" and slope_mb == 0 and not stress) else R
+                for seed in range(runs):
+                    y = series(kind, slope_mb * MB, swing, seed, stress)[: budget + 1]
+                    v, k = sequential(y, gate=gate, strong_below=GATE_TARGET, alpha=args.alpha)
+                    verdicts.append(v)
+                    iters.append(k)
+                    if regime == "fast":
+                        naive.append(naive_ols_30(y))
+                leak = np.array([v == "leak" for v in verdicts])
+                its = np.array(iters)
+                lo, hi = wilson(int(leak.sum()), runs)
+                rows.append(
+                    {
+                        "swing_mb": swing_mb,
+                        "kind": kind + (" + level switch" if stress else ""),
+                        "slope_mb": slope_mb,
+                        "regime": regime,
+                        "runs": runs,
+                        "budget_calls": budget,
+                        "gate_calls": gate,
+                        "p_leak": float(leak.mean()),
+                        "p_leak_ci95": [lo, hi],
+                        "median_iters_to_leak": float(np.median(its[leak])) if leak.any() else None,
+                        "p90_iters_to_leak": float(np.percentile(its[leak], 90)) if leak.any() else None,
+                        "p_naive_ols_leak_at_30": float(np.mean(naive)) if naive else None,
+                        "verdicts": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+                    }
+                )
     elapsed = time.time() - t0
 
-    # time per decision (what leakcheck pays at each look)
     y = series("linear", MB, 20 * MB, 0)
     t = time.perf_counter()
     for _ in range(20):
@@ -143,41 +172,46 @@ def main() -> None:
 
     import scipy
 
-    print(f"# leak detection, synthetic ({R} seeded runs per row, up to {N_MAX} iterations)\n")
+    print(f"# leak detection, synthetic ({R} seeded runs per row, alpha {args.alpha})\n")
     print(
         f"{datetime.date.today()}, Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}\n"
     )
-    print(
-        "| swing (±MB) | series | P(leak) | P(leak ≤ 30 it) | median / p90 it to leak | naive LSQ@30 P(leak) | oracle power@30 | verdicts |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    print("| swing (±MB) | series | regime (calls fit / leak gate) | P(leak) [95 % CI] | median / p90 calls to leak | naive LSQ@30 | verdicts |")
+    print("|---|---|---|---|---|---|---|")
+    names = {
+        "linear": "leak {s} MB/call",
+        "plateau": "grows 60 MB over 60 calls, slowing, then flat",
+        "ramp80": "grows 0.5 MB/call for 80 calls, then flat",
+    }
     for r in rows:
-        med = (
-            "-"
-            if r["median_iters_to_leak"] is None
-            else f"{r['median_iters_to_leak']:.0f} / {r['p90_iters_to_leak']:.0f}"
-        )
-        oracle = "-" if r["oracle_power_30"] is None else f"{r['oracle_power_30']:.0%}"
-        series_name = (
-            f"{r['kind']} {r['slope_mb']} MB/it"
-            if r["kind"].startswith("linear")
-            else "grows 60 MB over 60 it, then flat"
-        )
-        extra = (
-            f" (looking from it 120: {r['p_leak_looking_from_120']:.1%})"
-            if "p_leak_looking_from_120" in r
-            else ""
-        )
+        med = "-" if r["median_iters_to_leak"] is None else f"{r['median_iters_to_leak']:.0f} / {r['p90_iters_to_leak']:.0f}"
+        base = r["kind"].split(" ")[0]
+        name = names[base].format(s=r["slope_mb"]) if not (base == "linear" and r["slope_mb"] == 0) else "no leak"
+        if "level switch" in r["kind"]:
+            name += " + level switch"
+        naive = "-" if r["p_naive_ols_leak_at_30"] is None else f"{r['p_naive_ols_leak_at_30']:.1%}"
+        lo, hi = r["p_leak_ci95"]
         print(
-            f"| {r['swing_mb']} | {series_name} | {r['p_leak']:.1%}{extra} | {r['p_leak_within_30']:.1%} | {med} | "
-            f"{r['p_naive_ols_leak_at_30']:.1%} | {oracle} | {r['verdicts']} |"
+            f"| {r['swing_mb']} | {name} | {r['regime']} ({r['budget_calls']} / {r['gate_calls']}) | "
+            f"{r['p_leak']:.1%} [{lo:.1%}, {hi:.1%}] | {med} | {naive} | {r['verdicts']} |"
         )
-    print(f"\none decide() on 200 readings: {decide_ms:.1f} ms; whole benchmark {elapsed:.0f} s")
+    # false-positive rate pooled over the no-leak rows (plain noise, every swing and regime)
+    fp = [r for r in rows if r["kind"] == "linear" and r["slope_mb"] == 0]
+    k = sum(round(r["p_leak"] * r["runs"]) for r in fp)
+    n = sum(r["runs"] for r in fp)
+    lo, hi = wilson(k, n)
+    print(f"\nfalse-positive rate on plain noise, pooled: {k}/{n} = {k / n:.2%} (95 % CI {lo:.2%} .. {hi:.2%})")
+    fps = [r for r in rows if "level switch" in r["kind"]]
+    k2 = sum(round(r["p_leak"] * R) for r in fps)
+    print(f"with a two-state allocator level: {k2}/{R * len(fps)} = {k2 / (R * len(fps)):.2%}")
+    print(f"one decide() on 200 readings: {decide_ms:.1f} ms; whole benchmark {elapsed:.0f} s")
     out = Path(__file__).parent / "results" / "leak_detection.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(
         json.dumps(
-            {"date": str(datetime.date.today()), "runs": R, "rows": rows, "decide_ms": decide_ms}, indent=1
+            {"date": str(datetime.date.today()), "runs": R, "alpha": args.alpha, "rows": rows, "decide_ms": decide_ms,
+             "false_positive": {"k": k, "n": n, "ci95": [lo, hi]}},
+            indent=1,
         )
     )
 

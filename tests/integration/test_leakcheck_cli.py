@@ -39,6 +39,16 @@ TARGETS = textwrap.dedent(
     def slow():
         time.sleep(0.4)
 
+    CRASH = [0]
+
+    def segfault():
+        CRASH[0] += 1
+        KEEP.append(bytearray(100_000))
+        time.sleep(0.005)
+        if CRASH[0] == 300:
+            import signal
+            os.kill(os.getpid(), signal.SIGSEGV)
+
     if __name__ == "__main__":
         raise SystemExit("the __main__ block must not run")
     """
@@ -81,6 +91,9 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path.write_text(TARGETS)
     (path.parent / "children.py").write_text(CHILDREN)
     (path.parent / "broken.py").write_text("import not_a_module_anywhere\n")
+    (path.parent / "nosetup.py").write_text(
+        "KEEP = []\n\ndef step():\n    KEEP.append(bytearray(150_000))\n\ndef needs(x):\n    pass\n"
+    )
     return path
 
 
@@ -134,6 +147,29 @@ def test_step_that_raises_keeps_the_series_and_says_where(targets: Path) -> None
     assert len(data["series"]) >= 2
 
 
+def test_missing_setup_named_setup_is_a_warning_and_the_step_still_runs(targets: Path) -> None:
+    # tools pass `--setup setup` to every file alike; a file without one is still checked
+    path = targets.parent / "nosetup.py"
+    res = cli(f"{path}:step", "--setup", "setup", "--json", "--max-time", "10s", "--min-iterations", "20")
+    assert res.returncode == 1, res.stderr
+    assert "has no function 'setup'; running the step without setup" in res.stderr
+    assert json.loads(res.stdout)["verdict"] == "leak"
+    # a step that needs setup's value still fails as a usage error
+    res = cli(f"{path}:needs", "--setup", "setup", "--max-time", "5s")
+    assert res.returncode == 2 and "requires the argument 'x'" in res.stderr
+
+
+def test_a_process_killed_by_a_signal_is_inconclusive_with_the_signal_and_series(targets: Path) -> None:
+    res = cli(f"{targets}:segfault", "--json", "--max-time", "20s", "--min-iterations", "1000")
+    assert res.returncode == 3, res.stdout + res.stderr[-2000:]
+    data = json.loads(res.stdout)
+    assert data["verdict"] == "inconclusive"
+    assert "SIGSEGV" in data["reason"] and data["extra"]["signal"] == "SIGSEGV"
+    assert len(data["series"]) >= 6 and data["iterations"] >= 200
+    # the readings so far still measure the growth (100 KB a call)
+    assert data["slope_bytes_per_iter"] == pytest.approx(100_000, rel=0.3)
+
+
 def test_budget_too_short_is_inconclusive(targets: Path) -> None:
     res = cli(f"{targets}:slow", "--json", "--max-time", "1s")
     assert res.returncode == 3
@@ -170,15 +206,14 @@ def test_bad_input_is_one_line_and_exit_2(targets: Path, args: list[str], messag
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PSS needs /proc/PID/smaps_rollup")
-def test_growth_in_a_child_private_memory_is_a_leak_under_pss_not_rss(targets: Path) -> None:
+def test_growth_in_a_child_private_memory_is_a_leak_by_default_and_under_pss_not_rss(targets: Path) -> None:
     path = targets.parent / "children.py"
+    # the default metric (auto) switches to the tree's PSS because the step has a child
     pss = json.loads(
         cli(
             f"{path}:step",
             "--setup",
             "setup",
-            "--metric",
-            "pss",
             "--json",
             "--max-iterations",
             "60",
@@ -187,6 +222,7 @@ def test_growth_in_a_child_private_memory_is_a_leak_under_pss_not_rss(targets: P
         ).stdout
     )
     assert pss["verdict"] == "leak", pss["reason"]
+    assert pss["metric"] == "pss" and pss["extra"]["metric_requested"] == "auto"
     assert pss["slope_bytes_per_iter"] == pytest.approx(2 * 1024 * 1024, rel=0.35)
     rss = json.loads(
         cli(

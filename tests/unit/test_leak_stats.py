@@ -205,3 +205,48 @@ def test_look_schedule_and_alpha():
     looks = S.look_schedule(12, 200)
     assert looks[0] == 12 and looks[-1] == 200 and list(looks) == sorted(set(looks))
     assert S.alpha_per_look(0.01, 10) == pytest.approx(0.0005)
+
+
+def test_strong_test_refuses_a_ramp_that_stops_but_keeps_a_steady_leak():
+    # 0.5 MB per call for 42 calls, then flat: seen at call 50 the whole window grows, but the
+    # most recent readings do not; the strict test (used when a slow step's budget ends before the
+    # warm-up could be waited out) must not call it a leak, and must still call a steady one
+    t = np.arange(51.0)
+    refused = 0
+    for s in range(20):
+        noise = np.random.default_rng(s).normal(0, 0.3 * MB, t.size)
+        ramp = 500 * MB + 0.5 * MB * np.minimum(t, 42) + noise
+        steady = 500 * MB + 0.5 * MB * t + noise
+        refused += S.decide(ramp, t, alpha=0.001, tolerance=1024, strong=True).verdict is not Verdict.LEAK
+        assert S.decide(steady, t, alpha=0.001, tolerance=1024, strong=True).verdict is Verdict.LEAK
+    assert refused >= 17
+    # the plain test calls most of those ramps a leak: the strict one is what makes the difference
+    plain = sum(
+        S.decide(
+            500 * MB + 0.5 * MB * np.minimum(t, 42) + np.random.default_rng(s).normal(0, 0.3 * MB, t.size),
+            t,
+            alpha=0.001,
+            tolerance=1024,
+        ).verdict
+        is Verdict.LEAK
+        for s in range(20)
+    )
+    assert plain >= 8
+
+
+def test_a_linear_ramp_of_80_calls_is_not_a_leak_with_the_120_call_gate():
+    # the case: a warm-up that grows linearly for 80 calls and then stops (no slowing
+    # down to warn of it); leakcheck's default holds leak verdicts until call 120
+    t = np.arange(201.0)
+    calls = []
+    for s in range(30):
+        y = 500 * MB + 0.5 * MB * np.minimum(t, 80) + np.random.default_rng(s).normal(0, 2 * MB, t.size)
+        looks = S.look_schedule(12, 201)
+        a = S.alpha_per_look(0.01, len(looks))
+        for k in looks:
+            d = S.decide(y[:k], t[:k], alpha=a, tolerance=1024, final=k == looks[-1], strong=k - 1 < 120)
+            if d.verdict is None or (d.verdict is Verdict.LEAK and k - 1 < 120):
+                continue
+            calls.append(d.verdict)
+            break
+    assert sum(v is Verdict.LEAK for v in calls) <= 1, calls

@@ -24,18 +24,27 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         default=None,
         help="a function in the same file run once first; its return value is passed to the step "
-        "when the step takes one argument",
+        "when the step takes one argument (a missing function named 'setup' is only a warning)",
     )
     parser.add_argument(
         "--max-iterations", type=int, default=None, metavar="N", help="most calls of the step"
     )
     parser.add_argument(
-        "--min-iterations", type=int, default=10, metavar="N", help="no verdict before N calls"
+        "--min-iterations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="no verdict before N calls (default: 10, and 120 before a leak verdict, fewer for slow steps)",
     )
     parser.add_argument(
         "--max-time", default="2m", metavar="DURATION", help="time budget, e.g. 90s, 5m (default 2m)"
     )
-    parser.add_argument("--metric", default="rss", help="rss, uss or pss, over the process and its children")
+    parser.add_argument(
+        "--metric",
+        default="auto",
+        help="auto (default: RSS, or PSS once the step has child processes), rss, uss or pss, "
+        "over the process and its children",
+    )
     parser.add_argument(
         "--tolerance",
         default=None,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 _MARKER = (
-    "leakcheck(max_mb_per_iter=1, max_iterations=50, max_time='2m', metric='rss'): run the test body "
+    "leakcheck(max_mb_per_iter=1, max_iterations=50, max_time='2m', metric='auto'): run the test body "
     "repeatedly as one iteration and fail when memory leaks faster than max_mb_per_iter MB per iteration"
 )
 _ALLOWED = {

@@ -23,9 +23,9 @@ def leakcheck(
     *,
     setup: Callable[[], Any] | None = None,
     max_iterations: int | None = None,
-    min_iterations: int = 10,
+    min_iterations: int | None = None,
     max_time: str | float | None = "2m",
-    metric: str = "rss",
+    metric: str = "auto",
     isolated: bool = False,
     attribution: bool = True,
     tracemalloc: bool = False,
@@ -49,17 +49,23 @@ def leakcheck(
         step: one iteration of the code under test.
         setup: called once before the first iteration; its return value may be passed to step.
         max_iterations: the most calls of ``step`` (None: limited by ``max_time`` only).
-        min_iterations: no verdict before this many calls (except when the budget ends).
+        min_iterations: no verdict before this many calls (except when the budget ends). None
+            (default): ``no_leak`` and ``plateau`` after 10 calls, ``leak`` only after 120 calls,
+            or after what 60 % of ``max_time`` allows for slow steps, and then only when the
+            most recent readings grow on their own: warm-ups (allocator pools, kernel and
+            tracing caches) grow for 50-80 iterations before they level off.
         max_time: the most wall time for the iterations, e.g. ``"5m"`` or seconds; None: limited
             by ``max_iterations`` only.
-        metric: ``"rss"``, ``"uss"`` or ``"pss"``, summed over this process and its children.
-            Use pss/uss for growth in worker processes' private memory (a DataLoader's workers).
+        metric: ``"auto"`` (default), ``"rss"``, ``"uss"`` or ``"pss"``, summed over this process
+            and its children. ``"auto"`` decides on RSS while the process has no children and on
+            the tree's PSS once it has some: growth in worker processes' private memory (a
+            DataLoader's workers touching a forked dataset) changes nobody's RSS.
         isolated: run in a fresh Python process (the step and setup are sent with cloudpickle),
             so this process's state stays clean.
         attribution: take censuses of live framework objects and report the kinds that grow.
         tracemalloc: also report Python allocation sites that grow (slow: traces every allocation).
         tolerance: growth per iteration below which there is no leak (``"16KB"`` or bytes);
-            default: 1 KiB, or 1 MiB per minute of step time if larger.
+            default: 1 MiB per minute of step time, at least 64 bytes per call.
         alpha: the false-positive budget of the whole sequential test.
         trim: call ``malloc_trim(0)`` before each reading (glibc only) and report what it returned.
         calls_per_measurement: calls between readings; default automatic.

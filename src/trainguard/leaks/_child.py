@@ -2,7 +2,8 @@
 
 The parent writes a spec (what to run and the config) to a temporary file and starts
 ``python -m trainguard.leaks._child SPEC``. The child sends JSON lines on its original stdout:
-``{"event": "progress", ...}`` while it runs, then ``{"event": "report", "report": {...}}`` or
+``{"event": "progress", ...}`` while it runs, ``{"event": "reading", "row": {...}}`` after each
+reading (so that a child that dies hard still leaves its series), then ``{"event": "report", "report": {...}}`` or
 ``{"event": "error", "type": ..., "message": ...}``. The user's own prints go to stderr (fd 1 is
 pointed at fd 2), so that they can never corrupt the protocol or a ``--json`` output.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -33,12 +35,18 @@ __all__ = ["run_isolated", "load_target", "main"]
 logger = logging.getLogger(__name__)
 
 _MODULE_NAME = "__trainguard_leakcheck_target__"
+#: The one setup name whose absence is a warning, not an error (see :func:`load_target`).
+DEFAULT_SETUP_NAME = "setup"
 
 
 def load_target(
     path: str, step_name: str, setup_name: str | None
 ) -> tuple[Callable[..., Any], Callable[[], Any] | None]:
     """Import ``path`` as a module (not as ``__main__``) and return its step and setup callables.
+
+    A missing function called ``setup`` (the conventional name, which tools pass to every file
+    alike) is a warning on stderr and the step runs without setup; a missing setup of any other
+    name, or a missing step, is an error.
 
     Raises:
         ConfigError: the file is missing, does not import, or lacks the names.
@@ -81,6 +89,15 @@ def load_target(
         return value
 
     step = get(step_name, "step")
+    if setup_name == DEFAULT_SETUP_NAME and not hasattr(module, setup_name):
+        # `--setup setup` is what scripts and harnesses pass to every file alike; a file that needs
+        # no setup should still be checked. A step that needs setup's value still fails below,
+        # and any other name the user typed is a mistake worth stopping for.
+        print(
+            f"trainguard leakcheck: warning: {path} has no function {setup_name!r}; running the step without setup",
+            file=sys.stderr,
+        )
+        return step, None
     setup = get(setup_name, "setup") if setup_name else None
     return step, setup
 
@@ -116,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         if setup is None:
             call_plan(step, None, False)
         report = run_loop(
-            step, setup, config, progress=lambda ev: _emit(proto, {"event": "progress", **ev}), isolated=True
+            step,
+            setup,
+            config,
+            progress=lambda ev: _emit(proto, {"event": "progress", **ev}),
+            isolated=True,
+            on_reading=lambda row: _emit(proto, {"event": "reading", "row": row}),
         )
         _emit(proto, {"event": "report", "report": report.to_dict()})
         code = 0
@@ -194,6 +216,7 @@ def run_isolated(
             watchdog.start()
         report = None
         error = None
+        rows: list[dict[str, Any]] = []
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
@@ -202,7 +225,9 @@ def run_isolated(
                 except json.JSONDecodeError:
                     continue
                 kind = event.pop("event", None)
-                if kind == "progress" and progress is not None:
+                if kind == "reading":
+                    rows.append(event["row"])
+                elif kind == "progress" and progress is not None:
                     progress(event)
                 elif kind == "report":
                     report = LeakReport.from_dict(event["report"])
@@ -225,11 +250,88 @@ def run_isolated(
     if error is not None:
         raise ConfigError(error.get("message") or error.get("type", "the leak check failed"))
     if report is None:
-        raise ConfigError(
-            f"the leak-check process ended without a report (exit code {proc.returncode}); "
-            "the step may have crashed the interpreter (see the output above)"
-        )
+        # not a usage error: the step (or a library under it) crashed the interpreter or was
+        # killed; say how, and keep what was measured
+        return died_report(proc.returncode, rows, config)
     return report
+
+
+def _death_cause(returncode: int | None) -> str:
+    import signal
+
+    if returncode is None:
+        return "ended without a report"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        text = f"was killed by {name}"
+        if -returncode == signal.SIGKILL:
+            text += " (the OS out-of-memory killer sends SIGKILL; see `dmesg`)"
+        elif -returncode == signal.SIGSEGV:
+            text += " (a segmentation fault in native code)"
+        return text
+    return f"exited with code {returncode} without a report"
+
+
+def died_report(returncode: int | None, rows: list[dict[str, Any]], config: Any) -> Any:
+    """The ``inconclusive`` report of a leak-check process that died without reporting.
+
+    Args:
+        returncode: the process's exit status (negative: the signal that killed it).
+        rows: the readings it streamed before dying.
+        config: the check's :class:`LeakCheckConfig`.
+
+    Returns:
+        A LeakReport with the cause in ``reason`` and ``extra["signal"]``, the series so far and,
+        with enough readings, the slope over it.
+    """
+    import signal
+
+    from trainguard.leaks import stats
+    from trainguard.leaks._report import LeakReport
+    from trainguard.leaks.stats import Verdict
+
+    iterations = int(rows[-1]["iteration"]) if rows else 0
+    cause = _death_cause(returncode)
+    reason = f"the leak-check process {cause} after {iterations} iterations"
+    if not rows:
+        reason = f"the leak-check process {cause} before the first reading (during import or setup)"
+    slope = None
+    tolerance = config.tolerance_bytes_per_iter or 0.0
+    if len(rows) >= 4:
+        xs = [r["iteration"] for r in rows]
+        ys = [r["bytes"] for r in rows]
+        d = stats.decide(ys, xs, alpha=config.alpha, tolerance=tolerance, final=True)
+        slope = d.slope
+        reason += f"; the series so far: {d.reason}"
+    sig = None
+    if returncode is not None and returncode < 0:
+        try:
+            sig = signal.Signals(-returncode).name
+        except ValueError:
+            sig = str(-returncode)
+    elapsed = float(rows[-1].get("elapsed_s", 0.0)) if rows else 0.0
+    return LeakReport(
+        verdict=Verdict.INCONCLUSIVE,
+        reason=reason,
+        metric=config.metric if config.metric != "auto" else "rss",
+        slope_bytes_per_iter=slope.slope if slope else None,
+        ci_low_bytes_per_iter=slope.ci_low if slope and math.isfinite(slope.ci_low) else None,
+        ci_high_bytes_per_iter=slope.ci_high if slope and math.isfinite(slope.ci_high) else None,
+        least_squares_bytes_per_iter=None,
+        iterations=iterations,
+        warmup_iterations=0,
+        measurements=len(rows),
+        calls_per_measurement=int(rows[1]["iteration"] - rows[0]["iteration"]) if len(rows) > 1 else 1,
+        tolerance_bytes_per_iter=float(tolerance),
+        elapsed_s=elapsed,
+        step_time_s=None,
+        series=tuple(rows),
+        isolated=True,
+        extra={"returncode": returncode, "signal": sig, "alpha": config.alpha},
+    )
 
 
 def _kill_descendants() -> None:

@@ -37,7 +37,17 @@ __all__ = ["LeakCheckConfig", "make_config", "run_loop", "call_plan", "METRICS"]
 
 logger = logging.getLogger(__name__)
 
-METRICS = ("rss", "uss", "pss")
+METRICS = ("auto", "rss", "uss", "pss")
+#: Calls before a ``leak`` verdict when the budget allows (min_iterations=None): allocator pools,
+#: kernel and tracing caches grow for 50-80 iterations and then level off, and the sequential test
+#: calls such a ramp a leak long before the level is reached (the check that growth persists in
+#: the recent half needs the window to reach past the ramp's end).
+_LEAK_GATE_ITERATIONS = 120
+#: The share of ``max_time`` that waiting for ``_LEAK_GATE_ITERATIONS`` may take; slower steps get
+#: a lower gate and a stricter leak test (``stats.decide(strong=True)``).
+_LEAK_GATE_BUDGET_SHARE = 0.6
+#: Calls before a ``no_leak`` or ``plateau`` verdict when min_iterations is None.
+_BASE_MIN_ITERATIONS = 10
 #: Reading overhead aimed at, as a share of the time spent in the step itself.
 _OVERHEAD_TARGET = 0.025
 _MAX_CALLS_PER_MEASUREMENT = 100_000
@@ -48,7 +58,7 @@ class LeakCheckConfig:
     """Validated settings of one leak check (see :func:`trainguard.leakcheck` for their meaning)."""
 
     max_iterations: int | None
-    min_iterations: int
+    min_iterations: int | None
     max_time_s: float | None
     metric: str
     attribution: bool
@@ -82,9 +92,9 @@ def _positive_int(name: str, value: Any, *, allow_none: bool = False, minimum: i
 def make_config(
     *,
     max_iterations: int | None = None,
-    min_iterations: int = 10,
+    min_iterations: int | None = None,
     max_time: str | float | None = "2m",
-    metric: str = "rss",
+    metric: str = "auto",
     attribution: bool = True,
     tracemalloc: bool = False,
     tolerance: str | float | None = None,
@@ -100,7 +110,7 @@ def make_config(
         ConfigError: any value out of range, an unknown metric, no budget at all.
     """
     max_it = _positive_int("max_iterations", max_iterations, allow_none=True)
-    min_it = _positive_int("min_iterations", min_iterations, minimum=1)
+    min_it = _positive_int("min_iterations", min_iterations, minimum=1, allow_none=True)
     max_time_s = parse_duration(max_time, name="max_time", allow_none=True)
     if max_time_s is not None and max_time_s <= 0:
         raise ConfigError(f"max_time={max_time!r} must be positive, e.g. '5m'", value=max_time)
@@ -108,7 +118,7 @@ def make_config(
         raise ConfigError(
             "give max_iterations or max_time (or both): a leak check needs a budget, e.g. max_time='5m'"
         )
-    if max_it is not None and min_it > max_it:
+    if max_it is not None and min_it is not None and min_it > max_it:
         raise ConfigError(
             f"min_iterations={min_it} is above max_iterations={max_it}: lower it or raise max_iterations"
         )
@@ -203,17 +213,35 @@ class _Meter:
         self.trim_available = True
         self._pid = os.getpid()
         self._nvml = None
+        #: metric "auto": the step's process tree has had a child at some reading, so PSS is read too
+        self.children_seen = False
+        self._pss_readable = True
 
-    def _host(self) -> tuple[int, tuple[int, ...]]:
+    def _host(self, *, extra: bool = False) -> tuple[int, tuple[int, ...], int | None]:
+        """(the metric's bytes, the tree's pids, PSS of the tree when ``extra`` and metric auto)."""
         from trainguard.probes.host import tree_memory
 
+        if self.metric == "auto":
+            # RSS is one statm read; PSS costs a smaps_rollup walk (26 ms for a TensorFlow process
+            # with 1,300 mappings), so it is read only once the tree has children: growth that
+            # lives in children's private pages (copy-on-write after fork) changes nobody's RSS
+            detail = extra and self.children_seen and self._pss_readable
+            tree = tree_memory(self._pid, detail=detail)
+            if extra and not self.children_seen and len(tree.pids) > 1 and self._pss_readable:
+                self.children_seen = True
+                tree = tree_memory(self._pid, detail=True)
+            pss = tree.pss_bytes if extra and self.children_seen else None
+            if extra and self.children_seen and pss is None:
+                self._pss_readable = False
+                logger.info("PSS cannot be read here; metric auto stays with RSS")
+            return int(tree.rss_bytes), tree.pids, pss
         tree = tree_memory(self._pid, detail=self.metric != "rss")
         value = getattr(tree, f"{self.metric}_bytes")
         if value is None:
             raise ConfigError(
                 f"metric={self.metric!r} cannot be read here (needs /proc/PID/smaps_rollup access): use metric='rss'"
             )
-        return int(value), tree.pids
+        return int(value), tree.pids, None
 
     def gpu_bytes(self, pids: tuple[int, ...]) -> tuple[int | None, int | None]:
         allocated = None
@@ -247,11 +275,14 @@ class _Meter:
         gc.collect()
         untrimmed = None
         if self._trim and self.trim_available:
-            untrimmed, _ = self._host()
+            untrimmed, _, _ = self._host()
             self.trim_available = self._malloc_trim()
-        value, pids = self._host()
+        value, pids, pss = self._host(extra=True)
         allocated, nvml = self.gpu_bytes(pids)
-        return {
+        row: dict[str, Any] = {}
+        if self.metric == "auto" and pss is not None:
+            row["pss_bytes"] = pss
+        return row | {
             "bytes": value,
             "untrimmed_bytes": untrimmed if self.trim_available else None,
             "gpu_allocated_bytes": allocated,
@@ -261,9 +292,10 @@ class _Meter:
 
 
 def _auto_tolerance(step_time_s: float) -> float:
-    # 1 KiB per call, or the rate of 1 MiB per minute of step time, whichever is larger: growth
-    # below both is under 1.4 GB a day of continuous running
-    return max(1024.0, step_time_s * (1024.0 * 1024.0) / 60.0)
+    # the rate of 1 MiB per minute of step time (under 1.4 GB a day of continuous running), but
+    # at least 64 B per call: a step that keeps a float or two per call (a loss history list) is
+    # not what anyone calls a leak, while 200 B per call of a 50 us step is 240 MB a minute
+    return max(64.0, step_time_s * (1024.0 * 1024.0) / 60.0)
 
 
 def _analysis_dict(d: stats.Decision) -> dict[str, Any]:
@@ -285,8 +317,13 @@ def run_loop(
     *,
     progress: Callable[[dict[str, Any]], None] | None = None,
     isolated: bool = False,
+    on_reading: Callable[[dict[str, Any]], None] | None = None,
 ) -> LeakReport:
-    """Run the leak check in this process. See :func:`trainguard.leakcheck`."""
+    """Run the leak check in this process. See :func:`trainguard.leakcheck`.
+
+    ``on_reading`` receives each reading's row as it is taken (the isolated child streams them to
+    its parent, which keeps the series when the child dies hard).
+    """
 
     setup_value = setup() if setup is not None else None
     pass_value = call_plan(step, setup_value, setup is not None)
@@ -298,7 +335,7 @@ def run_loop(
     gc.collect()
     gc.freeze()
     try:
-        return _loop(step, call, config, progress, isolated)
+        return _loop(step, call, config, progress, isolated, on_reading)
     finally:
         gc.unfreeze()
 
@@ -309,6 +346,7 @@ def _loop(
     config: LeakCheckConfig,
     progress: Callable[[dict[str, Any]], None] | None,
     isolated: bool,
+    on_reading: Callable[[dict[str, Any]], None] | None = None,
 ) -> LeakReport:
     from trainguard.leaks.attribution import (
         CensusPoint,
@@ -340,6 +378,8 @@ def _loop(
     gpu_key: str | None = None
     tracemalloc_marked = False
     last_progress = 0.0
+    base_gate = config.min_iterations or _BASE_MIN_ITERATIONS
+    leak_gate = config.min_iterations or _LEAK_GATE_ITERATIONS
 
     def measure() -> None:
         nonlocal measure_cost
@@ -349,12 +389,26 @@ def _loop(
         row["iteration"] = iterations
         row["elapsed_s"] = round(time.perf_counter() - start, 4)
         series.append(row)
+        if on_reading is not None:
+            on_reading(row)
         idx = len(series) - 1
         if config.attribution and (idx < 12 or idx in schedule_set or idx % 10 == 0):
             try:
                 census_points.append(take_census(iterations))
             except Exception as err:
                 logger.warning("census failed, attribution disabled: %s", err)
+
+    def strong_needed(done: int) -> bool:
+        # fewer calls than a warm-up can last: a leak must also show in the most recent readings
+        return config.min_iterations is None and done < _LEAK_GATE_ITERATIONS
+
+    def host_key(final: bool) -> str:
+        # metric auto: PSS of the tree once it has children, if enough PSS readings exist
+        if config.metric == "auto" and meter.children_seen:
+            have = sum(1 for r in series if r.get("pss_bytes") is not None)
+            if have >= 8 or not final:
+                return "pss_bytes"
+        return "bytes"
 
     schedule_set: set[int] = set()
     measure()
@@ -409,6 +463,13 @@ def _loop(
             calibrated = True
             if tolerance is None:
                 tolerance = _auto_tolerance(step_time)
+            if config.min_iterations is None:
+                fits = math.inf
+                if config.max_time_s is not None:
+                    fits = _LEAK_GATE_BUDGET_SHARE * config.max_time_s / max(step_time, 1e-9)
+                if config.max_iterations is not None:
+                    fits = min(fits, config.max_iterations)
+                leak_gate = int(max(base_gate, min(_LEAK_GATE_ITERATIONS, fits)))
             planned = config.max_measurements
             if config.max_iterations is not None:
                 planned = min(planned, n + math.ceil((config.max_iterations - iterations) / k))
@@ -459,10 +520,10 @@ def _loop(
                 }
             )
         if looks_now and calibrated:
-            early_ok = iterations >= config.min_iterations
-            decision = _decide(series, "bytes", alpha_look, tolerance, final or False, early_ok)
+            gates = (iterations >= base_gate, iterations >= leak_gate, strong_needed(iterations))
+            decision = _decide(series, host_key(final), alpha_look, tolerance, final or False, *gates)
             if gpu_key is not None:
-                gpu_decision = _decide(series, gpu_key, alpha_look, tolerance, final or False, early_ok)
+                gpu_decision = _decide(series, gpu_key, alpha_look, tolerance, final or False, *gates)
             verdicts = [decision.verdict] + ([gpu_decision.verdict] if gpu_decision is not None else [])
             if final:
                 break
@@ -477,9 +538,21 @@ def _loop(
     if tolerance is None:
         tolerance = _auto_tolerance(float(np.median(step_times)) if step_times else 0.0)
     if decision is None or decision.verdict is None or error is not None:
-        decision = _decide(series, "bytes", alpha_look, tolerance, True, True)
+        strong = strong_needed(iterations)
+        decision = _decide(series, host_key(True), alpha_look, tolerance, True, True, True, strong)
         if gpu_key is not None:
-            gpu_decision = _decide(series, gpu_key, alpha_look, tolerance, True, True)
+            gpu_decision = _decide(series, gpu_key, alpha_look, tolerance, True, True, True, strong)
+    metric = config.metric
+    if metric == "auto":
+        metric = "rss"
+        if host_key(True) == "pss_bytes":
+            # the report's series is the one decided on: PSS rows only, RSS kept alongside
+            metric = "pss"
+            series = [
+                {**r, "bytes": r["pss_bytes"], "rss_bytes": r["bytes"], "untrimmed_bytes": None}
+                for r in series
+                if r.get("pss_bytes") is not None
+            ]
 
     verdict = decision.verdict or Verdict.INCONCLUSIVE
     reason = decision.reason
@@ -531,7 +604,7 @@ def _loop(
     return LeakReport(
         verdict=verdict,
         reason=reason,
-        metric=config.metric,
+        metric=metric,
         slope_bytes_per_iter=slope.slope if slope else None,
         ci_low_bytes_per_iter=slope.ci_low if slope and math.isfinite(slope.ci_low) else None,
         ci_high_bytes_per_iter=slope.ci_high if slope and math.isfinite(slope.ci_high) else None,
@@ -554,22 +627,32 @@ def _loop(
             "alpha": config.alpha,
             "alpha_per_look": alpha_look,
             "looks": len(schedule) + 1,
+            "metric_requested": config.metric,
+            "min_iterations_for_leak": leak_gate,
             "python": sys.version.split()[0],
         },
     )
 
 
 def _decide(
-    series: list[dict[str, Any]], key: str, alpha: float, tolerance: float, final: bool, early_ok: bool
+    series: list[dict[str, Any]],
+    key: str,
+    alpha: float,
+    tolerance: float,
+    final: bool,
+    early_ok: bool,
+    leak_ok: bool = True,
+    strong: bool = False,
 ) -> stats.Decision:
     pairs = [(r["iteration"], r[key]) for r in series if r.get(key) is not None]
     xs = [p[0] for p in pairs]
     ys = [p[1] for p in pairs]
-    d = stats.decide(ys, xs, alpha=alpha, tolerance=tolerance, final=final)
-    if not early_ok and not final and d.verdict is not None:
+    d = stats.decide(ys, xs, alpha=alpha, tolerance=tolerance, final=final, strong=strong)
+    held = not early_ok or (d.verdict is Verdict.LEAK and not leak_ok)
+    if held and not final and d.verdict is not None:
         return stats.Decision(
             None,
-            "below min_iterations",
+            "below min_iterations" if not early_ok else "growing; waiting for enough iterations to rule out a warm-up",
             d.warmup_index,
             d.slope,
             d.recent_slope,

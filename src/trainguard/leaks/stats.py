@@ -493,6 +493,7 @@ def decide(
     min_points: int = 12,
     confidence: float = 0.95,
     unit: str = "B",
+    strong: bool = False,
 ) -> Decision:
     """One look of the sequential leak decision.
 
@@ -507,6 +508,10 @@ def decide(
         confidence: level of the reported interval, which also decides ``no_leak`` (upper bound
             below ``tolerance``) and ``plateau``. The leak decision uses ``alpha`` alone.
         unit: ``"B"`` formats numbers as bytes in the reason; anything else is appended as is.
+        strong: ask more of a leak: the last third of the settled window must grow significantly
+            (p < 1 %) on its own, at least half as fast as the whole window. Used when too few
+            iterations fit in the budget to wait out a warm-up of 50-80 iterations: a ramp that is
+            about to level off slows down at its end, a leak does not.
 
     Returns:
         A :class:`Decision`; ``verdict`` is None when more iterations are needed.
@@ -549,10 +554,21 @@ def decide(
             z_slow = (first.slope - recent.slope) / se if se > 0 and math.isfinite(se) else 0.0
             # growth must show in both halves: a level shift (the allocator switching to a
             # bigger heap for a while) lifts the whole series but leaves one half flat
-            slowing = z_slow > 1.645 or (z_slow > 1.0 and recent.slope < 0.5 * first.slope)
+            # (with a relative drop too: on an almost noiseless series a 1 % difference is "significant")
+            slowing = (z_slow > 1.645 and recent.slope < 0.8 * first.slope) or (
+                z_slow > 1.0 and recent.slope < 0.5 * first.slope
+            )
             if slowing or recent.slope < tolerance or recent.p_increase > 0.25 or first.slope <= 0:
                 problems.append(
                     f"growth is slowing down ({fmt(first.slope, unit)}/iter, then {fmt(recent.slope, unit)}/iter)"
+                )
+        if strong and m >= 9:
+            tail_start = m - max(m // 3, 4)
+            tail = robust_slope(wy[tail_start:], wx[tail_start:], confidence=confidence)
+            if not (tail.p_increase < 0.01 and tail.slope >= max(tolerance, 0.5 * est.slope)):
+                problems.append(
+                    f"the last {tail.n} measurements do not show the same growth on their own "
+                    f"({fmt(tail.slope, unit)}/iter)"
                 )
         up_steps = [i for i in step_idx if wy[i] > wy[i - 1]]
         if step_idx and len(up_steps) <= 2:
