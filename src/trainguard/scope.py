@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from trainguard.exceptions import ConfigError, LeakError
+from trainguard.probes.census import CensusEntry
 from trainguard.units import format_bytes, format_duration, parse_duration, parse_size
 
 __all__ = ["scope", "Scope", "ScopeReport", "Survivor"]
@@ -42,39 +43,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True, slots=True)
-class Survivor:
+class Survivor(CensusEntry):
     """A group of objects created inside a scope and still alive after its cleanup.
 
-    ``count``/``nbytes`` are the growth of this (framework, kind, dtype, shape, device) group.
+    The fields are those of a census entry; ``count``/``nbytes`` are the growth of this
+    (framework, kind, dtype, shape, device) group between the scope's entry and its exit.
     """
-
-    framework: str
-    kind: str
-    dtype: str | None
-    shape: tuple[int, ...] | None
-    device: str | None
-    count: int
-    nbytes: int
-
-    def describe(self) -> str:
-        parts = [self.framework, self.kind]
-        if self.dtype is not None or self.shape is not None:
-            shape = "" if self.shape is None else "[" + ", ".join(str(d) for d in self.shape) + "]"
-            parts.append(f"{self.dtype or ''}{shape}")
-        if self.device:
-            parts.append(self.device)
-        return " ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "framework": self.framework,
-            "kind": self.kind,
-            "dtype": self.dtype,
-            "shape": list(self.shape) if self.shape is not None else None,
-            "device": self.device,
-            "count": self.count,
-            "nbytes": self.nbytes,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainguard.exceptions import ConfigError
+from trainguard.store._schema import ATTEMPT_STATUSES as _STORE_ATTEMPT_STATUSES
 from trainguard.units import format_bytes, parse_duration, parse_size
 
 __all__ = [
@@ -47,18 +48,8 @@ __all__ = [
     "signal_name",
 ]
 
-#: Outcome of one attempt, as recorded in the store.
-ATTEMPT_STATUSES = (
-    "ok",
-    "exception",
-    "framework_oom",
-    "crashed",
-    "os_oom",
-    "killed_memory",
-    "killed_gpu_memory",
-    "timeout",
-    "not_serializable",
-)
+#: Outcome of one attempt, as recorded in the store (the store validates against the same set).
+ATTEMPT_STATUSES = _STORE_ATTEMPT_STATUSES
 #: Families of failures that ``retry_on`` names.
 RETRY_CATEGORIES = ("crash", "memory", "timeout", "exception")
 

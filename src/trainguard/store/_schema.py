@@ -24,18 +24,16 @@ WORKER_REASONS: dict[str, str] = {
 }
 
 #: ``Store.finish_attempt(status=...)``; "running" and "interrupted" are written by the store itself.
-ATTEMPT_STATUSES = frozenset(
-    {
-        "ok",
-        "exception",
-        "framework_oom",
-        "crashed",
-        "os_oom",
-        "killed_memory",
-        "killed_gpu_memory",
-        "timeout",
-        "not_serializable",
-    }
+ATTEMPT_STATUSES = (
+    "ok",
+    "exception",
+    "framework_oom",
+    "crashed",
+    "os_oom",
+    "killed_memory",
+    "killed_gpu_memory",
+    "timeout",
+    "not_serializable",
 )
 
 #: ``Store.finish_trial(status=...)``
