@@ -511,9 +511,12 @@ class Session:
     def _on_message(self, worker: _Worker, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op == "ready":
-            worker.pipes.to_worker.send(
-                {"op": "fn", "key": 0, "kind": self.fn.kind, "payload": self.fn.payload}
-            )
+            try:
+                worker.pipes.to_worker.send(
+                    {"op": "fn", "key": 0, "kind": self.fn.kind, "payload": self.fn.payload}
+                )
+            except OSError:
+                return  # it died after saying ready; the EOF on its pipe reports the death
             with self._lock:
                 worker.state = "loading"
             if self.run_id is not None and msg.get("preload_s", 0) > 0.05:
