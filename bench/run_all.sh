@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every benchmark, one after the other, on this machine; each prints a markdown table that
+# BENCHMARKS.md quotes. Output goes to bench/results/run_all-<date>.md (about 25 minutes on 2 cores).
+#   bash bench/run_all.sh            # all
+#   bash bench/run_all.sh quick      # the fast ones only (no runner_bench, no leak corpus)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+mkdir -p bench/results
+out="bench/results/run_all-$(date -u +%Y%m%dT%H%MZ).md"
+run() {
+  echo "## $*" | tee -a "$out"
+  echo '```' >> "$out"; echo "$ $*" >> "$out"; echo '```' >> "$out"
+  "$@" 2>>"$out.stderr" | tee -a "$out"
+  echo >> "$out"
+}
+run $PY bench/sampler_overhead.py
+run $PY bench/census_speed.py
+run $PY bench/supervisor_overhead.py
+run $PY bench/leak_detection.py --runs 1000
+run $PY bench/leakcheck_overhead.py
+if [ "${1:-}" != quick ]; then
+  run $PY bench/leak_corpus_run.py
+  run $PY bench/runner_bench.py
+fi
+echo "results: $out"
