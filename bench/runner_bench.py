@@ -140,6 +140,8 @@ def ray_keras_trial(config: dict[str, Any]) -> None:
 
 def _ray_child() -> None:
     """The (g) child: ray.init, a Tune run of the trials one at a time, ray.shutdown; marked lines out."""
+    import resource
+
     spec = json.loads(sys.argv[2])
     t0 = time.time()
     import ray
@@ -179,6 +181,8 @@ def _ray_child() -> None:
         "fit_s": t_fit - t_init,
         "shutdown_s": time.time() - t_fit,
         "errors": errors,
+        # the driver (Tune's controller lives here) is part of what the tree sum counts
+        "driver_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
     print(_RAY_MARK + json.dumps(phases), flush=True)
     sys.stdout.flush()
@@ -422,6 +426,7 @@ def bench_ray(trials: int, timeout_s: float | None = None) -> dict[str, Any] | N
         "phases_s": {k: v for k, v in phases.items() if k.endswith("_s")},
         "errors": phases.get("errors", []),
         "max_processes": max_procs,
+        "driver_peak_rss_bytes": phases.get("driver_peak_rss_bytes"),
         "leftover_processes": len(leftover),
         "processes_outside_tree": len(_outside_tree),
         "outside_tree_cmdlines": list(_outside_tree.values()),
@@ -542,7 +547,8 @@ def render(results: dict[str, Any]) -> str:
         lines.append(
             f"- Ray Tune: {g['trials']} trials in {g['workers_started']} worker processes; import ray "
             f"{ph.get('import_s', 0):.1f} s, ray.init {ph.get('init_s', 0):.1f} s, Tuner.fit {ph.get('fit_s', 0):.1f} s, "
-            f"ray.shutdown {ph.get('shutdown_s', 0):.1f} s; up to {g['max_processes']} processes "
+            f"ray.shutdown {ph.get('shutdown_s', 0):.1f} s; driver (Tune controller) peak RSS "
+            f"{(g.get('driver_peak_rss_bytes') or 0) / MIB:.0f} MiB; up to {g['max_processes']} processes "
             f"({g.get('processes_outside_tree', 0)} outside this process's tree); "
             f"{g['leftover_processes']} left after shutdown"
         )
