@@ -10,6 +10,6 @@ _n = [0]
 def step():
     _n[0] += 1
     s = 0
-    for i in range(300):
+    for i in range(3000):
         s += i
     EVENTS.append({"step": _n[0], "value": float(s)})  # ~240 B per call

@@ -65,7 +65,8 @@ def leakcheck(
         attribution: take censuses of live framework objects and report the kinds that grow.
         tracemalloc: also report Python allocation sites that grow (slow: traces every allocation).
         tolerance: growth per iteration below which there is no leak (``"16KB"`` or bytes);
-            default: 1 MiB per minute of step time, at least 64 bytes per call.
+            default: 1 MiB per minute of step time, at least 1 KiB per call unless that is
+            over 64 MiB per minute of step time (steps under ~1 ms).
         alpha: the false-positive budget of the whole sequential test.
         trim: call ``malloc_trim(0)`` before each reading (glibc only) and report what it returned.
         calls_per_measurement: calls between readings; default automatic.

@@ -292,10 +292,13 @@ class _Meter:
 
 
 def _auto_tolerance(step_time_s: float) -> float:
-    # the rate of 1 MiB per minute of step time (under 1.4 GB a day of continuous running), but
-    # at least 64 B per call: a step that keeps a float or two per call (a loss history list) is
-    # not what anyone calls a leak, while 200 B per call of a 50 us step is 240 MB a minute
-    return max(64.0, step_time_s * (1024.0 * 1024.0) / 60.0)
+    # The rate of 1 MiB per minute of step time (under 1.4 GB a day of continuous running), and
+    # at least 1 KiB per call: a step that keeps a float per call in a history list grows RSS by
+    # 200-360 B per call (the floats plus allocator fragmentation), which nobody calls a leak.
+    # That floor is capped at 64 MiB per minute of step time, so that a very fast step (50 us)
+    # keeping 200 B per call, 240 MB a minute, is still a leak.
+    per_minute = step_time_s / 60.0
+    return max(1024.0 * 1024.0 * per_minute, min(1024.0, 64 * 1024.0 * 1024.0 * per_minute))
 
 
 def _analysis_dict(d: stats.Decision) -> dict[str, Any]:
@@ -463,13 +466,6 @@ def _loop(
             calibrated = True
             if tolerance is None:
                 tolerance = _auto_tolerance(step_time)
-            if config.min_iterations is None:
-                fits = math.inf
-                if config.max_time_s is not None:
-                    fits = _LEAK_GATE_BUDGET_SHARE * config.max_time_s / max(step_time, 1e-9)
-                if config.max_iterations is not None:
-                    fits = min(fits, config.max_iterations)
-                leak_gate = int(max(base_gate, min(_LEAK_GATE_ITERATIONS, fits)))
             planned = config.max_measurements
             if config.max_iterations is not None:
                 planned = min(planned, n + math.ceil((config.max_iterations - iterations) / k))
@@ -520,6 +516,17 @@ def _loop(
                 }
             )
         if looks_now and calibrated:
+            if config.min_iterations is None:
+                # recomputed at each look from the recent step time: a leaking step often slows
+                # down as it leaks (a Keras TF fit loop: 0.6 s, then over 1 s), and the verdict
+                # should still come within the budget's share, not at its end
+                fits = math.inf
+                if config.max_time_s is not None:
+                    left = _LEAK_GATE_BUDGET_SHARE * config.max_time_s - elapsed
+                    fits = iterations + max(0.0, left) / max(step_time, 1e-9)
+                if config.max_iterations is not None:
+                    fits = min(fits, config.max_iterations)
+                leak_gate = int(max(base_gate, min(_LEAK_GATE_ITERATIONS, fits)))
             gates = (iterations >= base_gate, iterations >= leak_gate, strong_needed(iterations))
             decision = _decide(series, host_key(final), alpha_look, tolerance, final or False, *gates)
             if gpu_key is not None:
