@@ -48,7 +48,17 @@ def fmt_bytes(v: float | None) -> str:
 
 
 def run_case(path: Path, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "trainguard", "leakcheck", f"{path}:step", "--setup", "setup", "--json", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainguard",
+        "leakcheck",
+        f"{path}:step",
+        "--setup",
+        "setup",
+        "--json",
+        *extra,
+    ]
     t0 = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - t0
@@ -96,8 +106,12 @@ def main() -> None:
     total = time.time() - t0
     import trainguard
 
-    print(f"# leak corpus: {len(rows)} cases through `trainguard leakcheck FILE.py:step --setup setup --json`\n")
-    print(f"{datetime.date.today()}, trainguard {getattr(trainguard, '__version__', '?')}, Python {platform.python_version()}")
+    print(
+        f"# leak corpus: {len(rows)} cases through `trainguard leakcheck FILE.py:step --setup setup --json`\n"
+    )
+    print(
+        f"{datetime.date.today()}, trainguard {getattr(trainguard, '__version__', '?')}, Python {platform.python_version()}"
+    )
     if extra:
         print(f"extra arguments: {' '.join(extra)}")
     print()
@@ -118,7 +132,11 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     name = "leak_corpus_run" + (f"_{args.tag}" if args.tag else "") + ".json"
     (RESULTS / name).write_text(
-        json.dumps({"date": str(datetime.date.today()), "extra": extra, "rows": rows, "wall_s": total}, indent=1, default=str)
+        json.dumps(
+            {"date": str(datetime.date.today()), "extra": extra, "rows": rows, "wall_s": total},
+            indent=1,
+            default=str,
+        )
     )
 
 

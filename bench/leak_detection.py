@@ -115,7 +115,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--alpha", type=float, default=0.01)
-    ap.add_argument("--fp-runs", type=int, default=None, help="runs for the plain-noise rows (default --runs)")
+    ap.add_argument(
+        "--fp-runs", type=int, default=None, help="runs for the plain-noise rows (default --runs)"
+    )
     ap.add_argument("--swings", default="10,20,70", help="comma-separated swings in MB")
     args = ap.parse_args()
     R = args.runs
@@ -176,7 +178,9 @@ def main() -> None:
     print(
         f"{datetime.date.today()}, Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}\n"
     )
-    print("| swing (±MB) | series | regime (calls fit / leak gate) | P(leak) [95 % CI] | median / p90 calls to leak | naive LSQ@30 | verdicts |")
+    print(
+        "| swing (±MB) | series | regime (calls fit / leak gate) | P(leak) [95 % CI] | median / p90 calls to leak | naive LSQ@30 | verdicts |"
+    )
     print("|---|---|---|---|---|---|---|")
     names = {
         "linear": "leak {s} MB/call",
@@ -184,9 +188,17 @@ def main() -> None:
         "ramp80": "grows 0.5 MB/call for 80 calls, then flat",
     }
     for r in rows:
-        med = "-" if r["median_iters_to_leak"] is None else f"{r['median_iters_to_leak']:.0f} / {r['p90_iters_to_leak']:.0f}"
+        med = (
+            "-"
+            if r["median_iters_to_leak"] is None
+            else f"{r['median_iters_to_leak']:.0f} / {r['p90_iters_to_leak']:.0f}"
+        )
         base = r["kind"].split(" ")[0]
-        name = names[base].format(s=r["slope_mb"]) if not (base == "linear" and r["slope_mb"] == 0) else "no leak"
+        name = (
+            names[base].format(s=r["slope_mb"])
+            if not (base == "linear" and r["slope_mb"] == 0)
+            else "no leak"
+        )
         if "level switch" in r["kind"]:
             name += " + level switch"
         naive = "-" if r["p_naive_ols_leak_at_30"] is None else f"{r['p_naive_ols_leak_at_30']:.1%}"
@@ -200,7 +212,9 @@ def main() -> None:
     k = sum(round(r["p_leak"] * r["runs"]) for r in fp)
     n = sum(r["runs"] for r in fp)
     lo, hi = wilson(k, n)
-    print(f"\nfalse-positive rate on plain noise, pooled: {k}/{n} = {k / n:.2%} (95 % CI {lo:.2%} .. {hi:.2%})")
+    print(
+        f"\nfalse-positive rate on plain noise, pooled: {k}/{n} = {k / n:.2%} (95 % CI {lo:.2%} .. {hi:.2%})"
+    )
     fps = [r for r in rows if "level switch" in r["kind"]]
     k2 = sum(round(r["p_leak"] * R) for r in fps)
     print(f"with a two-state allocator level: {k2}/{R * len(fps)} = {k2 / (R * len(fps)):.2%}")
@@ -209,8 +223,14 @@ def main() -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(
         json.dumps(
-            {"date": str(datetime.date.today()), "runs": R, "alpha": args.alpha, "rows": rows, "decide_ms": decide_ms,
-             "false_positive": {"k": k, "n": n, "ci95": [lo, hi]}},
+            {
+                "date": str(datetime.date.today()),
+                "runs": R,
+                "alpha": args.alpha,
+                "rows": rows,
+                "decide_ms": decide_ms,
+                "false_positive": {"k": k, "n": n, "ci95": [lo, hi]},
+            },
             indent=1,
         )
     )

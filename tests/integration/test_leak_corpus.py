@@ -30,7 +30,18 @@ def expected(path: Path) -> str:
 def test_corpus_case_gets_its_expected_verdict(case: str) -> None:
     path = CORPUS / f"{case}.py"
     res = subprocess.run(
-        [sys.executable, "-m", "trainguard", "leakcheck", f"{path}:step", "--setup", "setup", "--json", "--max-time", "40s"],
+        [
+            sys.executable,
+            "-m",
+            "trainguard",
+            "leakcheck",
+            f"{path}:step",
+            "--setup",
+            "setup",
+            "--json",
+            "--max-time",
+            "40s",
+        ],
         capture_output=True,
         text=True,
         timeout=200,

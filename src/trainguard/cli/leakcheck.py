@@ -1,6 +1,7 @@
 """``trainguard leakcheck FILE.py:step``: a leak verdict for one training step, in a fresh process.
 
-Exit codes: 0 no leak or plateau, 1 leak, 3 inconclusive, 2 usage error.
+Exit codes: 0 no leak or plateau, 1 leak, 3 inconclusive (also when the fresh process is killed by
+a signal: the report names it and keeps the series so far), 2 usage error.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ retains, reported separately from live memory.
 Fast steps are batched: a reading costs a ``gc.collect()`` (milliseconds to tens of ms on a large
 heap), so when a step is much faster than that, several calls share one reading and the slope is
 still reported per call.
+
+When to call a leak (``min_iterations=None``): allocator pools, kernel and tracing caches grow for
+50-80 iterations and then level off, and over such a window a significant slope is no evidence of
+a leak. ``no_leak`` and ``plateau`` may come after 10 calls, ``leak`` only after 120 calls, or,
+for steps too slow for 120 calls in 60 % of ``max_time``, after what fits, and then only under
+the strict test (``stats.decide(strong=True)``: the most recent third must grow on its own).
 """
 
 from __future__ import annotations
@@ -659,7 +665,9 @@ def _decide(
     if held and not final and d.verdict is not None:
         return stats.Decision(
             None,
-            "below min_iterations" if not early_ok else "growing; waiting for enough iterations to rule out a warm-up",
+            "below min_iterations"
+            if not early_ok
+            else "growing; waiting for enough iterations to rule out a warm-up",
             d.warmup_index,
             d.slope,
             d.recent_slope,
