@@ -77,8 +77,10 @@ def _measured_processes() -> list[Any]:
         for pid in _marked_cache["pids"]:
             if pid not in procs:
                 try:
-                    procs[pid] = psutil.Process(pid)
-                    _outside_tree[pid] = " ".join(procs[pid].cmdline())[:200]
+                    proc = procs[pid] = psutil.Process(pid)
+                    # children() can miss a process that is starting; only a non-descendant counts
+                    if me.pid not in {parent.pid for parent in proc.parents()}:
+                        _outside_tree[pid] = " ".join(proc.cmdline())[:200]
                 except psutil.Error:
                     pass
     return list(procs.values())
