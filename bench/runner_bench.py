@@ -1,6 +1,6 @@
 """Benchmark: many Keras fits naively, under trainguard's Runner, and under the alternatives people use.
 
-    .venv/bin/python bench/runner_bench.py              # 40 trials, as the issue asks (about 10 minutes)
+    .venv/bin/python bench/runner_bench.py              # 40 trials, as the issue asks (about 13 minutes with Ray Tune)
     .venv/bin/python bench/runner_bench.py --quick      # 8 trials, for development
 
 Every configuration runs ``trainguard.workloads.keras_fit`` with its defaults on the TensorFlow
