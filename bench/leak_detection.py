@@ -119,6 +119,14 @@ def main() -> None:
         "--fp-runs", type=int, default=None, help="runs for the plain-noise rows (default --runs)"
     )
     ap.add_argument("--swings", default="10,20,70", help="comma-separated swings in MB")
+    ap.add_argument(
+        "--regimes", default=",".join(REGIMES), help="comma-separated, among " + ", ".join(REGIMES)
+    )
+    ap.add_argument(
+        "--legacy",
+        action="store_true",
+        help="no leak gate and no strict test (the detector before the gates)",
+    )
     args = ap.parse_args()
     R = args.runs
     rows = []
@@ -134,12 +142,18 @@ def main() -> None:
         swing = swing_mb * MB
         for kind, slope_mb, stress in kinds:
             for regime, (budget, gate) in REGIMES.items():
+                if regime not in args.regimes.split(","):
+                    continue
+                if args.legacy:
+                    gate = 0
                 verdicts, iters = [], []
                 naive = []
                 runs = (args.fp_runs or R) if (kind == "linear" and slope_mb == 0 and not stress) else R
                 for seed in range(runs):
                     y = series(kind, slope_mb * MB, swing, seed, stress)[: budget + 1]
-                    v, k = sequential(y, gate=gate, strong_below=GATE_TARGET, alpha=args.alpha)
+                    v, k = sequential(
+                        y, gate=gate, strong_below=0 if args.legacy else GATE_TARGET, alpha=args.alpha
+                    )
                     verdicts.append(v)
                     iters.append(k)
                     if regime == "fast":
@@ -174,7 +188,11 @@ def main() -> None:
 
     import scipy
 
-    print(f"# leak detection, synthetic ({R} seeded runs per row, alpha {args.alpha})\n")
+    print(
+        f"# leak detection, synthetic ({R} seeded runs per row, alpha {args.alpha}"
+        + (", legacy: no gate, no strict test" if args.legacy else "")
+        + ")\n"
+    )
     print(
         f"{datetime.date.today()}, Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}\n"
     )
@@ -219,7 +237,9 @@ def main() -> None:
     k2 = sum(round(r["p_leak"] * R) for r in fps)
     print(f"with a two-state allocator level: {k2}/{R * len(fps)} = {k2 / (R * len(fps)):.2%}")
     print(f"one decide() on 200 readings: {decide_ms:.1f} ms; whole benchmark {elapsed:.0f} s")
-    out = Path(__file__).parent / "results" / "leak_detection.json"
+    out = (
+        Path(__file__).parent / "results" / ("leak_detection" + ("_legacy" if args.legacy else "") + ".json")
+    )
     out.parent.mkdir(exist_ok=True)
     out.write_text(
         json.dumps(
