@@ -12,4 +12,5 @@ fi
 # torch is pinned to the CPU wheel: an unpinned torch resolves to a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[test]"
 export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
+.venv/bin/ruff check --quiet src tests bench
 exec .venv/bin/python -m pytest "$@"

@@ -1,4 +1,5 @@
 """Control (plateau): a cache of 60 slots that fills during the first 60 steps, then is reused."""
+
 import time
 
 import numpy as np

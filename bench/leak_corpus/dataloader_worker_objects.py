@@ -1,4 +1,5 @@
 """DataLoader with persistent workers over a list of Python objects: copy-on-access in the workers."""
+
 import torch
 from torch.utils.data import DataLoader, Dataset
 

@@ -1,4 +1,5 @@
 """A memo dict keyed by a counter that never repeats."""
+
 import numpy as np
 
 EXPECTED = "leak"

@@ -1,4 +1,5 @@
 """Control (noisy): large temporaries of varying size, nothing kept."""
+
 import numpy as np
 
 EXPECTED = "no_leak"

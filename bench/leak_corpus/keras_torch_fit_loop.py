@@ -1,4 +1,5 @@
 """Control: the same Keras loop on the torch backend (flat, but noisy)."""
+
 import gc
 import os
 
@@ -14,7 +15,9 @@ Y = np.random.rand(2000, 1).astype("float32")
 
 
 def step():
-    model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((20,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(1)]
+    )
     model.compile(optimizer="adam", loss="mse")
     model.fit(X, Y, epochs=1, batch_size=64, verbose=0)
     del model

@@ -1,4 +1,5 @@
 """Keras fit in a loop, seed-sized, on the torch backend (the cleanup users try: del, clear_session, gc)."""
+
 import gc
 import os
 

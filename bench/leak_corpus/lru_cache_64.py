@@ -1,4 +1,5 @@
 """Control (plateau): functools.lru_cache(maxsize=64) over distinct inputs with big results."""
+
 import functools
 import time
 

@@ -1,4 +1,5 @@
 """Figures created every step and never closed (pyplot keeps them)."""
+
 import matplotlib
 
 matplotlib.use("Agg")

@@ -1,4 +1,5 @@
 """Arrays appended to a module-level list for 'later analysis'."""
+
 import numpy as np
 
 EXPECTED = "leak"

@@ -1,4 +1,5 @@
 """A slow step (about 1 s) that keeps a little each time."""
+
 import time
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Helper processes started every step and never waited for or killed."""
+
 import subprocess
 
 EXPECTED = "leak"

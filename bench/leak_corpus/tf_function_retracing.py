@@ -1,4 +1,5 @@
 """tf.function called with a new Python scalar each step: a new trace (graph) every call."""
+
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -1,4 +1,5 @@
 """Control: the loss kept as a Python float."""
+
 import torch
 
 EXPECTED = "no_leak"

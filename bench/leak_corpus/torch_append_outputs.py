@@ -1,4 +1,5 @@
 """Model outputs (with grad) collected in a list for later evaluation."""
+
 import torch
 
 EXPECTED = "leak"

@@ -1,4 +1,5 @@
 """Running loss summed as a tensor: every step's autograd graph stays reachable."""
+
 import torch
 
 EXPECTED = "leak"

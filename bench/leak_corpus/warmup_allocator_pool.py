@@ -1,4 +1,5 @@
 """Control (plateau): a pool that grows for ~70 steps in shrinking increments, then stops."""
+
 import numpy as np
 
 EXPECTED = "no_leak"

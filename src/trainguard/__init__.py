@@ -49,7 +49,7 @@ _LAZY = {
 
 # Imported eagerly (it is light): the submodule trainguard.scope would otherwise shadow the
 # function trainguard.scope as soon as anything imported the module.
-from trainguard.scope import ScopeReport, Survivor, scope  # noqa: E402
+from trainguard.scope import ScopeReport, Survivor, scope  # noqa: E402, F401 (in __all__ via _LAZY)
 
 __all__ = [
     "__version__",
@@ -86,10 +86,9 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from trainguard.leaks import LeakReport, leakcheck
-    from trainguard.probes.census import Census, census
-    from trainguard.probes.host import host_memory, tree_memory
-    from trainguard.runner import Policy, Runner, TrialResult
-    from trainguard.sampling import Sampler, Timeline
-    from trainguard.scope import ScopeReport, Survivor, scope
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed in __all__ via _LAZY
+    from trainguard.leaks import LeakReport, leakcheck  # noqa: F401
+    from trainguard.probes.census import Census, census  # noqa: F401
+    from trainguard.probes.host import host_memory, tree_memory  # noqa: F401
+    from trainguard.runner import Policy, Runner, TrialResult  # noqa: F401
+    from trainguard.sampling import Sampler, Timeline  # noqa: F401

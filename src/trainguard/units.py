@@ -44,7 +44,9 @@ _DURATION_UNITS = {
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-def parse_size(value: str | int | float | None, *, name: str = "size", allow_none: bool = False) -> int | None:
+def parse_size(
+    value: str | int | float | None, *, name: str = "size", allow_none: bool = False
+) -> int | None:
     """Return ``value`` as a number of bytes.
 
     Args:

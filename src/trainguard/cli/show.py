@@ -88,7 +88,9 @@ def _print_text(args, info, summary, trials, workers, events, samples) -> None:
         f"workers {summary.workers_started}"
         + (f"   sessions {summary.sessions}" if summary.sessions > 1 else "")
     )
-    rss = [s.rss_bytes for s in samples if s.rss_bytes > 0]  # stores written before zombie workers were skipped hold zeros
+    rss = [
+        s.rss_bytes for s in samples if s.rss_bytes > 0
+    ]  # stores written before zombie workers were skipped hold zeros
     if rss:
         out.print(
             f"worker-tree RSS over time ({len(rss)} samples, highest worker per sample): "

@@ -156,7 +156,9 @@ def tree_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
 
 def system_memory() -> SystemMemory:
     vm = psutil.virtual_memory()
-    return SystemMemory(total_bytes=vm.total, available_bytes=vm.available, used_bytes=vm.used, percent=vm.percent)
+    return SystemMemory(
+        total_bytes=vm.total, available_bytes=vm.available, used_bytes=vm.used, percent=vm.percent
+    )
 
 
 def host_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
@@ -224,5 +226,7 @@ def cgroup_memory(proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup")
                             oom = int(val)
                 except (OSError, ValueError):
                     pass
-                return CgroupMemory(2, str(base), _read_int(base / "memory.max"), _read_int(base / "memory.current"), oom)
+                return CgroupMemory(
+                    2, str(base), _read_int(base / "memory.max"), _read_int(base / "memory.current"), oom
+                )
     return None
