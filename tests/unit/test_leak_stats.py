@@ -250,3 +250,13 @@ def test_a_linear_ramp_of_80_calls_is_not_a_leak_with_the_120_call_gate():
             calls.append(d.verdict)
             break
     assert sum(v is Verdict.LEAK for v in calls) <= 1, calls
+
+
+def test_slow_but_significant_growth_below_tolerance_says_so() -> None:
+    # 2 KiB/iter, steady and nearly noiseless, against a 5 KiB/iter tolerance: not a leak, but the
+    # reason must not claim there is no growth
+    rng = np.random.default_rng(3)
+    y = 400e6 + 2048.0 * np.arange(150) + rng.normal(0, 200.0, 150)
+    d = S.decide(y, alpha=0.001, tolerance=5 * 1024.0, final=True)
+    assert d.verdict is Verdict.NO_LEAK, d.reason
+    assert d.reason.startswith("slow growth") and "--tolerance" in d.reason

@@ -610,6 +610,14 @@ def decide(
             f"then leveled off: {rate}",
         )
     if strict.ci_high < tolerance:
+        if est.ci_low > 0:
+            # significant but slower than the tolerance: say so rather than "no growth", so a user
+            # who cares about slow growth (a long-running service) knows to lower the tolerance
+            return out(
+                Verdict.NO_LEAK,
+                f"slow growth {rate}, below the tolerance {fmt(tolerance, unit)}/iter: not counted as a "
+                "leak (lower --tolerance to count it)",
+            )
         return out(Verdict.NO_LEAK, f"no growth: {rate}, below the tolerance {fmt(tolerance, unit)}/iter")
     if not final:
         return out(
