@@ -121,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             raw = fh.read()
         import cloudpickle
 
+        # TensorFlow's start-up banner, which no setting silences, is filtered from the first
+        # import as in runner workers; errors and tracebacks still come through
+        from trainguard.runner._quiet import install_quiet_imports
+
+        install_quiet_imports()
         spec = cloudpickle.loads(raw)
         from trainguard.leaks._run import LeakCheckConfig, call_plan, run_loop
 
@@ -191,6 +196,7 @@ def run_isolated(
             "use isolated=False or define them at module level"
         ) from None
     child_env = dict(os.environ if env is None else env)
+    child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # as in runner workers: TF's info lines off
     # the child imports what the parent could: the same sys.path
     paths = [p for p in sys.path if p]
     child_env["PYTHONPATH"] = os.pathsep.join(paths + [child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
