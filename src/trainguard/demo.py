@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -110,16 +109,23 @@ class DemoResult:
 
 
 def theil_sen_slope(values: Sequence[float | None]) -> float | None:
-    """Median of the pairwise slopes of ``values`` against their index (None entries skipped)."""
+    """Median of the pairwise slopes of ``values`` against their index (None entries skipped).
+
+    The estimator of :func:`trainguard.leaks.stats.theil_sen`; None with fewer than two values.
+    """
+    from trainguard.leaks.stats import theil_sen
+
     points = [(i, float(v)) for i, v in enumerate(values) if v is not None]
-    slopes = [
-        (vj - vi) / (j - i) for a, (i, vi) in enumerate(points) for (j, vj) in points[a + 1 :] if j != i
-    ]
-    return statistics.median(slopes) if slopes else None
+    if len(points) < 2:
+        return None
+    return theil_sen([v for _, v in points], [i for i, _ in points])
 
 
 class TreeSampler:
     """Sample the RSS of a process tree from outside, on a thread, until stopped.
+
+    A :class:`trainguard.sampling.Sampler` with one probe, read back as ``(unix time, bytes)``
+    pairs so that a trial's peak can be taken between its start and end times.
 
     Args:
         read_rss: returns the bytes to record, or None when there is nothing to read yet.
@@ -127,39 +133,33 @@ class TreeSampler:
     """
 
     def __init__(self, read_rss: Callable[[], int | None], *, interval_s: float = 0.1) -> None:
-        if interval_s <= 0:
-            raise ConfigError(f"interval_s must be > 0, not {interval_s!r}")
-        self._read = read_rss
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="trainguard-demo-sampler", daemon=True)
-        self.series: list[tuple[float, int]] = []
+        from trainguard.sampling import Sampler
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                value = self._read()
-            except Exception:  # the process may exit between listing and reading it
-                value = None
-            if value is not None:
-                self.series.append((time.time(), value))
-            self._stop.wait(self._interval_s)
+        self._sampler = Sampler({"rss_bytes": read_rss}, interval_s=interval_s)
 
     def __enter__(self) -> TreeSampler:
-        self._thread.start()
+        self._sampler.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._sampler.close()
+
+    @property
+    def series(self) -> list[tuple[float, int]]:
+        timeline = self._sampler.timeline
+        t0 = timeline.started_unix_s
+        return [
+            (t0 + t, int(v))
+            for t, v in zip(timeline.times_s, timeline.series("rss_bytes"), strict=True)
+            if v is not None
+        ]
 
     @property
     def peak_rss_bytes(self) -> int:
-        return max((v for _, v in self.series), default=0)
+        return int(self._sampler.timeline.peak("rss_bytes") or 0)
 
     def peak_between(self, start: float, end: float) -> int | None:
         inside = [v for t, v in self.series if start <= t <= end]
