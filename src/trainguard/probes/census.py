@@ -404,7 +404,7 @@ def _run_census(
     return tuple(entries)
 
 
-def _add(acc: dict[EntryKey, list[int]], key: EntryKey, nbytes: int) -> None:
+def _add(acc: dict[Any, list[int]], key: Any, nbytes: int) -> None:
     slot = acc.get(key)
     if slot is None:
         acc[key] = [1, nbytes]
@@ -450,13 +450,7 @@ def _count_torch(tensors: list[tuple[str, Any]], acc: dict[EntryKey, list[int]])
                 key = (kind, t.dtype, t.device, t.shape)
             except Exception:
                 continue
-            nbytes = storage_bytes(t)
-            slot = raw.get(key)
-            if slot is None:
-                raw[key] = [1, nbytes]
-            else:
-                slot[0] += 1
-                slot[1] += nbytes
+            _add(raw, key, storage_bytes(t))
     for (kind, dtype, device, shape), (count, nbytes) in raw.items():
         dtype_name = str(dtype).removeprefix("torch.")
         entry_key = ("torch", kind, dtype_name, tuple(int(d) for d in shape), str(device))
