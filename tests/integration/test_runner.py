@@ -280,7 +280,7 @@ def test_allocator_library_is_preloaded_in_the_workers():
 
 
 def test_framework_start_up_lines_are_dropped_and_real_errors_kept(monkeypatch, capfd):
-    from trainguard.runner import _quiet
+    from trainguard.frameworks import _quiet
 
     # a stand-in module prints TensorFlow 2.21's start-up lines on import (real TF: tests/frameworks)
     monkeypatch.setattr(_quiet, "QUIET_MODULES", ("runner_noisy",))

@@ -24,10 +24,10 @@ from multiprocessing.connection import wait as wait_connections
 from typing import Any
 
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
-from trainguard.runner import _quiet
+from trainguard.frameworks import _quiet
+from trainguard.frameworks._quiet import replay_capture
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
-from trainguard.runner._quiet import replay_capture
 from trainguard.runner._treesampler import TreeSampler, kill_tree
 from trainguard.runner.policy import (
     KillDecision,

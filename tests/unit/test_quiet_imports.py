@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainguard.runner._quiet import filter_noise, is_startup_noise, min_log_level
+from trainguard.frameworks._quiet import filter_noise, is_startup_noise, min_log_level
 
 PREINIT = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
 ONEDNN = (
