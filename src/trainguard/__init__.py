@@ -44,6 +44,7 @@ _LAZY = {
     "LeakReport": "trainguard.leaks",
     "Runner": "trainguard.runner",
     "Policy": "trainguard.runner",
+    "Shrink": "trainguard.runner",
     "TrialResult": "trainguard.runner",
 }
 
@@ -90,5 +91,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed 
     from trainguard.leaks import LeakReport, leakcheck  # noqa: F401
     from trainguard.probes.census import Census, census  # noqa: F401
     from trainguard.probes.host import host_memory, tree_memory  # noqa: F401
-    from trainguard.runner import Policy, Runner, TrialResult  # noqa: F401
+    from trainguard.runner import Policy, Runner, Shrink, TrialResult  # noqa: F401
     from trainguard.sampling import Sampler, Timeline  # noqa: F401

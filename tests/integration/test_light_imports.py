@@ -87,6 +87,7 @@ def test_public_names_are_pinned():
             "Policy",
             "Runner",
             "Sampler",
+            "Shrink",
             "SchemaVersionError",
             "ScopeReport",
             "StoreError",

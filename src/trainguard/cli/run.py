@@ -58,6 +58,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--stop-on-error", action="store_true", help="stop the run at the first failed trial")
     parser.add_argument(
+        "--on-oom",
+        metavar="RULE",
+        help="out-of-memory recovery: rerun an OOM trial in a fresh worker with a smaller size, e.g. "
+        "shrink:batch_size[,factor=0.5,minimum=1,accumulate=grad_accum,mixed_precision]",
+    )
+    parser.add_argument(
         "--keras-backend", metavar="NAME", help="KERAS_BACKEND for the workers (tensorflow, torch, jax)"
     )
     parser.add_argument(
@@ -190,6 +196,7 @@ def _policy(args: argparse.Namespace) -> Any:
         retries=args.retries,
         retry_on=tuple(k.strip() for k in args.retry_on.split(",") if k.strip()),
         on_error="stop" if args.stop_on_error else "continue",
+        on_oom=getattr(args, "on_oom", None),
     )
 
 

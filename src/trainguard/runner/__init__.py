@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from trainguard.runner._runner import Runner, find_allocator
 from trainguard.runner._supervisor import RunProgress, TrialResult, WorkerProgress, default_run_name
-from trainguard.runner.policy import Policy
+from trainguard.runner.policy import Policy, Shrink
 
 __all__ = [
     "Runner",
     "Policy",
+    "Shrink",
     "TrialResult",
     "RunProgress",
     "WorkerProgress",

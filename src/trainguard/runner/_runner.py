@@ -319,12 +319,16 @@ class Runner:
                 the same call resumes.
 
         Raises:
-            ConfigError: a bad fn or params (before any worker starts), or fn fails to load in a worker.
+            ConfigError: a bad fn or params (before any worker starts; with ``on_oom``, a params
+                without the shrink key or with a non-integer one), or fn fails to load in a worker.
             TrialError: a trial failed and the policy says ``on_error="stop"``.
             WorkerCrashedError: a worker died before it was ready.
         """
         spec = prepare(fn)
         params = _check_params(params_list)
+        if self.policy.on_oom is not None:
+            for i, trial_params in enumerate(params):
+                self.policy.on_oom.check_params(trial_params, f"params[{i}]")
         if name is None:
             name = default_run_name(spec.ref, params)
         elif not isinstance(name, str) or not name.strip():

@@ -26,10 +26,12 @@ from typing import Any
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
 from trainguard.frameworks import _quiet
 from trainguard.frameworks._quiet import replay_capture
+from trainguard.runner._fitted import device_key
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
 from trainguard.runner._treesampler import TreeSampler, kill_tree
 from trainguard.runner.policy import (
+    OOM_STATUSES,
     KillDecision,
     Policy,
     RecycleDecision,
@@ -37,8 +39,12 @@ from trainguard.runner.policy import (
     check_limits,
     classify_end,
     decide_recycle,
+    params_without,
+    resize,
     should_retry,
+    shrink_step,
 )
+from trainguard.units import format_bytes
 
 __all__ = ["TrialResult", "RunProgress", "WorkerProgress", "Session", "default_run_name"]
 
@@ -53,6 +59,8 @@ class TrialResult:
     cause: ``exception``, ``framework_oom``, ``crashed``, ``os_oom``, ``killed_memory``,
     ``killed_gpu_memory``, ``timeout``, ``not_serializable``), ``message`` and, for an exception,
     ``type`` and ``traceback``. ``attempts`` counts every attempt, earlier sessions' included.
+    ``ran_with`` holds the params the last attempt ran with when out-of-memory recovery changed
+    them (a smaller batch size), else None.
     """
 
     index: int
@@ -64,6 +72,7 @@ class TrialResult:
     peak_rss_bytes: int | None
     worker_id: int | None
     duration_s: float | None
+    ran_with: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -118,6 +127,15 @@ class _Running:
     attempt: int  # the attempt number as stored (continues across sessions)
     session_attempts: int  # attempts made in this session, for the retry budget
     started_mono: float = 0.0
+    # out-of-memory recovery: the params this attempt runs with when they differ from ``params``
+    attempt_params: dict[str, Any] | None = None
+    mixed_precision: bool = False
+    oom_attempts: int = 0
+    sized: bool = False  # the remembered size was looked up for this trial already
+
+    @property
+    def sent_params(self) -> Any:
+        return self.attempt_params if self.attempt_params is not None else self.params
 
 
 @dataclass(slots=True)
@@ -246,6 +264,14 @@ class Session:
         self._last_flush = 0.0
         self._nvml = None
         self._closed = False
+        # out-of-memory recovery: sizes that fitted in this session, by params without the shrunk keys
+        self._fitted: dict[str, int] = {}
+        self._device = device_key(
+            memory_limit=policy.memory_limit,
+            gpu_memory_limit=policy.gpu_memory_limit,
+            gpus=config.gpu_slots,
+            env=config.base_env,
+        )
 
     # -- progress ---------------------------------------------------------------------------------
 
@@ -444,6 +470,7 @@ class Session:
             if worker.state != "idle":
                 continue
             run = self._queue.popleft()
+            self._apply_fitted_size(run)
             run.started_mono = time.monotonic()
             with self._lock:
                 worker.trial = run
@@ -460,7 +487,8 @@ class Session:
                         "index": run.index,
                         "attempt": run.attempt,
                         "key": 0,
-                        "params": run.params,
+                        "params": run.sent_params,
+                        "mixed_precision": run.mixed_precision,
                         "cleanup": self.config.cleanup,
                         "census": self.config.census,
                     }
@@ -569,6 +597,18 @@ class Session:
                 index=run.index,
             )
         self._finish_attempt(worker, run, status, msg.get("error"), value, peak, float(msg["duration_s"]))
+        if status == "framework_oom":
+            # what the failed allocation held, and the fragmentation it left, stay in this process
+            # (empty_cache() does not give it back): never run another trial in it
+            self._retire(
+                worker,
+                RecycleDecision(
+                    "out_of_memory",
+                    {"index": run.index, "attempt": run.attempt},
+                    f"trial {run.index} ran out of memory in it: a worker is never reused after an OOM",
+                ),
+            )
+            return
         if self._queue and self._stop_result is None:
             decision = decide_recycle(
                 self.policy, WorkerHistory(worker.trials_done, tuple(worker.rss_after), tuple(worker.peaks))
@@ -587,8 +627,11 @@ class Session:
         duration_s: float | None,
     ) -> None:
         worker_id = worker.worker_id if worker else None
+        rule = self.policy.on_oom
         if error is not None:
             error = {**error, "attempt": run.attempt, "worker_id": worker_id}
+            if rule is not None and status in OOM_STATUSES:
+                error["ran_with"] = self._sized_keys(run.sent_params)
         if self.run_id is not None:
             self.store.finish_attempt(
                 self.run_id,
@@ -599,6 +642,10 @@ class Session:
                 peak_rss_bytes=peak,
                 duration_s=duration_s,
             )
+        if rule is not None and status in OOM_STATUSES and self._shrink(worker, run, status, error, peak):
+            return
+        if status == "ok" and rule is not None and run.attempt_params is not None:
+            self._remember(run, peak)
         if status != "ok" and should_retry(self.policy, status, run.session_attempts):
             logger.info("trial %d attempt %d: %s; retrying", run.index, run.attempt, status)
             cause = str((error or {}).get("message") or status)
@@ -629,7 +676,16 @@ class Session:
             if written is False:  # already finished by an earlier session: never report it twice
                 return
         result = TrialResult(
-            run.index, run.params, final, value, error, run.attempt, peak, worker_id, duration_s
+            run.index,
+            run.params,
+            final,
+            value,
+            error,
+            run.attempt,
+            peak,
+            worker_id,
+            duration_s,
+            run.attempt_params,
         )
         with self._lock:
             self._done += 1
@@ -639,6 +695,161 @@ class Session:
         if final == "failed" and self.policy.on_error == "stop" and self._stop_result is None:
             self._stop_result = result
             self._queue.clear()
+
+    # -- out-of-memory recovery -------------------------------------------------------------------
+
+    def _sized_keys(self, params: Any) -> dict[str, Any]:
+        rule = self.policy.on_oom
+        assert rule is not None
+        keys = [rule.key] + ([rule.accumulate] if rule.accumulate else [])
+        return {k: params.get(k, 1 if k == rule.accumulate else None) for k in keys}
+
+    def _fitted_key(self, params: dict[str, Any]) -> str:
+        rule = self.policy.on_oom
+        assert rule is not None
+        return params_without(params, [rule.key, rule.accumulate])
+
+    def _apply_fitted_size(self, run: _Running) -> None:
+        """Start a trial at the size remembered for its params (this session's, else the store's)
+        when that is below the size it asks for."""
+        rule = self.policy.on_oom
+        if rule is None or run.sized or run.attempt_params is not None:
+            return
+        run.sized = True
+        params_key = self._fitted_key(run.params)
+        size = self._fitted.get(params_key)
+        source = "this run"
+        if size is None and rule.remember:
+            try:
+                record = self.store.fitted_size(self.fn.ref, params_key, self._device, rule.key)
+            except Exception:  # noqa: BLE001 - a missing memory only costs an OOM attempt
+                logger.exception("could not read the remembered size")
+                record = None
+            if record is not None:
+                size, source = record.size, f"the store ({record.source})"
+                self._fitted[params_key] = size
+        asked = int(run.params[rule.key])
+        if size is None or size >= asked:
+            return
+        size = max(size, rule.minimum)
+        run.attempt_params = resize(rule, run.params, size)
+        sized = self._sized_keys(run.attempt_params)
+        words = ", ".join(f"{k}={v}" for k, v in sized.items())
+        self._event(
+            "oom_start",
+            f"trial {run.index} starts at {words} (asked {rule.key}={asked}): the size remembered from {source}",
+            data={"asked": asked, "size": size, "ran_with": sized, "source": source},
+            index=run.index,
+        )
+
+    def _shrink(
+        self,
+        worker: _Worker | None,
+        run: _Running,
+        status: str,
+        error: dict[str, Any] | None,
+        peak: int | None,
+    ) -> bool:
+        """Queue the next, smaller attempt of an out-of-memory trial; False when there is none."""
+        rule = self.policy.on_oom
+        assert rule is not None
+        current = run.sent_params
+        step = None
+        if run.oom_attempts + 1 < rule.max_attempts:
+            step = shrink_step(rule, current, mixed_precision_on=run.mixed_precision)
+        cause = str((error or {}).get("message") or status)
+        sized = self._sized_keys(current)
+        words = ", ".join(f"{k}={v}" for k, v in sized.items())
+        where = f" on worker {worker.worker_id}" if worker is not None else ""
+        peak_words = f" at peak {format_bytes(peak)}" if peak else ""
+        if step is None:
+            why = (
+                f"{rule.key}={current[rule.key]} is the minimum"
+                if int(current[rule.key]) <= rule.minimum
+                else f"max_attempts={rule.max_attempts} out-of-memory attempts reached"
+            )
+            if error is not None:
+                error["message"] = f"{error.get('message') or status} (out of memory at {words}; {why})"
+            self._event(
+                "oom_give_up",
+                f"trial {run.index} attempt {run.attempt}{where} ran out of memory ({status}) with {words}"
+                f"{peak_words}: {why}, no smaller size to try",
+                data={"status": status, "ran_with": sized, "peak_bytes": peak, "attempt": run.attempt},
+                worker=worker,
+                index=run.index,
+            )
+            return False
+        nxt = self._sized_keys(step.params)
+        self._event(
+            "oom_shrink",
+            f"trial {run.index} attempt {run.attempt}{where} ran out of memory ({status}: {cause}) with {words}"
+            f"{peak_words}; {step.message}",
+            data={
+                "status": status,
+                "attempt": run.attempt,
+                "ran_with": sized,
+                "peak_bytes": peak,
+                "next": nxt,
+                "effective_batch": step.effective_batch,
+                "previous_effective_batch": step.previous_effective_batch,
+                "mixed_precision": step.mixed_precision,
+            },
+            worker=worker,
+            index=run.index,
+        )
+        logger.info("trial %d attempt %d: %s; %s", run.index, run.attempt, status, step.message)
+        self._queue.appendleft(
+            _Running(
+                run.index,
+                run.params,
+                run.attempt + 1,
+                run.session_attempts,  # an OOM shrink does not use the retries budget
+                attempt_params=step.params,
+                mixed_precision=step.mixed_precision,
+                oom_attempts=run.oom_attempts + 1,
+                sized=True,
+            )
+        )
+        return True
+
+    def _remember(self, run: _Running, peak: int | None) -> None:
+        rule = self.policy.on_oom
+        assert rule is not None and run.attempt_params is not None
+        size = int(run.attempt_params[rule.key])
+        params_key = self._fitted_key(run.params)
+        if self._fitted.get(params_key) == size:
+            return
+        self._fitted[params_key] = size
+        sized = self._sized_keys(run.attempt_params)
+        if rule.remember and self.persistent:
+            self.store.remember_size(
+                self.fn.ref,
+                params_key,
+                self._device,
+                rule.key,
+                size,
+                peak_rss_bytes=peak,
+                source="shrink",
+                detail={
+                    "asked": run.params[rule.key],
+                    "ran_with": sized,
+                    "run": self.name,
+                    "index": run.index,
+                },
+            )
+        words = ", ".join(f"{k}={v}" for k, v in sized.items())
+        self._event(
+            "oom_fitted",
+            f"trial {run.index} fitted at {words} (asked {rule.key}={run.params[rule.key]}"
+            f"{', peak ' + format_bytes(peak) if peak else ''}); later trials and runs start there",
+            data={
+                "ran_with": sized,
+                "asked": run.params[rule.key],
+                "peak_bytes": peak,
+                "device": self._device,
+            },
+            index=run.index,
+        )
 
     def _retire(self, worker: _Worker, decision: RecycleDecision) -> None:
         with self._lock:

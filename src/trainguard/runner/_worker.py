@@ -167,6 +167,14 @@ def _preload(modules: list[str], threads: int | None) -> None:
             pass
 
 
+def _set_mixed_precision() -> None:
+    """Out-of-memory recovery's opt-in step: Keras's ``mixed_float16`` global policy (float16
+    activations, about half their memory), set before the trial builds its model."""
+    import keras
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
 def run_trial(fn: Any, msg: dict[str, Any]) -> dict[str, Any]:
     """Run one trial and build its result message (exceptions become statuses, never propagate)."""
     params = msg["params"]
@@ -175,6 +183,8 @@ def run_trial(fn: Any, msg: dict[str, Any]) -> dict[str, Any]:
     value_json: str | None = None
     start = time.perf_counter()
     try:
+        if msg.get("mixed_precision"):
+            _set_mixed_precision()
         value = fn(params)
         status = "ok"
     except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt in a trial fail that trial only

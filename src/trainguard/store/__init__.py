@@ -13,6 +13,7 @@ from __future__ import annotations
 from trainguard.store._records import (
     AttemptRecord,
     EventRecord,
+    FittedSize,
     RunInfo,
     RunSummary,
     Sample,
@@ -43,4 +44,5 @@ __all__ = [
     "WorkerRecord",
     "EventRecord",
     "Sample",
+    "FittedSize",
 ]

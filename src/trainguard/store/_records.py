@@ -13,6 +13,7 @@ __all__ = [
     "WorkerRecord",
     "EventRecord",
     "Sample",
+    "FittedSize",
 ]
 
 
@@ -135,3 +136,23 @@ class Sample:
     rss_bytes: int
     uss_bytes: int | None
     gpu_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FittedSize:
+    """An integer parameter (a batch size) that fitted a trial function on a device under its limits.
+
+    ``params_key`` is the canonical JSON of the trial's params without the shrunk key (and its
+    accumulation key); ``device`` names the host, visible GPUs and limits; ``source`` is
+    ``"shrink"`` (out-of-memory recovery) or ``"fit"`` (``find_batch_size``).
+    """
+
+    fn_ref: str
+    params_key: str
+    device: str
+    key: str
+    size: int
+    peak_rss_bytes: int | None
+    source: str
+    detail: dict[str, Any] | None
+    updated_at: float

@@ -119,6 +119,20 @@ CREATE TABLE IF NOT EXISTS samples (
     gpu_bytes INTEGER,
     PRIMARY KEY (run_id, worker_id, bucket)
 ) WITHOUT ROWID;
+-- The batch size (or other integer) that fitted a trial function on a device and limits:
+-- written by out-of-memory recovery (source 'shrink') and find_batch_size (source 'fit').
+CREATE TABLE IF NOT EXISTS fitted_sizes (
+    fn_ref         TEXT NOT NULL,
+    params_key     TEXT NOT NULL,
+    device         TEXT NOT NULL,
+    key            TEXT NOT NULL,
+    size           INTEGER NOT NULL,
+    peak_rss_bytes INTEGER,
+    source         TEXT NOT NULL,
+    detail_json    TEXT,
+    updated_at     REAL NOT NULL,
+    PRIMARY KEY (fn_ref, params_key, device, key)
+);
 CREATE TABLE IF NOT EXISTS sample_series (
     run_id    INTEGER NOT NULL REFERENCES runs(run_id),
     worker_id INTEGER NOT NULL,
@@ -127,7 +141,21 @@ CREATE TABLE IF NOT EXISTS sample_series (
 );
 """
 
-TABLES = ("meta", "runs", "trials", "attempts", "workers", "events", "samples", "sample_series")
+TABLES = (
+    "meta",
+    "runs",
+    "trials",
+    "attempts",
+    "workers",
+    "events",
+    "samples",
+    "sample_series",
+    "fitted_sizes",
+)
+
+#: Tables added after schema 1 without a version bump: a writer creates them in an older store of
+#: the same version, a reader treats them as empty when absent.
+ADDITIVE_TABLES = ("fitted_sizes",)
 
 
 def describe_worker_end(reason: str | None, detail: dict[str, Any] | None = None) -> str:

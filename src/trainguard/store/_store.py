@@ -32,6 +32,7 @@ from trainguard.exceptions import ConfigError, SchemaVersionError, StoreError
 from trainguard.store._records import (
     AttemptRecord,
     EventRecord,
+    FittedSize,
     RunInfo,
     RunSummary,
     Sample,
@@ -39,6 +40,7 @@ from trainguard.store._records import (
     WorkerRecord,
 )
 from trainguard.store._schema import (
+    ADDITIVE_TABLES,
     ATTEMPT_STATUSES,
     DDL,
     SCHEMA_VERSION,
@@ -320,7 +322,12 @@ class Store:
                 return
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if not self._check_version(conn, create_if_empty=True):
+                if self._check_version(conn, create_if_empty=True):
+                    # a store of this version written before an additive table existed
+                    for statement in _ddl_statements():
+                        if any(f"EXISTS {table} " in statement for table in ADDITIVE_TABLES):
+                            conn.execute(statement)
+                else:
                     for statement in _ddl_statements():
                         conn.execute(statement)
                     from trainguard import __version__
@@ -1141,6 +1148,69 @@ class Store:
         return [
             Sample(time=r[0], worker_id=r[1], rss_bytes=r[2], uss_bytes=r[3], gpu_bytes=r[4]) for r in rows
         ]
+
+    # -- fitted sizes ----------------------------------------------------------------------------
+
+    def remember_size(
+        self,
+        fn_ref: str,
+        params_key: str,
+        device: str,
+        key: str,
+        size: int,
+        *,
+        peak_rss_bytes: int | None = None,
+        source: str = "shrink",
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Remember that ``key=size`` fitted ``fn_ref`` with these params on this device (replaces
+        what was remembered for the same four)."""
+        size = _check_int(size, "size", minimum=1)
+        if source not in ("shrink", "fit"):
+            raise ConfigError(f"source={source!r} must be 'shrink' or 'fit'")
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO fitted_sizes (fn_ref, params_key, device, key, size, peak_rss_bytes, "
+                "source, detail_json, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    fn_ref,
+                    params_key,
+                    device,
+                    key,
+                    size,
+                    peak_rss_bytes,
+                    source,
+                    None if detail is None else _dumps(detail, "detail"),
+                    time.time(),
+                ),
+            )
+
+    def fitted_size(self, fn_ref: str, params_key: str, device: str, key: str) -> FittedSize | None:
+        """What :meth:`remember_size` stored for these four, or None."""
+        rows = self._fitted(
+            "WHERE fn_ref=? AND params_key=? AND device=? AND key=?", (fn_ref, params_key, device, key)
+        )
+        return rows[0] if rows else None
+
+    def fitted_sizes(self, fn_ref: str | None = None) -> list[FittedSize]:
+        """Every remembered size (of one function when ``fn_ref`` is given), newest first."""
+        if fn_ref is None:
+            return self._fitted("", ())
+        return self._fitted("WHERE fn_ref=?", (fn_ref,))
+
+    def _fitted(self, where: str, args: tuple[Any, ...]) -> list[FittedSize]:
+        with self._read() as conn:
+            try:
+                rows = conn.execute(
+                    "SELECT fn_ref, params_key, device, key, size, peak_rss_bytes, source, detail_json, updated_at "
+                    f"FROM fitted_sizes {where} ORDER BY updated_at DESC",
+                    args,
+                ).fetchall()
+            except sqlite3.OperationalError as err:
+                if "no such table" in str(err):  # a store written before the table existed (reader)
+                    return []
+                raise
+        return [FittedSize(*row[:7], _loads(row[7]), row[8]) for row in rows]
 
 
 _RUN_SELECT = (

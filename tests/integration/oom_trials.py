@@ -1,0 +1,26 @@
+"""Trial functions for the out-of-memory recovery tests (loaded by workers as 'oom_trials.py:fn')."""
+
+from __future__ import annotations
+
+import os
+
+
+def fits_under(params):
+    """Raises MemoryError (a framework OOM) above ``fits`` samples per batch; reports what it ran with."""
+    if params["batch_size"] > params["fits"]:
+        raise MemoryError(f"cannot allocate a batch of {params['batch_size']}")
+    return {
+        "batch_size": params["batch_size"],
+        "grad_accum": params.get("grad_accum", 1),
+        "pid": os.getpid(),
+    }
+
+
+def keras_policy(params):
+    """Raises MemoryError until Keras's mixed_float16 policy is on; returns the policy's name."""
+    import keras
+
+    name = keras.mixed_precision.global_policy().name
+    if name != "mixed_float16" and params.get("need_mixed", True):
+        raise MemoryError("out of memory in float32")
+    return {"policy": name, "batch_size": params["batch_size"]}
