@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import (
     ConfigError,
+    DoesNotFitError,
     FrameworkOOMError,
     LeakError,
     MemoryLimitError,
@@ -45,6 +46,9 @@ _LAZY = {
     "Runner": "trainguard.runner",
     "Policy": "trainguard.runner",
     "Shrink": "trainguard.runner",
+    "find_batch_size": "trainguard.fitting",
+    "FitResult": "trainguard.fitting",
+    "probing": "trainguard.fitting",
     "TrialResult": "trainguard.runner",
 }
 
@@ -55,6 +59,7 @@ from trainguard.scope import ScopeReport, Survivor, scope  # noqa: E402, F401 (i
 __all__ = [
     "__version__",
     "ConfigError",
+    "DoesNotFitError",
     "FrameworkOOMError",
     "LeakError",
     "MemoryLimitError",
@@ -88,6 +93,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed in __all__ via _LAZY
+    from trainguard.fitting import FitResult, find_batch_size, probing  # noqa: F401
     from trainguard.leaks import LeakReport, leakcheck  # noqa: F401
     from trainguard.probes.census import Census, census  # noqa: F401
     from trainguard.probes.host import host_memory, tree_memory  # noqa: F401

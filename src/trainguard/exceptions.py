@@ -15,7 +15,8 @@
     │   ├── MemoryLimitError          trainguard killed it at the memory limit
     │   └── TrialTimeoutError         trainguard killed it at the trial timeout
     ├── TrialError                    the trial function raised; carries the remote traceback
-    └── FrameworkOOMError             the framework reported out-of-memory (TF, torch, MemoryError)
+    ├── FrameworkOOMError             the framework reported out-of-memory (TF, torch, MemoryError)
+    └── DoesNotFitError               find_batch_size: even the smallest size did not fit under the limit
 
 Every error carries structured attributes (``pid``, ``exitcode``, ``signal``, ``limit_bytes``...) and
 survives pickling, so it can cross a process boundary unchanged. Messages are one line that says what
@@ -40,6 +41,7 @@ __all__ = [
     "TrialTimeoutError",
     "TrialError",
     "FrameworkOOMError",
+    "DoesNotFitError",
 ]
 
 
@@ -129,3 +131,7 @@ class TrialError(TrainguardError):
 
 class FrameworkOOMError(TrainguardError):
     """The framework ran out of memory (``framework``: tensorflow, torch, python)."""
+
+
+class DoesNotFitError(TrainguardError):
+    """Even the smallest size probed did not fit: ``key``, ``size``, ``peak_bytes``, ``limit_bytes``."""

@@ -24,3 +24,16 @@ def keras_policy(params):
     if name != "mixed_float16" and params.get("need_mixed", True):
         raise MemoryError("out of memory in float32")
     return {"policy": name, "batch_size": params["batch_size"]}
+
+
+def probe_aware(params):
+    """Fails unless run as a find_batch_size probe; otherwise behaves as fits_under."""
+    from trainguard.fitting import probing
+
+    if not probing():
+        raise RuntimeError("this should only run as a probe")
+    return fits_under(params)
+
+
+def broken(params):
+    raise ValueError("a bug in the trial, not memory")

@@ -23,6 +23,7 @@ __all__ = ["main", "console_main", "COMMANDS"]
 COMMANDS: dict[str, str] = {
     "demo": "demo",
     "doctor": "doctor",
+    "fit": "fit",
     "leakcheck": "leakcheck",
     "run": "run",
     "runs": "runs",

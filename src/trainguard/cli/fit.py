@@ -1,0 +1,110 @@
+"""``trainguard fit FILE.py:fn --key batch_size --memory-limit 4GB``: the largest size that fits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+HELP = "find the largest batch size whose peak stays under a memory limit (each probe in a fresh worker)"
+
+__all__ = ["HELP", "register", "run", "load_one_params"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    from trainguard.store import DEFAULT_STORE
+
+    parser.add_argument("fn", metavar="FN", help="the trial: 'file.py:function' or 'package.module:function'")
+    parser.add_argument(
+        "--key", default="batch_size", help="the integer parameter to size (default batch_size)"
+    )
+    parser.add_argument(
+        "--params", metavar="FILE", help="a JSON/YAML file with the trial's params (one object); default {}"
+    )
+    parser.add_argument(
+        "--start", type=int, metavar="N", help="the size to start from (default params[key], else 32)"
+    )
+    parser.add_argument(
+        "--memory-limit", metavar="SIZE", help="hard limit on the worker tree's RSS (e.g. 4GB)"
+    )
+    parser.add_argument("--gpu-memory-limit", metavar="SIZE", help="hard limit on its GPU memory (NVML)")
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=0.1,
+        help="fraction of the limit a fitting peak leaves free (default 0.1)",
+    )
+    parser.add_argument("--minimum", type=int, default=1, help="smallest size tried (default 1)")
+    parser.add_argument("--maximum", type=int, help="largest size tried (default: no bound)")
+    parser.add_argument(
+        "--tolerance", type=float, default=0.05, help="stop bisecting within this fraction (default 0.05)"
+    )
+    parser.add_argument(
+        "--accumulate", metavar="KEY", help="the gradient-accumulation key (left out of the stored key)"
+    )
+    parser.add_argument("--timeout", metavar="DURATION", help="per-probe timeout (e.g. 5m)")
+    parser.add_argument("--keras-backend", metavar="NAME", help="KERAS_BACKEND for the probes")
+    parser.add_argument("--threads", type=int, metavar="N", help="threads per probe worker")
+    parser.add_argument(
+        "--store",
+        default=DEFAULT_STORE,
+        metavar="FILE",
+        help=f"remember the size here (default {DEFAULT_STORE})",
+    )
+    parser.add_argument("--no-store", action="store_true", help="do not remember the size")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def load_one_params(path: str | None, flag: str = "--params") -> dict[str, Any]:
+    """One params object from a JSON/YAML file (a list of exactly one object is accepted too).
+
+    Raises:
+        ConfigError: the file does not parse or holds more or less than one object.
+    """
+    from trainguard.cli.run import load_params
+    from trainguard.exceptions import ConfigError
+
+    if path is None:
+        return {}
+    found = load_params(path)
+    if len(found) != 1:
+        raise ConfigError(
+            f"{flag} {path}: give one params object, not {len(found)} (a grid is for trainguard run)"
+        )
+    return dict(found[0])
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainguard.fitting import find_batch_size
+
+    params = load_one_params(args.params)
+    if args.start is not None:
+        params[args.key] = args.start
+    options: dict[str, Any] = {}
+    if args.keras_backend:
+        options["keras_backend"] = args.keras_backend
+    if args.threads:
+        options["threads"] = args.threads
+    result = find_batch_size(
+        args.fn,
+        params,
+        args.key,
+        memory_limit=args.memory_limit,
+        gpu_memory_limit=args.gpu_memory_limit,
+        margin=args.margin,
+        minimum=args.minimum,
+        maximum=args.maximum,
+        tolerance=args.tolerance,
+        accumulate=args.accumulate,
+        timeout=args.timeout,
+        store=None if args.no_store else args.store,
+        **options,
+    )
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    elif not args.quiet:
+        print(result.summary())
+    else:
+        print(result.size, file=sys.stdout)
+    return 0
