@@ -18,6 +18,9 @@
     ├── FrameworkOOMError             the framework reported out-of-memory (TF, torch, MemoryError)
     └── DoesNotFitError               find_batch_size: even the smallest size did not fit under the limit
 
+    TrainguardWarning (UserWarning)   warnings.warn() categories, filterable with the warnings module
+    └── FunctionChangedWarning        a resumed run reuses results stored by another version of its function
+
 Every error carries structured attributes (``pid``, ``exitcode``, ``signal``, ``limit_bytes``...) and
 survives pickling, so it can cross a process boundary unchanged. Messages are one line that says what
 was wrong and how to fix it.
@@ -42,6 +45,8 @@ __all__ = [
     "TrialError",
     "FrameworkOOMError",
     "DoesNotFitError",
+    "TrainguardWarning",
+    "FunctionChangedWarning",
 ]
 
 
@@ -135,3 +140,15 @@ class FrameworkOOMError(TrainguardError):
 
 class DoesNotFitError(TrainguardError):
     """Even the smallest size probed did not fit: ``key``, ``size``, ``peak_bytes``, ``limit_bytes``."""
+
+
+class TrainguardWarning(UserWarning):
+    """Base class of the warnings trainguard issues (``warnings.simplefilter("error", TrainguardWarning)``)."""
+
+
+class FunctionChangedWarning(TrainguardWarning):
+    """A run resumed by name reuses results that an earlier version of its function computed.
+
+    Run again with ``Runner(fresh=True)`` (``trainguard run --fresh``) or under another name to
+    compute every trial with the current code.
+    """

@@ -132,7 +132,7 @@ def test_show_unknown_run_is_a_one_line_usage_error(filled: Path, capsys: pytest
 def test_missing_store_is_a_one_line_error_and_creates_nothing(tmp_path: Path, capsys) -> None:
     missing = tmp_path / "nothing.db"
     for argv in (["runs", "--store", str(missing)], ["show", "x", "--store", str(missing)]):
-        assert main(argv) == 2
+        assert main(argv) == 4  # a store error has its own exit code
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "no store at" in err and "--store" in err
     assert not missing.exists()
@@ -141,7 +141,7 @@ def test_missing_store_is_a_one_line_error_and_creates_nothing(tmp_path: Path, c
 def test_not_a_store_and_empty_store(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "notes.txt"
     bad.write_text("hello, this is not a database at all\n" * 10)
-    assert main(["runs", "--store", str(bad)]) == 2
+    assert main(["runs", "--store", str(bad)]) == 4
     assert "not a trainguard store" in capsys.readouterr().err
     empty = tmp_path / "empty.db"
     Store(empty).close()
@@ -168,6 +168,6 @@ def test_demo_rejects_bad_input_before_any_work(tmp_path: Path, capsys) -> None:
     assert "does not exist: create it" in capsys.readouterr().err
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"\x00\x01not sqlite" * 100)
-    assert main(["demo", "--trials", "2", "--store", str(garbage)]) == 2
+    assert main(["demo", "--trials", "2", "--store", str(garbage)]) == 4
     assert "not a trainguard store" in capsys.readouterr().err
     assert time.monotonic() - start < 5, "errors must come before the demo starts any fit"

@@ -82,6 +82,7 @@ def test_public_names_are_pinned():
             "DoesNotFitError",
             "FitResult",
             "FrameworkOOMError",
+            "FunctionChangedWarning",
             "LeakError",
             "LeakReport",
             "MemoryLimitError",

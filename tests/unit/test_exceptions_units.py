@@ -19,7 +19,9 @@ _CLASSES = [
 
 
 def test_every_listed_class_is_in_the_tree():
-    assert set(exc_mod.__all__) == {c.__name__ for c in _CLASSES}
+    warnings = {"TrainguardWarning", "FunctionChangedWarning"}
+    assert set(exc_mod.__all__) == {c.__name__ for c in _CLASSES} | warnings
+    assert all(issubclass(getattr(exc_mod, name), UserWarning) for name in warnings)
 
 
 @pytest.mark.parametrize("cls", _CLASSES, ids=lambda c: c.__name__)

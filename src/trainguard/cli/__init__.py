@@ -4,8 +4,15 @@ Each subcommand module defines ``HELP`` (one line), ``register(parser)`` to add 
 ``run(args) -> int``. Modules keep their top-level imports light (no framework, no numpy where it
 can wait) so that ``trainguard --help`` stays fast; ``main(argv)`` is testable in-process.
 
-Exit codes: 0 success, 1 the check failed (a leak found, a trial failed), 2 usage error,
-3 inconclusive.
+Exit codes (``EXIT_CODES``; README "Errors" and ``trainguard --help`` list them too): 0 success,
+1 the check failed (a leak found, a trial failed, a run stopped on error), 2 usage or configuration
+error (bad flag, value, unit, params file, function reference, unknown run name), 3 inconclusive
+leak check, 4 store error (not a trainguard store, another schema version, cannot be written),
+5 worker error (a worker could not start or died outside a trial), 6 a missing optional
+dependency, 130 interrupted (Ctrl-C, SIGTERM), 141 the output pipe closed (``| head``) outside a run.
+
+Every user-supplied string the CLI prints (exception messages, results, params, run and file names)
+goes through :func:`trainguard.cli._display.visible`, so escape sequences show instead of acting.
 """
 
 from __future__ import annotations
@@ -31,6 +38,41 @@ COMMANDS: dict[str, str] = {
 }
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+EXIT_STORE, EXIT_WORKER, EXIT_DEPENDENCY = 4, 5, 6
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141
+
+#: exit code -> what it means; printed by ``trainguard --help`` and documented in the README.
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_FAILED: "the check failed: a leak found, a trial failed, a run stopped on error",
+    EXIT_USAGE: "usage or configuration error: a bad flag, value, unit, params file, function or run name",
+    EXIT_INCONCLUSIVE: "the leak check was inconclusive",
+    EXIT_STORE: "store error: not a trainguard store, another schema version, cannot be opened or written",
+    EXIT_WORKER: "worker error: a worker could not start or died outside a trial",
+    EXIT_DEPENDENCY: "an optional package is missing (the message names the pip install)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C, SIGTERM); a run resumes where it stopped",
+    EXIT_BROKEN_PIPE: "the output pipe was closed (e.g. | head) before the output was written",
+}
+
+
+def exit_code(err: BaseException) -> int:
+    """The exit code for an error that ended a subcommand (see :data:`EXIT_CODES`)."""
+    from trainguard.exceptions import (
+        ConfigError,
+        MissingDependencyError,
+        StoreError,
+        WorkerError,
+    )
+
+    if isinstance(err, MissingDependencyError):
+        return EXIT_DEPENDENCY
+    if isinstance(err, ConfigError):
+        return EXIT_USAGE
+    if isinstance(err, StoreError):
+        return EXIT_STORE
+    if isinstance(err, WorkerError):
+        return EXIT_WORKER
+    return EXIT_FAILED
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="trainguard",
         description="Memory-safe repeated training: leak verdicts, scopes, supervised recycled workers.",
+        epilog="exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"trainguard {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
@@ -59,9 +103,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _VisibleFormatter(logging.Formatter):
+    """Log lines carry user strings (run names, messages): their control characters are shown."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from trainguard.cli._display import visible
+
+        return visible(super().format(record), keep_newlines=True)
+
+
 def _configure_logging(verbose: int, quiet: bool) -> None:
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        if type(handler.formatter) is logging.Formatter or handler.formatter is None:
+            handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
+
+
+def _silence_broken_pipe() -> None:
+    """Point stdout and stderr at /dev/null so the interpreter's final flush does not complain."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            pass
+    os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,14 +140,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     _configure_logging(args.verbose, args.quiet)
+    from trainguard.cli._display import say, visible
+
     try:
         return int(args._module.run(args) or 0)
     except TrainguardError as err:
-        print(f"trainguard {args.command}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        say(f"trainguard {args.command}: error: {visible(err)}", sys.stderr)
+        return exit_code(err)
     except KeyboardInterrupt:
-        print(f"trainguard {args.command}: interrupted", file=sys.stderr)
-        return 130
+        say(f"trainguard {args.command}: interrupted", sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_broken_pipe()
+        return EXIT_BROKEN_PIPE
 
 
 def console_main() -> None:

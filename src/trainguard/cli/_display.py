@@ -4,12 +4,121 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["when", "short_value", "sparkline", "console"]
+__all__ = [
+    "when",
+    "short_value",
+    "sparkline",
+    "console",
+    "visible",
+    "markup_safe",
+    "strict_json",
+    "to_json",
+    "error_text",
+    "say",
+]
 
 _BARS = "▁▂▃▄▅▆▇█"
+
+
+def _control_table(keep_newlines: bool) -> dict[int, str]:
+    codes = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
+    # bidirectional overrides and isolates reorder what the terminal shows (a "Trojan Source" trick)
+    codes += [0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+    table = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in codes}
+    if keep_newlines:
+        del table[ord("\n")], table[ord("\t")]
+    return table
+
+
+_ONE_LINE = _control_table(keep_newlines=False)
+_MULTI_LINE = _control_table(keep_newlines=True)
+
+
+def visible(text: Any, *, keep_newlines: bool = False) -> str:
+    """``text`` with every control character shown as an escape instead of obeyed by the terminal.
+
+    Escape sequences in a user's exception message, result, run name or file name (``"\\x1b[2J"``
+    clears the screen, ``"\\x1b]0;...\\x07"`` retitles the window) come out as the characters
+    ``\\x1b[2J``, piped or not. C0 and C1 controls, DEL and the bidirectional overrides are
+    escaped; ``keep_newlines`` keeps ``\\n`` and ``\\t`` (for tracebacks printed as blocks).
+    """
+    return str(text).translate(_MULTI_LINE if keep_newlines else _ONE_LINE)
+
+
+def markup_safe(text: Any, *, keep_newlines: bool = False) -> str:
+    """:func:`visible`, then rich's markup escaped: a user string ready for ``Console.print``."""
+    from rich.markup import escape
+
+    return escape(visible(text, keep_newlines=keep_newlines))
+
+
+def say(text: str, stream: Any = None) -> bool:
+    """Write one line to ``stream`` (default stderr); False, and the stream silenced, if its pipe is closed.
+
+    ``trainguard run ... 2>&1 | head -5`` closes the pipe while trials still run: the run must go
+    on and end ``completed``, so a closed pipe only stops the printing (the stream's descriptor is
+    pointed at /dev/null, so later writes and the interpreter's final flush stay quiet).
+    """
+    import os
+    import sys
+
+    stream = sys.stderr if stream is None else stream
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+        return True
+    except BrokenPipeError:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):
+            pass
+        return False
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every NaN and infinity replaced by None, so strict JSON parsers accept it.
+
+    JSON has no NaN or Infinity; ``json.dumps`` writes ``NaN`` by default, which ``jq``, browsers
+    and most other languages reject. trainguard's ``--json`` output writes ``null`` instead.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
+def to_json(value: Any, **kwargs: Any) -> str:
+    """Strict JSON text (see :func:`strict_json`); ``kwargs`` go to ``json.dumps``."""
+    return json.dumps(strict_json(value), allow_nan=False, **kwargs)
+
+
+def error_text(error: dict[str, Any] | None, fallback: str = "failed") -> str:
+    """A stored trial error in one line: ``"ValueError: bad lr"``, the exception's name said once.
+
+    Workers store ``type`` (``"builtins.ValueError"``) and ``message`` (``"ValueError: bad lr"``);
+    the message already starts with the short name, so the type is added only when it does not.
+    """
+    if not error:
+        return fallback
+    kind = str(error.get("type") or error.get("status") or error.get("kind") or "")
+    message = str(error.get("message") or "")
+    if not message:
+        return kind or fallback
+    short = kind.rpartition(".")[2]
+    if not kind or message.startswith(f"{short}:") or message.startswith(f"{kind}:") or not short:
+        return message
+    if error.get("type") is None:  # a status such as "timeout" with its own sentence
+        return message
+    return f"{short}: {message}"
 
 
 def when(unix_s: float | None) -> str:

@@ -5,13 +5,21 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
+import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 HELP = "run a function over many params in supervised, recycled worker processes"
 
-__all__ = ["HELP", "register", "run", "load_params", "expand_grid"]
+__all__ = ["HELP", "register", "run", "load_params", "expand_grid", "MAX_TRIALS"]
+
+#: The most trials one ``trainguard run`` accepts unless ``--max-trials`` raises it. A grid is
+#: counted before it is expanded, so a mapping of lists that multiplies out to 10**12 trials is
+#: refused at once with its count instead of filling memory.
+MAX_TRIALS = 100_000
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +30,21 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--params",
         required=True,
         metavar="FILE",
-        help="a YAML/JSON grid (mapping of lists: cartesian product) or list of param objects; '-' reads stdin",
+        help="a YAML/JSON grid (mapping of lists: cartesian product) or list of param objects; '-' reads "
+        "stdin; a pipe or process substitution (<(...), /dev/fd/N) works too",
+    )
+    parser.add_argument(
+        "--max-trials",
+        type=int,
+        default=MAX_TRIALS,
+        metavar="N",
+        help=f"refuse params with more than N trials, counted before a grid is expanded (default {MAX_TRIALS:,})",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run every trial again even if a run of this name is stored: the stored run is kept, "
+        "renamed NAME.replaced-<time>",
     )
     parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument(
@@ -98,12 +120,13 @@ def _location(err: Exception, text: str) -> str:
     return "somewhere"
 
 
-def expand_grid(data: Any, source: str) -> list[dict[str, Any]]:
+def expand_grid(data: Any, source: str, max_trials: int = MAX_TRIALS) -> list[dict[str, Any]]:
     """A mapping of lists becomes the cartesian product (scalars are fixed values); a list of
     objects is used as is.
 
     Raises:
-        ConfigError: anything else, naming ``source``.
+        ConfigError: anything else, naming ``source``; no trials at all; more than ``max_trials``
+            trials (a grid is counted before it is expanded).
     """
     from trainguard.exceptions import ConfigError
 
@@ -117,8 +140,29 @@ def expand_grid(data: Any, source: str) -> list[dict[str, Any]]:
         empty = [k for k, axis in zip(keys, axes, strict=True) if not axis]
         if empty:
             raise ConfigError(f"{source}: grid key {empty[0]!r} has an empty list: give at least one value")
+        count = math.prod(len(axis) for axis in axes)
+        if count > max_trials:
+            sizes = " x ".join(str(len(axis)) for axis in axes)
+            raise ConfigError(
+                f"{source}: the grid has {count:,} trials ({sizes}), more than the cap of {max_trials:,}: "
+                "split it into several runs, or raise the cap with --max-trials N",
+                trials=count,
+                max_trials=max_trials,
+            )
         return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
     if isinstance(data, list):
+        if not data:
+            raise ConfigError(
+                f"{source}: the list of params is empty, so there is no trial to run: "
+                'give at least one params object, e.g. [{"lr": 0.01}]'
+            )
+        if len(data) > max_trials:
+            raise ConfigError(
+                f"{source}: {len(data):,} trials, more than the cap of {max_trials:,}: "
+                "split them into several runs, or raise the cap with --max-trials N",
+                trials=len(data),
+                max_trials=max_trials,
+            )
         for i, item in enumerate(data):
             if not isinstance(item, dict):
                 raise ConfigError(
@@ -131,25 +175,34 @@ def expand_grid(data: Any, source: str) -> list[dict[str, Any]]:
     )
 
 
-def load_params(path: str) -> list[dict[str, Any]]:
-    """Read params from a .json/.yaml file or '-' (stdin: JSON, else YAML).
+def load_params(path: str, max_trials: int = MAX_TRIALS) -> list[dict[str, Any]]:
+    """Read params from a .json/.yaml file, a pipe (``<(...)``, ``/dev/fd/N``) or '-' (stdin).
+
+    Without a .json/.yaml suffix the text is read as JSON, else YAML.
 
     Raises:
-        ConfigError: the file is missing or does not parse (with line and column), or has the wrong shape.
+        ConfigError: the file is missing or does not parse (with line and column), has the wrong
+            shape, no trials, or more than ``max_trials``.
     """
+    from trainguard.cli._display import visible
     from trainguard.exceptions import ConfigError
 
     if path == "-":
         text, source, kind = sys.stdin.read(), "stdin", None
     else:
         file = Path(path)
-        if not file.is_file():
-            raise ConfigError(f"params file {path!r} does not exist")
+        shown = visible(repr(path))
+        if not os.path.exists(path):
+            raise ConfigError(f"params file {shown} does not exist (looked in {visible(Path.cwd())})")
+        if file.is_dir():
+            raise ConfigError(f"params file {shown} is a folder: give a .yaml or .json file")
         try:
-            text = file.read_text(encoding="utf-8")
+            # open() rather than is_file(): pipes and process substitutions (/dev/fd/63) are not files
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
         except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"params file {path!r} cannot be read: {err}") from err
-        source = path
+            raise ConfigError(f"params file {shown} cannot be read: {visible(err)}") from err
+        source = visible(path)
         kind = (
             "json"
             if file.suffix.lower() == ".json"
@@ -174,8 +227,10 @@ def load_params(path: str) -> list[dict[str, Any]]:
             data = yaml.safe_load(text)
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise ConfigError(f"{source} is not valid YAML at {_location(err, text)}: {problem}") from err
-    return expand_grid(data, source)
+            raise ConfigError(
+                f"{source} is not valid YAML at {_location(err, text)}: {visible(problem)}"
+            ) from err
+    return expand_grid(data, source, max_trials)
 
 
 def _policy(args: argparse.Namespace) -> Any:
@@ -203,6 +258,7 @@ def _policy(args: argparse.Namespace) -> Any:
 def _render(progress: Any) -> Any:
     from rich.table import Table
 
+    from trainguard.cli._display import markup_safe
     from trainguard.units import format_bytes, format_duration
 
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
@@ -220,7 +276,7 @@ def _render(progress: Any) -> Any:
         )
     ok = progress.done - progress.failed
     title = (
-        f"[bold]{progress.name}[/]  {progress.done}/{progress.total} done  ok {ok}  failed {progress.failed}  "
+        f"[bold]{markup_safe(progress.name)}[/]  {progress.done}/{progress.total} done  ok {ok}  failed {progress.failed}  "
         f"running {progress.running}  recycles {progress.recycles}  "
         f"elapsed {format_duration(progress.elapsed_s)}  ETA {format_duration(progress.eta_s)}"
     )
@@ -230,12 +286,15 @@ def _render(progress: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainguard.exceptions import ConfigError, TrialError
+    from trainguard.cli._display import error_text, say, to_json, visible
+    from trainguard.exceptions import ConfigError, FunctionChangedWarning, TrialError
     from trainguard.runner import Runner
 
     if args.workers < 1:
         raise ConfigError(f"--workers {args.workers} must be at least 1")
-    params = load_params(args.params)
+    if args.max_trials < 1:
+        raise ConfigError(f"--max-trials {args.max_trials} must be at least 1, e.g. --max-trials 500000")
+    params = load_params(args.params, args.max_trials)
     policy = _policy(args)
     runner = Runner(
         workers=args.workers,
@@ -245,10 +304,20 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         allocator=args.allocator,
         preload=tuple(args.preload),
+        fresh=args.fresh,
     )
     results = []
     show_live = not args.no_progress and not args.quiet and sys.stderr.isatty()
-    with runner:
+    per_trial_lines = not show_live and not args.quiet and not args.no_progress
+    reused = 0
+
+    def show_warning(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+        if not args.quiet:
+            say(f"trainguard run: warning: {visible(message)}", sys.stderr)
+
+    with runner, warnings.catch_warnings():
+        warnings.simplefilter("always", FunctionChangedWarning)
+        warnings.showwarning = show_warning
         iterator = runner.imap(args.fn, params, name=args.name)
         live = None
         if show_live:
@@ -267,11 +336,15 @@ def run(args: argparse.Namespace) -> int:
         try:
             for result in iterator:
                 results.append(result)
-                if not show_live and not args.quiet and not args.no_progress:
-                    word = "ok" if result.ok else f"FAILED ({(result.error or {}).get('status')})"
-                    print(
+                if result.reused:
+                    reused += 1
+                    continue  # said once, in the summary: they did not run now
+                if per_trial_lines:
+                    word = "ok" if result.ok else f"FAILED: {visible(error_text(result.error))}"
+                    # a closed pipe (`2>&1 | head`) stops the printing, never the run
+                    per_trial_lines = say(
                         f"trial {result.index}: {word} (attempts {result.attempts}, worker {result.worker_id})",
-                        file=sys.stderr,
+                        sys.stderr,
                     )
         except TrialError as err:
             stopped = err
@@ -287,22 +360,34 @@ def run(args: argparse.Namespace) -> int:
     results.sort(key=lambda r: r.index)
     failed = [r for r in results if not r.ok]
     if stopped is not None and not args.quiet:
-        print(f"trainguard run: {stopped}", file=sys.stderr)
+        say(f"trainguard run: {visible(stopped)}", sys.stderr)
     if args.json:
-        print(
-            json.dumps(
+        say(
+            to_json(
                 {
                     "run": session_name,
                     "store": args.store,
                     "stopped": stopped is not None,
+                    "reused": reused,
+                    "ran": len(results) - reused,
                     "results": [r.to_dict() for r in results],
                 }
-            )
+            ),
+            sys.stdout,
         )
     elif not args.quiet:
-        print(
-            f"run {session_name}: {len(results) - len(failed)} ok, {len(failed)} failed of {len(params)} "
-            f"(store {args.store}; `trainguard show {session_name}` for details)",
-            file=sys.stderr,
+        name = visible(session_name)
+        if reused:
+            where = (
+                f"{reused} finished earlier and reused (not run again), {len(results) - reused} ran now"
+                if reused < len(results)
+                else f"all {reused} finished earlier and reused, none ran now (--fresh runs them again)"
+            )
+        else:
+            where = f"{len(results)} ran now"
+        say(
+            f"run {name}: {len(results) - len(failed)} ok, {len(failed)} failed of {len(params)}; {where} "
+            f"(store {visible(args.store)}; `trainguard show {name}` for details)",
+            sys.stderr,
         )
     return 1 if failed or stopped is not None else 0

@@ -13,6 +13,7 @@ framework the supervisor should not pay for):
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -33,11 +34,56 @@ class FnSpec:
 
     ``ref`` is what the store and the default run name use; ``kind`` says how ``payload`` is read:
     ``"module"`` ("pkg.mod:fn"), ``"file"`` (absolute "path.py:fn"), ``"pickle"`` (cloudpickle bytes).
+    ``version`` is a hash of the code (see :func:`code_version`), stored with the run so that a
+    resume can tell when the function changed since its results were computed; None if unknown.
     """
 
     ref: str
     kind: Literal["module", "file", "pickle"]
     payload: str | bytes
+    version: str | None = None
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _source_version(source: str) -> str:
+    """The hash of a module's syntax tree: code changes count, comments and blank lines do not."""
+    try:
+        return _hash(ast.dump(ast.parse(source)))
+    except (SyntaxError, ValueError):
+        return _hash(source)
+
+
+def _file_version(path: str | os.PathLike[str] | None) -> str | None:
+    if not path or not str(path).endswith(".py"):
+        return None
+    try:
+        return _source_version(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def code_version(fn: Callable[..., Any]) -> str | None:
+    """A hash of a callable's code: the whole module file when it has one (helpers it calls count),
+    else its own source, else its bytecode and constants; None when none can be read."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    if module is not None and getattr(module, "__name__", "") not in ("__main__", "__mp_main__"):
+        version = _file_version(getattr(module, "__file__", None))
+        if version is not None:
+            return version
+    try:
+        import inspect
+        import textwrap
+
+        return _source_version(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError):
+        pass
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    return _hash(repr((code.co_code, code.co_consts, code.co_names)))
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -94,7 +140,7 @@ def _prepare_file(target: str, attr: str) -> FnSpec:
         hint = f" (functions there: {', '.join(defs)})" if defs else ""
         raise ConfigError(f"fn file {target!r} defines no top-level {head!r}{hint}")
     resolved = path.resolve()
-    return FnSpec(f"{resolved}:{attr}", "file", f"{resolved}:{attr}")
+    return FnSpec(f"{resolved}:{attr}", "file", f"{resolved}:{attr}", _source_version(source))
 
 
 def _prepare_module(target: str, attr: str) -> FnSpec:
@@ -108,7 +154,7 @@ def _prepare_module(target: str, attr: str) -> FnSpec:
             f"(for a file, write 'path/{target.rsplit('.', 1)[-1]}.py:{attr}')"
         )
     ref = f"{target}:{attr}"
-    return FnSpec(ref, "module", ref)
+    return FnSpec(ref, "module", ref, _file_version(spec.origin))
 
 
 def _importable_by_reference(fn: Callable[..., Any]) -> str | None:
@@ -143,7 +189,7 @@ def prepare(fn: Callable[..., Any] | str) -> FnSpec:
         )
     ref = _importable_by_reference(fn)
     if ref is not None:
-        return FnSpec(ref, "module", ref)
+        return FnSpec(ref, "module", ref, code_version(fn))
     import cloudpickle
 
     try:
@@ -155,7 +201,7 @@ def prepare(fn: Callable[..., Any] | str) -> FnSpec:
         ) from err
     module = getattr(fn, "__module__", None) or "__main__"
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    return FnSpec(f"{module}:{name}", "pickle", payload)
+    return FnSpec(f"{module}:{name}", "pickle", payload, code_version(fn))
 
 
 def _load_file(path: str, attr: str) -> Any:

@@ -146,6 +146,10 @@ class Runner:
         cleanup: have workers run ``trainguard.frameworks.cleanup()`` after each trial. Off by
             default: recycling bounds memory, and per-trial ``clear_session()`` costs ~0.4 s on TF.
         start_timeout: how long a new worker may take to import and load ``fn``.
+        fresh: run every trial even when the store holds a run of the same name: that run is kept,
+            renamed ``NAME.replaced-<time>``, and a new one starts. Without it, a run of the same
+            name resumes and reuses its stored results (a :class:`FunctionChangedWarning` says so
+            when the function's code changed since they were computed).
 
     Raises:
         ConfigError: any argument out of range, an unknown Keras backend or one not installed, an
@@ -170,6 +174,7 @@ class Runner:
         census: bool = False,
         cleanup: bool = False,
         start_timeout: str | float = "180s",
+        fresh: bool = False,
     ) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"workers={workers!r} must be a whole number >= 1, such as 2")
@@ -269,6 +274,7 @@ class Runner:
             census=bool(census),
             cleanup=bool(cleanup),
             start_timeout_s=float(start_timeout_s),
+            fresh=bool(fresh),
             worker_config={
                 "threads": per_worker,
                 "keras_backend": keras_backend,

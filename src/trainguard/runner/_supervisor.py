@@ -61,6 +61,7 @@ class TrialResult:
     ``type`` and ``traceback``. ``attempts`` counts every attempt, earlier sessions' included.
     ``ran_with`` holds the params the last attempt ran with when out-of-memory recovery changed
     them (a smaller batch size), else None.
+    ``reused`` is True for a result an earlier session of the same run stored: it was not run again.
     """
 
     index: int
@@ -73,6 +74,7 @@ class TrialResult:
     worker_id: int | None
     duration_s: float | None
     ran_with: dict[str, Any] | None = None
+    reused: bool = False
 
     @property
     def ok(self) -> bool:
@@ -176,6 +178,7 @@ class SessionConfig:
     cleanup: bool
     start_timeout_s: float
     worker_config: dict[str, Any]
+    fresh: bool = False
 
 
 def _cgroup_oom_kills() -> int | None:
@@ -341,17 +344,54 @@ class Session:
                 error=r.error,
             )
 
+    def _replace_stored_run(self) -> None:
+        """``fresh=True``: keep the stored run of this name under another name, start anew."""
+        old = self.store.get_run(self.name)
+        if old is None:
+            return
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime())
+        base = f"{self.name[:170]}.replaced-{stamp}"
+        archived, n = base, 1
+        while self.store.get_run(archived) is not None:
+            n += 1
+            archived = f"{base}-{n}"
+        self.store.rename_run(old.run_id, archived)
+        logger.info("run %s: the stored run was renamed %s (fresh=True)", self.name, archived)
+        self._replaced = archived
+
     def _begin(self) -> Iterator[TrialResult]:
+        self._replaced: str | None = None
+        old = None
+        if self.persistent:
+            if self.config.fresh:
+                self._replace_stored_run()
+            old = self.store.get_run(self.name)
+        # the version that computed the stored results stays with the run until it is run afresh
+        stored_version = old.config.get("fn_version") if old is not None else None
         info = self.store.begin_run(
             self.name,
             self.fn.ref,
             self.params,
-            {"policy": self.policy.to_dict(), "workers": self.config.workers, **self.config.worker_config},
+            {
+                "policy": self.policy.to_dict(),
+                "workers": self.config.workers,
+                **self.config.worker_config,
+                "fn_version": stored_version or self.fn.version,
+            },
         )
         attempts_by_index: dict[int, int] = {}
         if info is not None:
             self.run_id = info.run_id
+            if self._replaced is not None:
+                self._event(
+                    "run_replaced",
+                    f"started afresh; the earlier run of this name is kept as {self._replaced}",
+                    data={"replaced": self._replaced},
+                )
             records = self.store.trials(info.run_id)
+            finished = [rec for rec in records if rec.status in ("ok", "failed")]
+            if finished and stored_version and self.fn.version and stored_version != self.fn.version:
+                self._warn_changed(len(finished))
             for rec in records:
                 attempts_by_index[rec.index] = rec.attempts
                 if rec.status in ("ok", "failed"):
@@ -367,6 +407,7 @@ class Session:
                         rec.peak_rss_bytes,
                         rec.worker_id,
                         rec.duration_s,
+                        reused=True,
                     )
             workers = self.store.workers(info.run_id)
             if workers:
@@ -376,6 +417,20 @@ class Session:
             pending = list(enumerate(self.params))
         for index, params in pending:
             self._queue.append(_Running(index, params, attempts_by_index.get(index, 0) + 1, 1))
+
+    def _warn_changed(self, reused: int) -> None:
+        import warnings
+
+        from trainguard.exceptions import FunctionChangedWarning
+
+        short = self.fn.ref.rpartition(":")[2] or self.fn.ref
+        message = (
+            f"run {self.name!r} reuses {reused} stored result{'s' if reused != 1 else ''} computed by an "
+            f"earlier version of {short}() (its code changed since the run started): to run every trial "
+            "with the current code, pass fresh=True to the Runner (trainguard run --fresh) or another run name"
+        )
+        self._event("function_changed", message, data={"reused": reused, "fn_ref": self.fn.ref})
+        warnings.warn(FunctionChangedWarning(message), stacklevel=4)
 
     def _busy(self) -> bool:
         return any(w.state == "busy" for w in self._workers)

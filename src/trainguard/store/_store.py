@@ -605,6 +605,28 @@ class Store:
                 raise StoreError(f"no run with id {run_id} in store {self._shown}", path=self._shown)
             self._event(conn, run_id, "run_finished", f"run {status}", {"status": status}, None, None, now)
 
+    def rename_run(self, run_id: int, new_name: str) -> None:
+        """Give a stored run another name (``Runner(fresh=True)`` keeps a replaced run this way).
+
+        Raises:
+            ConfigError: a bad name, or one another run already has.
+            StoreError: no run with that id.
+        """
+        _check_int(run_id, "run_id")
+        if not isinstance(new_name, str) or not new_name.strip() or len(new_name) > 200 or "\n" in new_name:
+            raise ConfigError(
+                f"run name must be a non-empty one-line string of at most 200 characters, not {new_name!r}"
+            )
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM runs WHERE name=?", (new_name,)).fetchone() is not None:
+                raise ConfigError(
+                    f"a run named {new_name!r} already exists in {self._shown}: pick another name"
+                )
+            # no event and no updated_at: a renamed run's times stay those of its own work
+            cur = conn.execute("UPDATE runs SET name=? WHERE run_id=?", (new_name, run_id))
+            if cur.rowcount == 0:
+                raise StoreError(f"no run with id {run_id} in store {self._shown}", path=self._shown)
+
     def get_run(self, name: str) -> RunInfo | None:
         """The run called ``name``, or None."""
         with self._read() as conn:
@@ -645,6 +667,7 @@ class Store:
                 conn.execute("SELECT run_id, max(peak_rss_bytes) FROM attempts GROUP BY run_id").fetchall()
             )
             workers = dict(conn.execute("SELECT run_id, count(*) FROM workers GROUP BY run_id").fetchall())
+            work = _work_times(conn, run_id)
         out = []
         for (
             rid,
@@ -675,7 +698,7 @@ class Store:
                     created_at=created,
                     updated_at=updated,
                     finished_at=finished,
-                    duration_s=max(0.0, (finished if finished is not None else updated) - created),
+                    duration_s=_work_s(work.get(rid), created, finished if finished is not None else updated),
                     peak_rss_bytes=max(peaks) if peaks else None,
                     workers_started=int(workers.get(rid, 0)),
                     sessions=sessions,
@@ -1227,6 +1250,58 @@ _UPSERT_SAMPLE = (
     " uss_bytes = max(coalesce(samples.uss_bytes, excluded.uss_bytes), coalesce(excluded.uss_bytes, samples.uss_bytes)),"
     " gpu_bytes = max(coalesce(samples.gpu_bytes, excluded.gpu_bytes), coalesce(excluded.gpu_bytes, samples.gpu_bytes))"
 )
+
+
+def _work_times(conn: sqlite3.Connection, run_id: int | None) -> dict[int, tuple[list[float], list[float]]]:
+    """Per run: the start time of each session (``run_started``/``run_resumed`` events) and the
+    time of everything recorded (events, attempts, workers), for :func:`_work_s`."""
+    where = "WHERE run_id=?" if run_id is not None else ""
+    args = (run_id,) if run_id is not None else ()
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    for rid, t in conn.execute(
+        f"SELECT run_id, time FROM events {where} AND kind IN ('run_started', 'run_resumed')"
+        if where
+        else "SELECT run_id, time FROM events WHERE kind IN ('run_started', 'run_resumed')",
+        args,
+    ):
+        out.setdefault(rid, ([], []))[0].append(t)
+    activity = " UNION ALL ".join(
+        f"SELECT run_id, {column} FROM {table} {where}"
+        for table, column in (
+            ("events", "time"),
+            ("attempts", "started_at"),
+            ("attempts", "finished_at"),
+            ("workers", "started_at"),
+            ("workers", "ended_at"),
+        )
+    )
+    for rid, t in conn.execute(activity, args * 5):
+        if t is not None and rid in out:
+            out[rid][1].append(t)
+    return out
+
+
+def _work_s(work: tuple[list[float], list[float]] | None, created: float, last: float) -> float:
+    """A run's duration as the sum of its sessions' working time, not the time since it first started.
+
+    Each session runs from its start to the last thing recorded before the next session started
+    (a supervisor killed mid-run records no end; what it recorded last bounds its work).
+    """
+    if not work or not work[0]:
+        return max(0.0, last - created)
+    import bisect
+
+    starts = sorted(work[0])
+    times = sorted(work[1])
+    total = 0.0
+    for i, start in enumerate(starts):
+        end_limit = starts[i + 1] if i + 1 < len(starts) else float("inf")
+        j = bisect.bisect_left(times, end_limit)
+        end = times[j - 1] if j > 0 else start
+        if end_limit == float("inf"):
+            end = max(end, last)
+        total += max(0.0, end - start)
+    return total
 
 
 def _max_or_none(a: int | None, b: int | None) -> int | None:
