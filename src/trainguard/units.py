@@ -13,7 +13,7 @@ import re
 
 from trainguard.exceptions import UnitError
 
-__all__ = ["parse_size", "parse_duration", "format_bytes", "format_duration"]
+__all__ = ["parse_size", "parse_duration", "format_bytes", "format_bytes_apart", "format_duration"]
 
 _SIZE_UNITS = {
     "": 1,
@@ -119,8 +119,11 @@ def parse_duration(
     return seconds
 
 
-def format_bytes(n: float | int | None, *, signed: bool = False) -> str:
-    """Human-readable binary size: ``format_bytes(56_000_000) == '53.4 MiB'``."""
+def format_bytes(n: float | int | None, *, signed: bool = False, digits: int = 1) -> str:
+    """Human-readable binary size: ``format_bytes(56_000_000) == '53.4 MiB'``.
+
+    ``digits`` is the number of decimals for KiB and above.
+    """
     if n is None:
         return "-"
     sign = "-" if n < 0 else ("+" if signed and n > 0 else "")
@@ -129,9 +132,20 @@ def format_bytes(n: float | int | None, *, signed: bool = False) -> str:
         if value < 1024 or unit == "TiB":
             if unit == "B":
                 return f"{sign}{value:.0f} B"
-            return f"{sign}{value:.1f} {unit}"
+            return f"{sign}{value:.{digits}f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def format_bytes_apart(a: float | int, b: float | int) -> tuple[str, str]:
+    """Two sizes compared in one message, with enough decimals that unequal values read unequal:
+    ``format_bytes_apart(2_040_000_000, 2_030_000_000) == ('1.900 GiB', '1.891 GiB')``, never
+    "1.9 GiB > 1.9 GiB". Equal-looking values fall back to exact bytes."""
+    for digits in (1, 2, 3):
+        left, right = format_bytes(a, digits=digits), format_bytes(b, digits=digits)
+        if left != right or a == b:
+            return left, right
+    return f"{int(a):,} B", f"{int(b):,} B"
 
 
 def format_duration(seconds: float | None) -> str:

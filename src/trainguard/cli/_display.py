@@ -102,23 +102,29 @@ def to_json(value: Any, **kwargs: Any) -> str:
 
 
 def error_text(error: dict[str, Any] | None, fallback: str = "failed") -> str:
-    """A stored trial error in one line: ``"ValueError: bad lr"``, the exception's name said once.
+    """A stored trial error in one line, its cause first and the exception's name said once.
 
-    Workers store ``type`` (``"builtins.ValueError"``) and ``message`` (``"ValueError: bad lr"``);
-    the message already starts with the short name, so the type is added only when it does not.
+    Workers store an exception as ``type`` (``"builtins.ValueError"``) and ``message``
+    (``"ValueError: bad lr"``), which already starts with the short name: ``"ValueError: bad lr"``.
+    A failure that is not an exception carries its ``status`` (``timeout``, ``killed_memory``,
+    ``crashed``...): ``"timeout: killed at the trial timeout (2 s)"``.
     """
     if not error:
         return fallback
-    kind = str(error.get("type") or error.get("status") or error.get("kind") or "")
     message = str(error.get("message") or "")
-    if not message:
-        return kind or fallback
-    short = kind.rpartition(".")[2]
-    if not kind or message.startswith(f"{short}:") or message.startswith(f"{kind}:") or not short:
-        return message
-    if error.get("type") is None:  # a status such as "timeout" with its own sentence
-        return message
-    return f"{short}: {message}"
+    kind = error.get("type") or error.get("kind")
+    status = error.get("status")
+    if kind:
+        short = str(kind).rpartition(".")[2]
+        if not message:
+            return short
+        if message.startswith(f"{short}:") or message.startswith(f"{kind}:"):
+            return message
+        prefix = short if status in (None, "exception", "framework_oom") else f"{status}: {short}"
+        return f"{prefix}: {message}"
+    if status:
+        return f"{status}: {message}" if message and not message.startswith(f"{status}:") else str(status)
+    return message or fallback
 
 
 def when(unix_s: float | None) -> str:
@@ -170,8 +176,11 @@ def sparkline(
     )
 
 
-def console(*, stderr: bool = False):
-    """A rich Console bound to the current stdout/stderr (so tests capturing them see the output)."""
+def console(*, stderr: bool = False, pipe_width: int = 120):
+    """A rich Console bound to the current stdout/stderr (so tests capturing them see the output).
+
+    ``pipe_width`` is the width used when the stream is not a terminal.
+    """
     import sys
 
     from rich.console import Console
@@ -179,5 +188,5 @@ def console(*, stderr: bool = False):
     stream = sys.stderr if stderr else sys.stdout
     # rich assumes 80 columns when not on a terminal; tables of runs read better a little wider in
     # files and pipes, and a terminal's own width still wins.
-    width = None if getattr(stream, "isatty", lambda: False)() else 120
+    width = None if getattr(stream, "isatty", lambda: False)() else pipe_width
     return Console(file=stream, highlight=False, soft_wrap=False, width=width)

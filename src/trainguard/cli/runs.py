@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 
 HELP = "list the runs in a store: status, trials ok/failed/pending, duration, peak RSS"
 
@@ -24,23 +23,23 @@ def run(args: argparse.Namespace) -> int:
     with Store(args.store, readonly=True) as store:
         summaries = store.list_runs()
     if args.json:
+        from trainguard.cli._display import to_json
+
         print(
-            json.dumps(
-                {"store": str(args.store), "runs": [dataclasses.asdict(s) for s in summaries]}, indent=2
-            )
+            to_json({"store": str(args.store), "runs": [dataclasses.asdict(s) for s in summaries]}, indent=2)
         )
         return 0
-    from rich.markup import escape
     from rich.table import Table
 
     from trainguard.cli._display import console, when
+    from trainguard.cli._display import markup_safe as escape
     from trainguard.units import format_bytes, format_duration
 
     out = console()
     if not summaries:
-        out.print(f"no runs in {args.store} yet")
+        out.print(f"no runs in {escape(args.store)} yet")
         return 0
-    table = Table(title=f"runs in {args.store}", title_justify="left")
+    table = Table(title=f"runs in {escape(args.store)}", title_justify="left")
     for name, justify in [
         ("name", "left"),
         ("status", "left"),
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         status_style = {"completed": "green", "failed": "red", "running": "yellow"}.get(s.status, "")
         table.add_row(
             escape(s.name),
-            f"[{status_style}]{s.status}[/]" if status_style else s.status,
+            f"[{status_style}]{s.status}[/]" if status_style else escape(s.status),
             str(s.trials_ok),
             f"[red]{s.trials_failed}[/]" if s.trials_failed else "0",
             str(s.trials_pending),

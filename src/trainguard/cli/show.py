@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from typing import Any
 
 HELP = "show one run: summary, per-trial results and memory, workers and why they ended, recent events"
@@ -45,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         if info is None:
             names = [s.name for s in store.list_runs()]
             hint = f"known runs: {', '.join(names[-5:])}" if names else "the store has no runs yet"
+            # the message is printed through visible() by cli.main: names with escapes stay inert
             raise ConfigError(
                 f"no run named {args.run_name!r} in {args.store} ({hint}): `trainguard runs --store {args.store}` lists them"
             )
@@ -66,20 +66,39 @@ def run(args: argparse.Namespace) -> int:
                 "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
             },
         }
-        print(json.dumps(payload, indent=2))
+        from trainguard.cli._display import to_json
+
+        print(to_json(payload, indent=2))
         return 0
     _print_text(args, info, summary, trials, workers, events, samples)
     return 0
 
 
+def _trial_outcome(trial) -> str:  # noqa: ANN001 - TrialRecord
+    """What the value/error column says, by the trial's status: a failed trial's cause (timeout,
+    killed at the memory limit, the exception once), an ok trial's value, a pending trial's last
+    attempt's error if it had one."""
+    from trainguard.cli._display import error_text, markup_safe, short_value
+
+    if trial.status == "failed":
+        return "[red]" + markup_safe(short_value(error_text(trial.error), 80)) + "[/]"
+    if trial.status == "pending":
+        if trial.error:
+            return (
+                "[yellow]" + markup_safe(short_value("last attempt: " + error_text(trial.error), 80)) + "[/]"
+            )
+        return "-"
+    return markup_safe(short_value(trial.value, 60))
+
+
 def _print_text(args, info, summary, trials, workers, events, samples) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from trainguard.cli._display import console, short_value, sparkline, when
+    from trainguard.cli._display import markup_safe as escape
     from trainguard.units import format_bytes, format_duration
 
-    out = console()
+    out = console(pipe_width=160)  # the trials table has a params column: lines stay whole in a file
     out.print(f"[bold]{escape(summary.name)}[/]  {escape(summary.status)}  ({escape(summary.fn_ref)})")
     out.print(
         f"trials: {summary.trials_total} ({summary.trials_ok} ok, {summary.trials_failed} failed, "
@@ -101,25 +120,21 @@ def _print_text(args, info, summary, trials, workers, events, samples) -> None:
     for name, justify in [
         ("#", "right"),
         ("status", "left"),
+        ("params", "left"),
         ("value / error", "left"),
         ("attempts", "right"),
         ("peak RSS", "right"),
         ("worker", "right"),
         ("duration", "right"),
     ]:
-        table.add_column(name, justify=justify, no_wrap=name != "value / error")
+        table.add_column(name, justify=justify, no_wrap=name not in ("value / error", "params"))
     for t in trials[: args.max_trials]:
-        if t.status == "failed" and t.error:
-            kind = str(t.error.get("type") or t.error.get("kind") or "error")
-            message = str(t.error.get("message") or "")
-            shown = "[red]" + escape(short_value(f"{kind}: {message}" if message else kind, 80)) + "[/]"
-        else:
-            shown = escape(short_value(t.value, 60))
         style = {"ok": "green", "failed": "red", "pending": "yellow"}.get(t.status, "")
         table.add_row(
             str(t.index),
-            f"[{style}]{t.status}[/]",
-            shown,
+            f"[{style}]{escape(t.status)}[/]" if style else escape(t.status),
+            escape(short_value(t.params, 30)),
+            _trial_outcome(t),
             str(t.attempts),
             format_bytes(t.peak_rss_bytes),
             "-" if t.worker_id is None else str(t.worker_id),

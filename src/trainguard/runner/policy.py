@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from trainguard.exceptions import ConfigError
 from trainguard.store._schema import ATTEMPT_STATUSES as _STORE_ATTEMPT_STATUSES
-from trainguard.units import format_bytes, parse_duration, parse_size
+from trainguard.units import format_bytes, format_bytes_apart, parse_duration, parse_size
 
 __all__ = [
     "Policy",
@@ -545,7 +545,7 @@ def decide_recycle(policy: Policy, history: WorkerHistory) -> RecycleDecision | 
         return RecycleDecision(
             "recycle_above",
             {"rss_bytes": last, "recycle_above": policy.recycle_above},
-            f"RSS {format_bytes(last)} after trial {n} is above recycle_above={format_bytes(policy.recycle_above)}",
+            f"RSS {format_bytes_apart(last, policy.recycle_above)[0]} after trial {n} is above recycle_above={format_bytes_apart(last, policy.recycle_above)[1]}",
         )
     if policy.recycle_growth is not None and len(rss) >= 2:
         growth = rss[-1] - rss[0]
@@ -588,8 +588,8 @@ def decide_recycle(policy: Policy, history: WorkerHistory) -> RecycleDecision | 
                     "basis": basis,
                     "trials_done": n,
                 },
-                f"next trial's peak {basis} at {format_bytes(predicted)} would cross the {label} "
-                f"{format_bytes(threshold)} (growth {format_bytes(slope or 0, signed=True)}/trial)",
+                f"next trial's peak {basis} at {format_bytes_apart(predicted, threshold)[0]} would cross the "
+                f"{label} {format_bytes_apart(predicted, threshold)[1]} (growth {format_bytes(slope or 0, signed=True)}/trial)",
             )
     return None
 
@@ -603,15 +603,18 @@ def check_limits(
             "killed_memory",
             policy.memory_limit,
             rss_bytes,
-            f"killed at memory_limit: tree RSS {format_bytes(rss_bytes)} > {format_bytes(policy.memory_limit)}",
+            "killed at memory_limit: tree RSS {} > {}".format(
+                *format_bytes_apart(rss_bytes, policy.memory_limit)
+            ),
         )
     if policy.gpu_memory_limit is not None and gpu_bytes is not None and gpu_bytes > policy.gpu_memory_limit:
         return KillDecision(
             "killed_gpu_memory",
             policy.gpu_memory_limit,
             gpu_bytes,
-            f"killed at gpu_memory_limit: GPU memory {format_bytes(gpu_bytes)} > "
-            f"{format_bytes(policy.gpu_memory_limit)}",
+            "killed at gpu_memory_limit: GPU memory {} > {}".format(
+                *format_bytes_apart(gpu_bytes, policy.gpu_memory_limit)
+            ),
         )
     if policy.timeout is not None and elapsed_s is not None and elapsed_s > policy.timeout:
         return KillDecision(

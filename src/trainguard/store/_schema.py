@@ -169,7 +169,7 @@ def describe_worker_end(reason: str | None, detail: dict[str, Any] | None = None
     Returns:
         One short phrase, such as ``"killed at the memory limit (1.2 GiB > 1.0 GiB)"``.
     """
-    from trainguard.units import format_bytes
+    from trainguard.units import format_bytes, format_bytes_apart
 
     if reason is None:
         return "running (or its supervisor stopped)"
@@ -179,7 +179,7 @@ def describe_worker_end(reason: str | None, detail: dict[str, Any] | None = None
     if isinstance(detail.get("why"), str):
         extras.append(detail["why"])
     if isinstance(detail.get("rss_bytes"), int) and isinstance(detail.get("limit_bytes"), int):
-        extras.append(f"{format_bytes(detail['rss_bytes'])} > {format_bytes(detail['limit_bytes'])}")
+        extras.append("{} > {}".format(*format_bytes_apart(detail["rss_bytes"], detail["limit_bytes"])))
     elif isinstance(detail.get("rss_bytes"), int):
         extras.append(f"at {format_bytes(detail['rss_bytes'])}")
     if detail.get("signal") is not None:
