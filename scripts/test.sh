@@ -13,6 +13,14 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # torch is pinned to the CPU wheel: an unpinned torch resolves to a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[test]"
+# compare's tests preload jemalloc and tcmalloc (Debian packages; installed when missing and we can)
+if ! { ldconfig -p | grep -q libjemalloc.so.2 && ldconfig -p | grep -q libtcmalloc_minimal.so.4; }; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq libjemalloc2 libtcmalloc-minimal4 >/dev/null
+  else
+    echo "scripts/test.sh: install libjemalloc2 and libtcmalloc-minimal4 for the allocator tests" >&2
+  fi
+fi
 export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check --quiet src tests bench
 exec .venv/bin/python -m pytest "$@"

@@ -47,6 +47,8 @@ _LAZY = {
     "Runner": "trainguard.runner",
     "Policy": "trainguard.runner",
     "Shrink": "trainguard.runner",
+    "compare": "trainguard.comparison",
+    "Comparison": "trainguard.comparison",
     "find_batch_size": "trainguard.fitting",
     "FitResult": "trainguard.fitting",
     "probing": "trainguard.fitting",
@@ -95,6 +97,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed in __all__ via _LAZY
+    from trainguard.comparison import Comparison, compare  # noqa: F401
     from trainguard.fitting import FitResult, find_batch_size, probing  # noqa: F401
     from trainguard.leaks import LeakReport, leakcheck  # noqa: F401
     from trainguard.probes.census import Census, census  # noqa: F401

@@ -37,3 +37,12 @@ def probe_aware(params):
 
 def broken(params):
     raise ValueError("a bug in the trial, not memory")
+
+
+_KEPT: list[bytearray] = []
+
+
+def grows(params):
+    """Keeps ``mb`` MiB per call (a leak a compare must see under every allocator)."""
+    _KEPT.append(bytearray(int(params.get("mb", 4)) * 2**20))
+    return len(_KEPT)

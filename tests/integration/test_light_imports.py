@@ -78,6 +78,7 @@ def test_public_names_are_pinned():
         [
             "__version__",
             "Census",
+            "Comparison",
             "ConfigError",
             "DoesNotFitError",
             "FitResult",
@@ -104,6 +105,7 @@ def test_public_names_are_pinned():
             "WorkerCrashedError",
             "WorkerError",
             "census",
+            "compare",
             "find_batch_size",
             "format_bytes",
             "host_memory",

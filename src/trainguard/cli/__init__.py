@@ -28,6 +28,7 @@ __all__ = ["main", "console_main", "COMMANDS"]
 
 # subcommand -> module under trainguard.cli
 COMMANDS: dict[str, str] = {
+    "compare": "compare",
     "demo": "demo",
     "doctor": "doctor",
     "fit": "fit",

@@ -1,0 +1,70 @@
+"""``trainguard compare FILE.py:fn --params one.json --keras-backend tensorflow,torch --allocator glibc,jemalloc``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "compare Keras backends, allocators and thread counts by measurement, each in fresh workers"
+
+__all__ = ["HELP", "register", "run"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("fn", metavar="FN", help="the trial: 'file.py:function' or 'package.module:function'")
+    parser.add_argument(
+        "--params", metavar="FILE", help="a JSON/YAML file with the trial's params (one object)"
+    )
+    parser.add_argument(
+        "--keras-backend", metavar="LIST", help="Keras backends, comma-separated: tensorflow,torch,jax"
+    )
+    parser.add_argument(
+        "--allocator",
+        default="glibc",
+        metavar="LIST",
+        help="allocators, comma-separated: glibc,jemalloc,tcmalloc",
+    )
+    parser.add_argument("--threads", metavar="LIST", help="threads per worker, comma-separated: 1,2")
+    parser.add_argument("--trials", type=int, default=12, help="trials per configuration (default 12)")
+    parser.add_argument("--memory-limit", metavar="SIZE", help="kill a trial whose worker tree crosses this")
+    parser.add_argument("--timeout", metavar="DURATION", help="kill a trial running longer than this")
+    parser.add_argument(
+        "--tolerance", default="256KiB", metavar="SIZE", help="growth per trial that counts as none (256KiB)"
+    )
+    parser.add_argument("--store", metavar="FILE", help="keep each configuration's run in this store")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object (shape in trainguard.comparison)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainguard.cli.fit import load_one_params
+    from trainguard.comparison import compare
+
+    params = load_one_params(args.params)
+    progress = None
+    if not args.quiet and not args.json:
+
+        def progress(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
+    result = compare(
+        args.fn,
+        params,
+        keras_backend=args.keras_backend,
+        allocator=args.allocator,
+        threads=args.threads,
+        trials=args.trials,
+        memory_limit=args.memory_limit,
+        timeout=args.timeout,
+        tolerance=args.tolerance,
+        store=args.store,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(result.table())
+    failed = any(r.failures for r in result.results)
+    return 1 if failed or result.baseline is None else 0
