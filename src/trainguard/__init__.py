@@ -83,7 +83,14 @@ __all__ = [
 ]
 
 
+# integrations reached as attributes (``trainguard.optuna.optimize``): the modules import their
+# framework only when used
+_SUBMODULES = ("optuna", "keras")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"trainguard.{name}")
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'trainguard' has no attribute {name!r}")

@@ -1,0 +1,263 @@
+"""``MemoryCallback``: memory figures in a Keras ``fit``'s logs, and an action before memory runs out.
+
+Per epoch (and, optionally, every N batches) it reads the process tree's RSS, the GPU memory the
+framework's allocator reports (where there is a GPU) and a count of live tensors (a census without
+numpy arrays), and writes them into ``logs``, so that they land in ``History`` and TensorBoard.
+From the per-epoch RSS it estimates the growth per epoch with the leak statistics
+(:func:`trainguard.leaks.stats.robust_slope`: Theil-Sen with a confidence interval) and, with a
+``limit``, acts when memory is past it or is predicted to cross it within ``horizon_epochs``:
+``"warn"``, ``"stop"`` (``model.stop_training = True``, so ``fit`` returns normally) or
+``"raise"`` (:class:`trainguard.MemoryLimitError`).
+
+Backend-neutral: it uses only ``keras.callbacks.Callback`` and trainguard's probes, which read
+TensorFlow, torch and JAX allocators when those are loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Any
+
+from trainguard.exceptions import ConfigError, MemoryLimitError
+from trainguard.units import format_bytes, parse_size
+
+__all__ = ["MemoryCallback", "ACTIONS"]
+
+logger = logging.getLogger(__name__)
+
+ACTIONS = ("warn", "stop", "raise")
+
+try:
+    import keras as _keras
+except ImportError as _err:  # pragma: no cover - trainguard.keras checks first
+    raise ImportError("trainguard.keras needs Keras 3: pip install keras") from _err
+
+
+def _positive_int(value: Any, name: str, example: str, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}={value!r} must be a whole number >= 1, such as {example}")
+    return value
+
+
+class MemoryCallback(_keras.callbacks.Callback):
+    """Memory in ``fit``'s logs, a growth-per-epoch estimate, and an action near a limit.
+
+    Keys added to the epoch logs (``prefix`` defaults to ``"memory_"``): ``rss_bytes`` (the process
+    tree after the epoch), ``peak_rss_bytes`` (the largest reading during the epoch, with
+    ``every_n_batches``), ``gpu_bytes`` (allocator's in-use bytes on GPUs, only where there is a
+    GPU), ``live_tensors`` (live framework tensors and variables), ``growth_bytes_per_epoch`` (from
+    the third epoch on). Put this callback before a ``TensorBoard`` callback in the list so that
+    TensorBoard sees the keys.
+
+    Args:
+        limit: RSS of the process tree to stay under, as ``"4GB"`` or bytes; None only records.
+        gpu_limit: the same for GPU memory in use (needs a GPU).
+        action: ``"warn"`` (a ``RuntimeWarning``, once per cause), ``"stop"`` (clean stop after the
+            current epoch or batch) or ``"raise"`` (``trainguard.MemoryLimitError``).
+        predict: also act when the growth per epoch is significant and the next ``horizon_epochs``
+            epochs are predicted to cross ``limit``.
+        horizon_epochs: how far ahead a predicted crossing counts (default 1: the next epoch).
+        every_n_batches: also read RSS every N training batches (limit checks mid-epoch and the
+            epoch's peak); None reads once per epoch.
+        count_tensors: include ``live_tensors`` (a census; about 0.1 s per epoch on TF).
+        min_epochs: epochs of readings before a growth estimate is made (>= 3).
+        confidence: confidence of the growth interval; a crossing is predicted only when the
+            interval's lower end is above zero.
+        prefix: the prefix of the log keys.
+
+    Attributes:
+        history: the per-epoch readings (``dict`` per epoch, the keys above without prefix).
+        events: what was acted on, as ``(epoch, cause, message)``.
+        stopped_epoch: the epoch after which ``"stop"`` stopped training (None if it did not).
+
+    Raises:
+        ConfigError: a bad argument (``UnitError`` for a size such as ``"4 potatoes"``).
+    """
+
+    def __init__(
+        self,
+        limit: str | int | None = None,
+        *,
+        gpu_limit: str | int | None = None,
+        action: str = "warn",
+        predict: bool = True,
+        horizon_epochs: int = 1,
+        every_n_batches: int | None = None,
+        count_tensors: bool = True,
+        min_epochs: int = 3,
+        confidence: float = 0.95,
+        prefix: str = "memory_",
+    ) -> None:
+        super().__init__()
+        self.limit_bytes = parse_size(limit, name="limit", allow_none=True)
+        self.gpu_limit_bytes = parse_size(gpu_limit, name="gpu_limit", allow_none=True)
+        if action not in ACTIONS:
+            raise ConfigError(f"action={action!r} must be one of 'warn', 'stop', 'raise'")
+        if not isinstance(predict, bool):
+            raise ConfigError(f"predict must be True or False, not {predict!r}")
+        self.horizon_epochs = _positive_int(horizon_epochs, "horizon_epochs", "1")
+        self.every_n_batches = _positive_int(every_n_batches, "every_n_batches", "50", allow_none=True)
+        self.min_epochs = _positive_int(min_epochs, "min_epochs", "3")
+        if self.min_epochs < 3:
+            raise ConfigError(f"min_epochs={min_epochs!r} must be >= 3: a slope needs 3 readings")
+        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+            raise ConfigError(f"confidence={confidence!r} must be between 0 and 1, such as 0.95")
+        if not isinstance(prefix, str):
+            raise ConfigError(f"prefix must be a string such as 'memory_', not {prefix!r}")
+        self.action = action
+        self.predict = predict
+        self.count_tensors = bool(count_tensors)
+        self.confidence = float(confidence)
+        self.prefix = prefix
+        self.history: list[dict[str, Any]] = []
+        self.events: list[tuple[int, str, str]] = []
+        self.stopped_epoch: int | None = None
+        self._warned: set[str] = set()
+        self._epoch_peak = 0
+        self._batches = 0
+
+    # -- readings ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _rss() -> int:
+        from trainguard.probes.host import tree_memory
+
+        return int(tree_memory(os.getpid()).rss_bytes)
+
+    @staticmethod
+    def _gpu() -> int | None:
+        from trainguard.frameworks import allocator_stats
+
+        total, seen = 0, False
+        for stats in allocator_stats():
+            if "cpu" in stats.device.lower() or stats.allocated_bytes is None:
+                continue
+            total += int(stats.allocated_bytes)
+            seen = True
+        return total if seen else None
+
+    @staticmethod
+    def _live_tensors() -> int:
+        from trainguard.probes.census import census
+
+        result = census(numpy=False, graph_objects=False, stack_locals=False)
+        # a Keras variable wraps a backend tensor that is counted under its framework already
+        return sum(e.count for e in result.entries if e.framework != "keras")
+
+    # -- Keras hooks ------------------------------------------------------------------------------
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self.history = []
+        self.events = []
+        self.stopped_epoch = None
+        self._warned = set()
+        self._epoch_peak = 0
+        self._batches = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch_peak = 0
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self.every_n_batches is None:
+            return
+        self._batches += 1
+        if self._batches % self.every_n_batches:
+            return
+        rss = self._rss()
+        self._epoch_peak = max(self._epoch_peak, rss)
+        if self.limit_bytes is not None and rss > self.limit_bytes:
+            epoch = len(self.history)
+            self._act(
+                epoch,
+                "limit",
+                f"RSS {format_bytes(rss)} is past the limit {format_bytes(self.limit_bytes)} "
+                f"(epoch {epoch}, batch {batch})",
+            )
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        rss = self._rss()
+        reading: dict[str, Any] = {"rss_bytes": rss, "peak_rss_bytes": max(rss, self._epoch_peak)}
+        gpu = self._gpu()
+        if gpu is not None:
+            reading["gpu_bytes"] = gpu
+        if self.count_tensors:
+            reading["live_tensors"] = self._live_tensors()
+        self.history.append(reading)
+        estimate = self._growth()
+        if estimate is not None:
+            reading["growth_bytes_per_epoch"] = estimate.slope
+        if logs is not None:
+            for key, value in reading.items():
+                logs[self.prefix + key] = float(value)
+        self._check(epoch, reading, estimate)
+
+    # -- decisions --------------------------------------------------------------------------------
+
+    def _growth(self) -> Any:
+        if len(self.history) < self.min_epochs:
+            return None
+        from trainguard.leaks.stats import robust_slope
+
+        series = [h["rss_bytes"] for h in self.history]
+        return robust_slope(series, confidence=self.confidence, resolution=4096.0)
+
+    def _check(self, epoch: int, reading: dict[str, Any], estimate: Any) -> None:
+        rss = reading["rss_bytes"]
+        if self.limit_bytes is not None:
+            if reading["peak_rss_bytes"] > self.limit_bytes:
+                self._act(
+                    epoch,
+                    "limit",
+                    f"RSS {format_bytes(reading['peak_rss_bytes'])} is past the limit "
+                    f"{format_bytes(self.limit_bytes)} after epoch {epoch}",
+                )
+                return
+            if self.predict and estimate is not None and estimate.ci_low > 0:
+                ahead = rss + estimate.slope * self.horizon_epochs
+                if ahead > self.limit_bytes:
+                    epochs_left = (self.limit_bytes - rss) / estimate.slope
+                    self._act(
+                        epoch,
+                        "predicted",
+                        f"RSS grows {format_bytes(estimate.slope)}/epoch "
+                        f"(95% CI {format_bytes(estimate.ci_low)} .. {format_bytes(estimate.ci_high)}); at "
+                        f"{format_bytes(rss)} after epoch {epoch} it is predicted to cross the limit "
+                        f"{format_bytes(self.limit_bytes)} in {max(epochs_left, 0):.1f} epochs",
+                    )
+                    return
+        gpu = reading.get("gpu_bytes")
+        if self.gpu_limit_bytes is not None and gpu is not None and gpu > self.gpu_limit_bytes:
+            self._act(
+                epoch,
+                "gpu_limit",
+                f"GPU memory in use {format_bytes(gpu)} is past the limit {format_bytes(self.gpu_limit_bytes)} "
+                f"after epoch {epoch}",
+            )
+
+    def _act(self, epoch: int, cause: str, message: str) -> None:
+        self.events.append((epoch, cause, message))
+        if self.action == "raise":
+            raise MemoryLimitError(
+                f"trainguard.keras.MemoryCallback: {message}",
+                limit_bytes=self.limit_bytes,
+                epoch=epoch,
+                cause=cause,
+            )
+        if self.action == "stop":
+            if self.model is not None:
+                self.model.stop_training = True
+            if self.stopped_epoch is None:
+                self.stopped_epoch = epoch
+                logger.warning("trainguard MemoryCallback stops training: %s", message)
+            return
+        if cause not in self._warned:
+            self._warned.add(cause)
+            warnings.warn(f"trainguard MemoryCallback: {message}", RuntimeWarning, stacklevel=2)
+
+    def __repr__(self) -> str:
+        limit = format_bytes(self.limit_bytes) if self.limit_bytes is not None else None
+        return f"MemoryCallback(limit={limit!r}, action={self.action!r})"

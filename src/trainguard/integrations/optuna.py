@@ -1,0 +1,650 @@
+"""Optuna studies whose objective runs in trainguard workers (parent side).
+
+How a trial runs (see ARCHITECTURE.md, "Optuna"):
+
+- Optuna's own loop runs in the parent: ``study.optimize`` asks the sampler, calls the guarded
+  objective, tells the result, runs callbacks. With ``workers > 1`` it runs ``n_jobs=workers``
+  threads that only wait, so the sampler is always asked in the parent and only the parent talks
+  to the study's storage; any storage works.
+- The guarded objective hands the ``optuna.Trial`` to a pool: a :class:`trainguard.Runner` running
+  *slots* (``{"slot": i}``) of :class:`~trainguard.integrations._optuna_worker.SlotFunction` in
+  supervised workers, reused and recycled by the policy and killed at its limits. A slot connects
+  to the parent's bridge (a unix socket in a private 0700 folder, with a random authkey), takes
+  the next trial waiting, and runs the user's objective with a proxy whose calls a bridge thread
+  answers with the real trial's methods (JSON both ways).
+- When the slot's Runner result comes back (the objective's value, ``TrialPruned``, an exception,
+  or the worker killed for memory, a timeout or a crash), the objective returns, raises
+  ``TrialPruned``, or fails the trial with the cause and the peak memory as user attributes.
+
+The Runner's protocol is unchanged: the Runner sees ordinary trials whose value is JSON.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import logging
+import math
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from multiprocessing.connection import Connection, Listener
+from typing import Any
+
+from trainguard.exceptions import (
+    ConfigError,
+    FrameworkOOMError,
+    MemoryLimitError,
+    TrainguardError,
+    TrialError,
+    TrialTimeoutError,
+    WorkerCrashedError,
+    WorkerError,
+    missing,
+)
+from trainguard.integrations._optuna_worker import SlotFunction, recv_json, send_json
+from trainguard.runner.policy import Policy, failure_category, should_retry
+
+__all__ = ["optimize", "isolated", "IsolatedObjective", "ATTR_PREFIX"]
+
+logger = logging.getLogger(__name__)
+
+#: Prefix of the user attributes trainguard sets on each trial.
+ATTR_PREFIX = "trainguard_"
+
+# what a failed attempt's status becomes in the parent, when it is not the objective's own exception
+_ERRORS: dict[str, type[TrainguardError]] = {
+    "killed_memory": MemoryLimitError,
+    "killed_gpu_memory": MemoryLimitError,
+    "os_oom": WorkerCrashedError,
+    "crashed": WorkerCrashedError,
+    "timeout": TrialTimeoutError,
+    "framework_oom": FrameworkOOMError,
+}
+_GETTABLE = ("params", "user_attrs", "relative_params", "datetime_start")
+_CALLABLE = ("report", "should_prune", "set_user_attr")
+_DROP_IN_SLOTS = 1000
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError as err:
+        raise missing("optuna", "trainguard.optuna", extra="optuna") from err
+    return optuna
+
+
+def _check_study(study: Any) -> None:
+    optuna = _optuna()
+    if not isinstance(study, optuna.study.Study):
+        raise ConfigError(
+            f"study must be an optuna.Study (optuna.create_study(...)), not {type(study).__name__}"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# the pool: Runner slots served through the bridge
+
+
+class _Job:
+    """One Optuna trial handed to the pool; resolved by the driver thread."""
+
+    __slots__ = ("trial", "done", "result", "error", "slot")
+
+    def __init__(self, trial: Any) -> None:
+        self.trial = trial
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.slot: int | None = None
+
+
+class _Pool:
+    """Runner slots in a background thread, and the bridge that hands them trials.
+
+    Threads: the driver (iterates ``Runner.imap`` over slots, one chunk after another), the
+    listener (accepts bridge connections), one handler per connected slot (hands out a trial,
+    then answers its proxy's calls). ``_cond`` guards the queues.
+    """
+
+    def __init__(self, runner: Any, spec: Any, slots: int, name: str) -> None:
+        self._runner = runner
+        self._spec = spec
+        self._chunk = max(1, slots)
+        self._name = name
+        self._cond = threading.Condition()
+        self._pending: deque[_Job] = deque()
+        self._assigned: dict[int, _Job] = {}
+        self._live_handlers: set[int] = set()
+        self._finished: set[int] = set()
+        self._closed = False
+        self._fatal: BaseException | None = None
+        self._started = False
+        self._dir: str | None = None
+        self._listener: Listener | None = None
+        self._threads: list[threading.Thread] = []
+        self._next_slot = 0
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._dir = tempfile.mkdtemp(prefix="trainguard-optuna-")
+        os.chmod(self._dir, 0o700)
+        address = os.path.join(self._dir, "bridge")
+        authkey = os.urandom(32)
+        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        self._slot_fn = SlotFunction(address, authkey, self._spec.kind, self._spec.payload, self._spec.ref)
+        for target, name in ((self._accept_loop, "listener"), (self._drive, "driver")):
+            thread = threading.Thread(target=target, name=f"trainguard-optuna-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self._started = True
+
+    def submit(self, trial: Any) -> _Job:
+        job = _Job(trial)
+        with self._cond:
+            if self._closed:
+                raise ConfigError("this guarded objective was closed: create a new one with trainguard.optuna.isolated(...)")
+            if self._fatal is not None:
+                job.error = self._fatal
+                job.done.set()
+                return job
+            if not self._started:
+                self._start()
+            self._pending.append(job)
+            self._cond.notify_all()
+        return job
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        if not self._started:
+            return
+        driver = self._threads[1]
+        driver.join(timeout_s)
+        if driver.is_alive():  # a worker still in a trial or starting: end it
+            self._kill_workers()
+            driver.join(10.0)
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            except OSError:
+                pass
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+        with self._cond:
+            stranded = list(self._pending) + list(self._assigned.values())
+            self._pending.clear()
+            self._assigned.clear()
+        for job in stranded:
+            job.error = ConfigError("the guarded objective was closed while this trial waited for a worker")
+            job.done.set()
+
+    def _kill_workers(self) -> None:
+        progress = self._runner.progress()
+        for worker in progress.workers if progress is not None else ():
+            if worker.pid:
+                try:
+                    os.killpg(worker.pid, signal.SIGKILL)  # workers lead their own process group
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    # -- driver -----------------------------------------------------------------------------------
+
+    def _drive(self) -> None:
+        chunk = 0
+        try:
+            while not self._closed:
+                base, self._next_slot = self._next_slot, self._next_slot + self._chunk
+                params = [{"slot": base + i} for i in range(self._chunk)]
+                results = self._runner.imap(self._slot_fn, params, name=f"{self._name}-{chunk}")
+                try:
+                    for result in results:
+                        self._on_result(result)
+                        with self._cond:
+                            if self._closed and not self._assigned:
+                                break
+                finally:
+                    results.close()
+                chunk += 1
+        except BaseException as err:  # noqa: BLE001 - every waiting trial must learn why
+            with self._cond:
+                self._fatal = err
+                jobs = list(self._pending) + list(self._assigned.values())
+                self._pending.clear()
+                self._assigned.clear()
+            for job in jobs:
+                job.error = err
+                job.done.set()
+
+    def _on_result(self, result: Any) -> None:
+        slot = int(result.params["slot"])
+        with self._cond:
+            if slot in self._live_handlers:
+                self._finished.add(slot)
+            job = self._assigned.pop(slot, None)
+        if job is not None:
+            job.result = result
+            job.done.set()
+
+    # -- bridge -----------------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        while True:
+            try:
+                conn = listener.accept()
+            except OSError:
+                if self._closed:
+                    return
+                continue  # a client that failed the authkey challenge, or went away
+            except Exception:  # noqa: BLE001 - AuthenticationError and friends
+                if self._closed:
+                    return
+                continue
+            threading.Thread(
+                target=self._serve, args=(conn,), name="trainguard-optuna-bridge", daemon=True
+            ).start()
+
+    def _serve(self, conn: Connection) -> None:
+        slot: int | None = None
+        try:
+            hello = recv_json(conn)
+            slot = int(hello["slot"])
+            with self._cond:
+                self._live_handlers.add(slot)
+            job = self._take(conn, slot)
+            if job is None:
+                send_json(conn, {"op": "stop"})
+                return
+            try:
+                send_json(conn, {"op": "trial", "number": job.trial.number})
+            except OSError:
+                self._give_back(slot, job)
+                return
+            self._answer(conn, job.trial)
+        except (EOFError, OSError, ValueError, KeyError):
+            return
+        finally:
+            with self._cond:
+                if slot is not None:
+                    self._live_handlers.discard(slot)
+                    self._finished.discard(slot)
+            conn.close()
+
+    def _take(self, conn: Connection, slot: int) -> _Job | None:
+        with self._cond:
+            while True:
+                if self._closed or slot in self._finished:
+                    return None
+                if self._pending:
+                    # the worker sends nothing while it waits: readable means it has gone
+                    if conn.poll(0):
+                        return None
+                    job = self._pending.popleft()
+                    self._assigned[slot] = job
+                    job.slot = slot
+                    return job
+                self._cond.wait(0.5)
+
+    def _give_back(self, slot: int, job: _Job) -> None:
+        with self._cond:
+            if self._assigned.get(slot) is job:
+                del self._assigned[slot]
+                self._pending.appendleft(job)
+                self._cond.notify_all()
+
+    def _answer(self, conn: Connection, trial: Any) -> None:
+        while True:
+            message = recv_json(conn)  # EOFError when the objective is done or the worker died
+            try:
+                if message.get("op") == "get" and message.get("name") in _GETTABLE:
+                    value = getattr(trial, message["name"])
+                    if message["name"] == "datetime_start":
+                        value = value.isoformat() if value is not None else None
+                elif message.get("op") == "call" and (
+                    message.get("method") in _CALLABLE or str(message.get("method")).startswith("suggest_")
+                ):
+                    method = getattr(trial, message["method"], None)
+                    if method is None:
+                        raise AttributeError(f"this Optuna's Trial has no {message['method']}")
+                    value = method(*message.get("args", []), **message.get("kwargs", {}))
+                else:
+                    raise AttributeError(f"the trial proxy cannot do {message!r}")
+                send_json(conn, {"ok": True, "value": value})
+            except Exception as err:  # noqa: BLE001 - the objective gets the error, in its worker
+                send_json(conn, {"ok": False, "type": type(err).__name__, "message": str(err)})
+
+
+# --------------------------------------------------------------------------------------------------
+# the objective Optuna calls
+
+
+class IsolatedObjective:
+    """An Optuna objective whose every call runs the real objective in a trainguard worker.
+
+    Create it with :func:`isolated`. Call ``close()`` (or use it as a context manager) when done;
+    otherwise its workers end when it is garbage-collected or at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        objective: Callable[[Any], Any] | str,
+        *,
+        workers: int = 1,
+        policy: Policy | None = None,
+        store: Any = None,
+        name: str | None = None,
+        on_failure: str = "nan",
+        slots: int = _DROP_IN_SLOTS,
+        **runner_options: Any,
+    ) -> None:
+        _optuna()
+        from trainguard.runner import Runner
+        from trainguard.runner._fnref import prepare
+
+        if on_failure not in ("nan", "raise"):
+            raise ConfigError(f"on_failure={on_failure!r} must be 'nan' or 'raise'")
+        try:
+            spec = prepare(objective)
+        except ConfigError as err:
+            raise ConfigError(
+                f"the objective cannot be sent to a worker process: {err}", value=repr(objective)
+            ) from err
+        policy = Policy() if policy is None else policy
+        if not isinstance(policy, Policy):
+            raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
+        # retries happen here, by re-enqueueing the trial's params in the study; the Runner only
+        # runs slots, and a slot's second attempt would not be the same Optuna trial
+        runner = Runner(
+            workers=workers, policy=dataclasses.replace(policy, retries=0, on_error="continue"),
+            store=store, **runner_options,
+        )
+        self.policy = policy
+        self.workers = workers
+        self.on_failure = on_failure
+        self.ref = spec.ref
+        self._runner = runner
+        run_name = name or f"optuna-{spec.ref.rpartition(':')[2]}-{uuid.uuid4().hex[:8]}"
+        self._pool = _Pool(runner, spec, slots, run_name)
+        self._lock = threading.Lock()
+        self.retries_pending = 0
+        self.fresh_started = 0
+        self.calls = 0
+        self._finalizer = weakref.finalize(self, _close_pool, self._pool, runner)
+
+    # -- Optuna calls this ------------------------------------------------------------------------
+
+    def __call__(self, trial: Any) -> Any:
+        optuna = _optuna()
+        attempt = int(trial.user_attrs.get(ATTR_PREFIX + "attempt", 1))
+        with self._lock:
+            self.calls += 1
+            if ATTR_PREFIX + "retry_of" in trial.user_attrs:
+                self.retries_pending = max(0, self.retries_pending - 1)
+            else:
+                self.fresh_started += 1
+        job = self._pool.submit(trial)
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        result = job.result
+        if result.peak_rss_bytes is not None:
+            trial.set_user_attr(ATTR_PREFIX + "peak_rss_bytes", int(result.peak_rss_bytes))
+        if result.worker_id is not None:
+            trial.set_user_attr(ATTR_PREFIX + "worker_id", int(result.worker_id))
+        if result.ok:
+            return self._outcome(optuna, trial, result.value)
+        return self._failed(trial, result, attempt)
+
+    def _outcome(self, optuna: Any, trial: Any, out: dict[str, Any]) -> Any:
+        kind = out.get("kind")
+        if kind == "pruned":
+            raise optuna.TrialPruned(out.get("message") or "")
+        directions = len(trial.study.directions)
+        if kind == "none":
+            raise ConfigError(
+                f"the objective returned None for trial {trial.number}: return a float"
+                + (f", or {directions} floats, one per direction" if directions > 1 else "")
+            )
+        if kind == "bad_value":
+            raise ConfigError(
+                f"the objective returned a {out['type']} ({out['repr']}) for trial {trial.number}: return a float"
+                + (f", or {directions} floats, one per direction" if directions > 1 else "")
+            )
+        values = out["values"]
+        if len(values) != directions:
+            raise ConfigError(
+                f"the objective returned {len(values)} value{'s' if len(values) != 1 else ''} for trial "
+                f"{trial.number} but the study has {directions} direction{'s' if directions != 1 else ''}: "
+                f"return {directions} value{'s' if directions != 1 else ''}, or create the study with "
+                f"directions=[...] listing one direction per value"
+            )
+        if out.get("nan"):
+            trial.set_user_attr(ATTR_PREFIX + "status", "nan")
+        return values if out.get("multi") else values[0]
+
+    def _failed(self, trial: Any, result: Any, attempt: int) -> Any:
+        error = result.error or {}
+        status = str(error.get("status", "failed"))
+        message = str(error.get("message") or status)
+        trial.set_user_attr(ATTR_PREFIX + "status", status)
+        trial.set_user_attr(ATTR_PREFIX + "message", message[:1000])
+        retrying = should_retry(self.policy, status, attempt)
+        if retrying:
+            study = trial.study
+            study.enqueue_trial(
+                trial.params,
+                user_attrs={ATTR_PREFIX + "attempt": attempt + 1, ATTR_PREFIX + "retry_of": trial.number},
+                skip_if_exists=False,
+            )
+            with self._lock:
+                self.retries_pending += 1
+            trial.set_user_attr(ATTR_PREFIX + "retried", True)
+            logger.warning("trial %d: %s; its params are enqueued again (attempt %d)", trial.number, message, attempt + 1)
+        if status == "exception" and not retrying:
+            # the objective's own exception: as in-process, Optuna fails the trial and re-raises
+            # it unless it is in `catch`
+            raise _rebuild_exception(error, trial.number)
+        err = _ERRORS.get(status, WorkerError)(
+            f"trial {trial.number}: {message}",
+            status=status,
+            peak_rss_bytes=result.peak_rss_bytes,
+        )
+        if self.policy.on_error == "stop" and not retrying:
+            raise TrialError(f"{err} (the policy says on_error='stop')", status=status)
+        if self.on_failure == "raise":
+            raise err
+        if not retrying:
+            logger.warning("trial %d failed: %s", trial.number, message)
+        # drop-in: NaN makes Optuna record the trial FAIL and go on, whatever `catch` is
+        directions = len(trial.study.directions)
+        return math.nan if directions == 1 else [math.nan] * directions
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    @property
+    def runner(self) -> Any:
+        """The :class:`trainguard.Runner` that runs the slots (for ``progress()``)."""
+        return self._runner
+
+    def close(self) -> None:
+        """End the workers (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> IsolatedObjective:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"IsolatedObjective({self.ref}, workers={self.workers})"
+
+
+def _close_pool(pool: _Pool, runner: Any) -> None:
+    try:
+        pool.close()
+    finally:
+        runner.close()
+
+
+def _rebuild_exception(error: dict[str, Any], number: int) -> Exception:
+    qualified = str(error.get("type") or "")
+    module, _, name = qualified.rpartition(".")
+    text = str(error.get("message") or qualified)
+    detail = text.partition(": ")[2] if text.startswith(f"{name}: ") else text
+    cls = getattr(builtins, name, None) if module == "builtins" else None
+    if isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == "builtins":
+        try:
+            return cls(f"{detail} (trial {number}, raised in a trainguard worker)")
+        except Exception:  # noqa: BLE001 - an exception type with another signature
+            pass
+    return TrialError(
+        f"trial {number} raised {text}", exc_type=qualified, traceback=error.get("traceback")
+    )
+
+
+def isolated(
+    objective: Callable[[Any], Any] | str,
+    *,
+    workers: int = 1,
+    policy: Policy | None = None,
+    store: Any = None,
+    name: str | None = None,
+    on_failure: str = "nan",
+    **runner_options: Any,
+) -> IsolatedObjective:
+    """Wrap an Optuna objective so that each call runs it in a supervised trainguard worker.
+
+    Drop-in: ``study.optimize(trainguard.optuna.isolated(objective), n_trials=30)``. With
+    ``workers=2`` pass ``n_jobs=2`` to ``study.optimize`` too. The objective receives a proxy
+    trial (see :class:`~trainguard.integrations._optuna_worker.TrialProxy`).
+
+    Args:
+        objective: ``objective(trial) -> float | list[float]``; a callable (by reference when
+            importable, else cloudpickled) or ``"module:function"`` / ``"file.py:function"``.
+        workers: worker processes (the Runner's ``workers``).
+        policy: a :class:`trainguard.Policy`: recycling, ``memory_limit``, ``timeout``,
+            ``retries`` (a retried trial's params are enqueued in the study again).
+        store: a trainguard store for the workers' history (default None: the study is the record).
+        name: the run name in the store.
+        on_failure: what a trial whose worker was killed or crashed does: ``"nan"`` (default; Optuna
+            records it FAIL and goes on, whatever ``catch`` says) or ``"raise"`` the
+            ``trainguard.WorkerError`` (Optuna goes on only if it is in ``catch``).
+        **runner_options: any other :class:`trainguard.Runner` keyword (``keras_backend``,
+            ``preload``, ``threads``, ``env``, ``sample_interval``...).
+
+    Raises:
+        MissingDependencyError: optuna is not installed.
+        ConfigError: the objective cannot be sent to a worker, or a bad runner option.
+    """
+    return IsolatedObjective(
+        objective,
+        workers=workers,
+        policy=policy,
+        store=store,
+        name=name,
+        on_failure=on_failure,
+        **runner_options,
+    )
+
+
+def optimize(
+    study: Any,
+    objective: Callable[[Any], Any] | str,
+    n_trials: int,
+    *,
+    workers: int = 1,
+    policy: Policy | None = None,
+    timeout: float | None = None,
+    catch: Iterable[type[Exception]] | type[Exception] = (),
+    callbacks: Sequence[Callable[[Any, Any], None]] | None = None,
+    show_progress_bar: bool = False,
+    store: Any = None,
+    name: str | None = None,
+    **runner_options: Any,
+) -> Any:
+    """Run ``n_trials`` trials of ``study`` with ``objective`` in supervised trainguard workers.
+
+    The parent asks the sampler and tells the study (any storage works); each objective call runs
+    in a worker that is reused, recycled by ``policy`` and killed at its limits. A trial whose
+    worker was killed (memory, timeout) or crashed ends FAIL with ``trainguard_status``,
+    ``trainguard_message`` and ``trainguard_peak_rss_bytes`` user attributes, and the study goes
+    on; ``TrialPruned`` ends it PRUNED; with ``policy.retries`` its params are enqueued again and
+    the retry does not count against ``n_trials``. ``workers > 1`` runs trials in parallel.
+
+    Args:
+        study: an ``optuna.Study``.
+        objective: as for :func:`isolated`.
+        n_trials: trials to run (retries come on top).
+        workers: worker processes, and Optuna threads that wait for them.
+        policy: a :class:`trainguard.Policy`.
+        timeout: stop starting trials after this many seconds (or a duration such as ``"10m"``).
+        catch: exception types of the objective that fail a trial without stopping the study.
+        callbacks: Optuna callbacks ``f(study, frozen_trial)``, run in the parent.
+        show_progress_bar: Optuna's progress bar.
+        store, name, **runner_options: as for :func:`isolated`.
+
+    Returns:
+        The study.
+
+    Raises:
+        MissingDependencyError: optuna is not installed.
+        ConfigError: bad arguments, an objective that cannot be sent to a worker, an objective that
+            returns None or a number of values other than the study's directions.
+    """
+    _check_study(study)
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+        raise ConfigError(f"n_trials={n_trials!r} must be a whole number >= 1, such as 30")
+    from trainguard.units import parse_duration
+
+    timeout_s = parse_duration(timeout, name="timeout", allow_none=True)
+    if isinstance(catch, type):
+        catch = (catch,)
+    catch = tuple(catch)
+    if not all(isinstance(c, type) and issubclass(c, BaseException) for c in catch):
+        raise ConfigError("catch must be exception classes, such as (ValueError,)")
+    policy = Policy() if policy is None else policy
+    slots = n_trials * (1 + (policy.retries if isinstance(policy, Policy) else 0)) + workers
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with IsolatedObjective(
+        objective,
+        workers=workers,
+        policy=policy,
+        store=store,
+        name=name,
+        on_failure="raise",
+        slots=slots,
+        **runner_options,
+    ) as guarded:
+        left = n_trials
+        while left > 0:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            before = guarded.calls
+            study.optimize(
+                guarded,
+                n_trials=left,
+                timeout=remaining,
+                n_jobs=workers,
+                catch=(*catch, WorkerError, FrameworkOOMError),
+                callbacks=callbacks,
+                show_progress_bar=show_progress_bar,
+            )
+            if guarded.calls - before < left:  # stopped early: timeout or study.stop()
+                break
+            left = max(0, n_trials - guarded.fresh_started) + guarded.retries_pending
+    return study
