@@ -26,9 +26,10 @@ print("HEAVY=" + ",".join(heavy))
         "import trainguard",
         "import trainguard; trainguard.scope; trainguard.ScopeReport; trainguard.Sampler; trainguard.census",
         "import trainguard.integrations.pytest_plugin",
+        "import trainguard; trainguard.optuna.optimize; trainguard.optuna.isolated; trainguard.keras",
         "from trainguard.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
     ],
-    ids=["import", "public-names", "pytest-plugin", "cli-help"],
+    ids=["import", "public-names", "pytest-plugin", "integrations", "cli-help"],
 )
 def test_no_framework_is_imported(code):
     out = subprocess.run(

@@ -29,8 +29,16 @@ __all__ = ["SlotFunction", "TrialProxy", "encode_value", "send_json", "recv_json
 _REBUILT = ("ValueError", "TypeError", "KeyError", "RuntimeError", "NotImplementedError", "AttributeError")
 
 
+def _plain(obj: Any) -> Any:
+    # numpy scalars (Optuna's should_prune() can return numpy.bool_, samplers numpy floats)
+    item = getattr(obj, "item", None)
+    if callable(item) and getattr(obj, "ndim", 1) == 0:
+        return item()
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
 def send_json(conn: Connection, message: dict[str, Any]) -> None:
-    conn.send_bytes(json.dumps(message).encode())
+    conn.send_bytes(json.dumps(message, default=_plain).encode())
 
 
 def recv_json(conn: Connection) -> dict[str, Any]:

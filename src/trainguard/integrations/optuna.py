@@ -28,6 +28,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -50,7 +51,7 @@ from trainguard.exceptions import (
     missing,
 )
 from trainguard.integrations._optuna_worker import SlotFunction, recv_json, send_json
-from trainguard.runner.policy import Policy, failure_category, should_retry
+from trainguard.runner.policy import Policy, should_retry
 
 __all__ = ["optimize", "isolated", "IsolatedObjective", "ATTR_PREFIX"]
 
@@ -151,7 +152,9 @@ class _Pool:
         job = _Job(trial)
         with self._cond:
             if self._closed:
-                raise ConfigError("this guarded objective was closed: create a new one with trainguard.optuna.isolated(...)")
+                raise ConfigError(
+                    "this guarded objective was closed: create a new one with trainguard.optuna.isolated(...)"
+                )
             if self._fatal is not None:
                 job.error = self._fatal
                 job.done.set()
@@ -176,6 +179,15 @@ class _Pool:
             self._kill_workers()
             driver.join(10.0)
         if self._listener is not None:
+            # a thread blocked in accept() is not woken by close() on Linux: connect once (the
+            # authkey challenge fails, and the loop sees the pool closed), then close
+            try:
+                with socket.socket(socket.AF_UNIX) as wake:
+                    wake.settimeout(2.0)
+                    wake.connect(self._listener.address)
+            except OSError:
+                pass
+            self._threads[0].join(5.0)
             try:
                 self._listener.close()
             except OSError:
@@ -368,8 +380,10 @@ class IsolatedObjective:
         # retries happen here, by re-enqueueing the trial's params in the study; the Runner only
         # runs slots, and a slot's second attempt would not be the same Optuna trial
         runner = Runner(
-            workers=workers, policy=dataclasses.replace(policy, retries=0, on_error="continue"),
-            store=store, **runner_options,
+            workers=workers,
+            policy=dataclasses.replace(policy, retries=0, on_error="continue"),
+            store=store,
+            **runner_options,
         )
         self.policy = policy
         self.workers = workers
@@ -452,7 +466,9 @@ class IsolatedObjective:
             with self._lock:
                 self.retries_pending += 1
             trial.set_user_attr(ATTR_PREFIX + "retried", True)
-            logger.warning("trial %d: %s; its params are enqueued again (attempt %d)", trial.number, message, attempt + 1)
+            logger.warning(
+                "trial %d: %s; its params are enqueued again (attempt %d)", trial.number, message, attempt + 1
+            )
         if status == "exception" and not retrying:
             # the objective's own exception: as in-process, Optuna fails the trial and re-raises
             # it unless it is in `catch`
@@ -511,9 +527,7 @@ def _rebuild_exception(error: dict[str, Any], number: int) -> Exception:
             return cls(f"{detail} (trial {number}, raised in a trainguard worker)")
         except Exception:  # noqa: BLE001 - an exception type with another signature
             pass
-    return TrialError(
-        f"trial {number} raised {text}", exc_type=qualified, traceback=error.get("traceback")
-    )
+    return TrialError(f"trial {number} raised {text}", exc_type=qualified, traceback=error.get("traceback"))
 
 
 def isolated(
