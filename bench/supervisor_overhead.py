@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/supervisor_overhead.py            # ~45 s
     .venv/bin/python bench/supervisor_overhead.py --seconds 5
+    .venv/bin/python bench/supervisor_overhead.py --per-trial-only --src-a OLD/src --src-b src
+
+The last form measures only the per-trial cost (``--trials`` tiny trials through one ``map``, worker
+start included) and, given two source trees, alternates between them in fresh interpreters so that
+both are measured side by side on the same (noisy) machine.
 
 The trials only sleep, so nearly all CPU the supervisor process uses (all its threads: the loop,
 the sampler, store writes) is overhead. Measured with getrusage(RUSAGE_SELF), which excludes the
@@ -55,6 +60,57 @@ def sleep_trial(params):
     return {}
 
 
+def noop_trial(params):
+    return params["i"]
+
+
+def per_trial(trials: int, store: str) -> dict:
+    """Wall and supervisor CPU per tiny trial: one ``map`` of ``trials`` trials (worker start included)."""
+    from trainguard.runner import Policy, Runner
+
+    fn = f"{Path(__file__).resolve()}:noop_trial"
+    with Runner(workers=1, store=store, policy=Policy()) as runner:
+        c0, t0 = cpu_s(), time.perf_counter()
+        results = runner.map(fn, [{"i": i} for i in range(trials)], name=f"tiny-{time.time()}")
+        c1, t1 = cpu_s(), time.perf_counter()
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+    return {
+        "case": f"{trials} tiny trials",
+        "trials": trials,
+        "wall_s": round(t1 - t0, 3),
+        "ms_per_trial": round(1000 * (t1 - t0) / trials, 3),
+        "supervisor_cpu_ms_per_trial": round(1000 * (c1 - c0) / trials, 3),
+    }
+
+
+def side_by_side(src_a: str, src_b: str, trials: int, rounds: int) -> int:
+    """Alternate fresh interpreters on two source trees; print the median per-trial figures."""
+    import os
+    import statistics
+    import subprocess
+
+    out: dict[str, list[dict]] = {src_a: [], src_b: []}
+    for _ in range(rounds):
+        for src in (src_a, src_b):
+            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+            proc = subprocess.run(
+                [sys.executable, __file__, "--per-trial-only", "--trials", str(trials), "--json-line"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            out[src].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print(f"| source | ms per trial (median of {rounds}) | supervisor CPU ms per trial | runs (ms/trial) |")
+    print("| --- | ---: | ---: | --- |")
+    for src, rows in out.items():
+        ms = statistics.median(r["ms_per_trial"] for r in rows)
+        cpu = statistics.median(r["supervisor_cpu_ms_per_trial"] for r in rows)
+        each = ", ".join(f"{r['ms_per_trial']:.2f}" for r in rows)
+        print(f"| {src} | {ms:.2f} | {cpu:.2f} | {each} |")
+    return 0
+
+
 def cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -88,7 +144,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=12.0, help="seconds per case (default 12)")
     parser.add_argument("--out", default=str(HERE / "results" / "supervisor_overhead.json"))
+    parser.add_argument(
+        "--trials", type=int, default=500, help="tiny trials for the per-trial case (default 500)"
+    )
+    parser.add_argument("--per-trial-only", action="store_true", help="measure only the per-trial cost")
+    parser.add_argument("--src-a", help="with --src-b: compare two source trees side by side")
+    parser.add_argument("--src-b")
+    parser.add_argument("--rounds", type=int, default=5, help="alternations for --src-a/--src-b (default 5)")
+    parser.add_argument("--json-line", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.src_a and args.src_b:
+        return side_by_side(args.src_a, args.src_b, args.trials, args.rounds)
+    if args.per_trial_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            row = per_trial(args.trials, str(Path(tmp) / "tiny.db"))
+        print(json.dumps(row) if args.json_line else row)
+        return 0
     import trainguard
 
     fn_bare = f"{Path(__file__).resolve()}:sleep_trial"
@@ -103,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             measure("64 threads + child, USS", fn_tree, args.seconds, interval="100ms", uss=True, store=store)
         )
+        tiny = per_trial(args.trials, str(Path(tmp) / "tiny.db"))
     meta = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
@@ -119,8 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {r['case']} | {r['trials']} | {r['wall_s']} | {r['supervisor_cpu_s']} | {r['percent_of_core']} % | {goal} |"
         )
+    print(
+        f"\nPer-trial cost: {tiny['trials']} tiny trials in one map (worker start included): "
+        f"{tiny['ms_per_trial']} ms a trial, supervisor CPU {tiny['supervisor_cpu_ms_per_trial']} ms a trial"
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows, "per_trial": tiny}, indent=2))
     return 0
 
 

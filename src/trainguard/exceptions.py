@@ -9,7 +9,8 @@
     │                                 an optional part is used but its package is absent; names the pip install
     ├── LeakError                     a scope() grew past its limits; carries the ScopeReport
     ├── StoreError                    the results store cannot be opened or written
-    │   └── SchemaVersionError        the store was written by another schema version
+    │   ├── SchemaVersionError        the store was written by another schema version
+    │   └── RunLockedError            another live supervisor runs this run of this store (pid, host, since)
     ├── WorkerError                   a worker process ended without a result
     │   ├── WorkerCrashedError        it died of a signal or a non-zero exit (segfault, SIGKILL, OS OOM killer)
     │   ├── MemoryLimitError          trainguard killed it at the memory limit
@@ -38,6 +39,7 @@ __all__ = [
     "LeakError",
     "StoreError",
     "SchemaVersionError",
+    "RunLockedError",
     "WorkerError",
     "WorkerCrashedError",
     "MemoryLimitError",
@@ -112,6 +114,10 @@ class StoreError(TrainguardError):
 
 class SchemaVersionError(StoreError):
     """The store's schema version differs from the one this trainguard writes."""
+
+
+class RunLockedError(StoreError):
+    """Another supervisor, still running, holds this run of this store: ``pid``, ``host``, ``since``."""
 
 
 class WorkerError(TrainguardError):

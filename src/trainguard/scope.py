@@ -167,9 +167,9 @@ class ScopeReport:
 
 
 def _rss_bytes() -> int:
-    from trainguard.sampling._probes import _statm_rss
+    from trainguard.proctree import statm_rss_bytes
 
-    value = _statm_rss(os.getpid())
+    value = statm_rss_bytes(os.getpid())
     if value is None:
         import psutil
 

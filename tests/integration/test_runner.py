@@ -349,7 +349,7 @@ def test_a_workers_children_do_not_outlive_it(tmp_path, crash):
 def test_closing_a_pipe_pair_never_closes_a_reused_fd_number():
     from trainguard.runner._protocol import PipePair
 
-    pipes = PipePair()
+    pipes = PipePair(1 << 20)
     child_fds = {pipes.child_read_fd, pipes.child_write_fd}
     pipes.close_child_ends()  # as right after the worker is spawned
     # the kernel hands out the lowest free numbers: take fds until the child's old numbers are reused,
@@ -380,9 +380,9 @@ def test_many_short_recycled_workers_sampled_fast_share_fds_safely(tmp_path, cap
 
 
 def test_a_failing_memory_reading_is_logged_and_skipped_not_fatal(tmp_path, caplog, monkeypatch):
-    from trainguard.runner import _treesampler
+    from trainguard import proctree
 
-    real_read = _treesampler.TreeSampler.read
+    real_read = proctree.ProcessTree.read
     calls = {"n": 0}
 
     def flaky_read(self, **kwargs):
@@ -391,7 +391,7 @@ def test_a_failing_memory_reading_is_logged_and_skipped_not_fatal(tmp_path, capl
             raise OSError(9, "Bad file descriptor")
         return real_read(self, **kwargs)
 
-    monkeypatch.setattr(_treesampler.TreeSampler, "read", flaky_read)
+    monkeypatch.setattr(proctree.ProcessTree, "read", flaky_read)
     caplog.set_level("ERROR", logger="trainguard")
     with Runner(workers=2, store=tmp_path / "r.db", sample_interval="5ms") as runner:
         results = runner.map(ref("echo"), [{"x": i, "sleep_s": 0.02} for i in range(8)], name="flaky-reads")

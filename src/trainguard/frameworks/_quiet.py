@@ -10,7 +10,9 @@ worker imports TensorFlow with fd 2 sent to a file, then writes that file back t
 the lines ``TF_CPP_MIN_LOG_LEVEL`` would have hidden: absl's pre-init notice and ``I`` lines at level
 >= 1, ``W`` lines at >= 2, ``E`` lines at >= 3. Everything else (tracebacks, fatal ``F`` lines, what
 other code prints) passes through. If the worker dies during the import, the supervisor writes the
-file back when it reaps the worker (:func:`replay_capture`). With ``TF_CPP_MIN_LOG_LEVEL=0`` (or
+file back when it reaps the worker (:func:`replay_capture`). The file lives in a private (0700)
+folder, the run's own or one made for the import, is created exclusively and is never opened
+through a symbolic link, so nobody else can plant or read it. With ``TF_CPP_MIN_LOG_LEVEL=0`` (or
 unset) nothing is filtered. Imports nothing heavy.
 """
 
@@ -62,16 +64,24 @@ def filter_noise(text: str, level: int) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if not is_startup_noise(line, level))
 
 
-def capture_path(pid: int) -> str:
+def capture_path(pid: int, capture_dir: str) -> str:
     """Where worker ``pid`` keeps its stderr while it imports a noisy framework."""
-    return os.path.join(tempfile.gettempdir(), f"trainguard-worker-{pid}.stderr")
+    return os.path.join(capture_dir, f"worker-{pid}.stderr")
 
 
-def replay_capture(pid: int, *, out_fd: int = 2, level: int | None = None) -> None:
-    """Write what worker ``pid`` captured back to ``out_fd``, filtered, and remove the file (if any)."""
-    path = capture_path(pid)
+def replay_capture(pid: int, *, capture_dir: str | None, out_fd: int = 2, level: int | None = None) -> None:
+    """Write what worker ``pid`` captured back to ``out_fd``, filtered, and remove the file (if any).
+
+    A symbolic link in the file's place is neither followed nor removed."""
+    if capture_dir is None:
+        return
+    path = capture_path(pid, capture_dir)
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "rb") as fh:
             data = fh.read()
     except OSError:
         return
@@ -88,20 +98,23 @@ def replay_capture(pid: int, *, out_fd: int = 2, level: int | None = None) -> No
 
 
 @contextmanager
-def _stderr_to_file(level: int) -> Iterator[None]:
-    path = capture_path(os.getpid())
+def _stderr_to_file(level: int, capture_dir: str | None) -> Iterator[None]:
+    own_dir = None
+    if capture_dir is None:
+        try:
+            own_dir = capture_dir = tempfile.mkdtemp(prefix="trainguard-import-")  # 0700, fresh name
+        except OSError:  # no temp folder: let the lines through rather than fail the import
+            yield
+            return
+    path = capture_path(os.getpid(), capture_dir)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
     try:
-        os.unlink(path)
-    except OSError:
-        pass
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError:  # no temp folder: let the lines through rather than fail the import
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:  # the name is taken (never reuse what someone else made): let the lines through
         yield
         return
     saved = os.dup(2)
@@ -116,13 +129,19 @@ def _stderr_to_file(level: int) -> Iterator[None]:
             pass
         os.dup2(saved, 2)
         os.close(saved)
-        replay_capture(os.getpid(), level=level)
+        replay_capture(os.getpid(), capture_dir=capture_dir, level=level)
+        if own_dir is not None:
+            try:
+                os.rmdir(own_dir)
+            except OSError:
+                pass
 
 
 class _QuietLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, level: int) -> None:
+    def __init__(self, loader: Any, level: int, capture_dir: str | None) -> None:
         self._loader = loader
         self._level = level
+        self._capture_dir = capture_dir
 
     def create_module(self, spec: Any) -> Any:
         return self._loader.create_module(spec)
@@ -132,7 +151,7 @@ class _QuietLoader(importlib.abc.Loader):
         module.__loader__ = self._loader
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self._loader
-        with _stderr_to_file(self._level):
+        with _stderr_to_file(self._level, self._capture_dir):
             self._loader.exec_module(module)
 
     def __getattr__(self, name: str) -> Any:
@@ -140,9 +159,10 @@ class _QuietLoader(importlib.abc.Loader):
 
 
 class _QuietFinder(importlib.abc.MetaPathFinder):
-    def __init__(self, modules: tuple[str, ...], level: int) -> None:
+    def __init__(self, modules: tuple[str, ...], level: int, capture_dir: str | None) -> None:
         self._modules = set(modules)
         self._level = level
+        self._capture_dir = capture_dir
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in self._modules:
@@ -153,12 +173,17 @@ class _QuietFinder(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _QuietLoader(spec.loader, self._level)
+        spec.loader = _QuietLoader(spec.loader, self._level, self._capture_dir)
         return spec
 
 
-def install_quiet_imports(modules: tuple[str, ...] = QUIET_MODULES) -> bool:
+def install_quiet_imports(
+    modules: tuple[str, ...] = QUIET_MODULES, *, capture_dir: str | None = None
+) -> bool:
     """Capture and filter the first import of ``modules`` (not yet imported) in this process.
+
+    ``capture_dir`` is a private folder for the capture file (a runner's per-run folder, so the
+    supervisor can replay what a worker that died mid-import printed); None makes one for the import.
 
     Returns:
         False when there is nothing to do: ``TF_CPP_MIN_LOG_LEVEL`` is 0/unset, or all are imported.
@@ -167,5 +192,5 @@ def install_quiet_imports(modules: tuple[str, ...] = QUIET_MODULES) -> bool:
     pending = tuple(m for m in modules if m not in sys.modules)
     if level < 1 or not pending:
         return False
-    sys.meta_path.insert(0, _QuietFinder(pending, level))
+    sys.meta_path.insert(0, _QuietFinder(pending, level, capture_dir))
     return True

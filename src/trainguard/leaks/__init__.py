@@ -83,6 +83,9 @@ def leakcheck(
         ConfigError: a bad argument (non-positive counts, unknown metric, no budget), a step that
             needs arguments setup does not provide, or (isolated) a step that cannot be sent.
     """
+    from trainguard._nesting import refuse_nested
+
+    refuse_nested("leak check")
     from trainguard.leaks._run import call_plan, make_config, run_loop
 
     config = make_config(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.exceptions import ConfigError, TrainguardError
+from trainguard.proctree import kill_descendants, kill_tree
 
 __all__ = ["run_isolated", "load_target", "main"]
 
@@ -65,6 +66,12 @@ def load_target(
     sys.modules[_MODULE_NAME] = module
     try:
         spec.loader.exec_module(module)
+    except ConfigError as exc:
+        if getattr(exc, "nested", False):  # the file starts a leak check or Runner at import
+            raise
+        raise ConfigError(
+            f"{path}: importing it raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
     except SystemExit as exc:
         raise ConfigError(
             f"{path}: importing it called sys.exit({exc.code}); move that under `if __name__ == '__main__':`"
@@ -127,12 +134,15 @@ def main(argv: list[str] | None = None) -> int:
 
         install_quiet_imports()
         spec = cloudpickle.loads(raw)
+        from trainguard._nesting import importing, set_role
         from trainguard.leaks._run import LeakCheckConfig, call_plan, run_loop
 
+        set_role("leak-check process")
         config = LeakCheckConfig(**spec["config"])
         target = spec["target"]
         if target["kind"] == "file":
-            step, setup = load_target(target["path"], target["step"], target.get("setup"))
+            with importing(target["path"]):
+                step, setup = load_target(target["path"], target["step"], target.get("setup"))
         else:
             step, setup = target["step"], target.get("setup")
         if setup is None:
@@ -167,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.flush()
     # processes the step started and left running (workers, servers) would hold our pipes open
     # and outlive the check: end them, the check is over
-    _kill_descendants()
+    kill_descendants()
     # skip interpreter teardown: frameworks can take seconds to unload and add nothing here
     os._exit(code)
 
@@ -217,7 +227,7 @@ def run_isolated(
             # the check stops itself at max_time; this only catches a step that never returns
             limit_s = config.max_time_s * 1.5 + 120
             deadline = time.monotonic() + limit_s
-            watchdog = threading.Timer(limit_s, _kill_tree, [proc.pid])
+            watchdog = threading.Timer(limit_s, kill_tree, [proc.pid])
             watchdog.daemon = True
             watchdog.start()
         report = None
@@ -251,7 +261,7 @@ def run_isolated(
                     else (None if deadline is None else max(1.0, deadline - time.monotonic()))
                 )
             except subprocess.TimeoutExpired:
-                _kill_tree(proc.pid)
+                kill_tree(proc.pid)
                 proc.wait()
     if error is not None:
         raise ConfigError(error.get("message") or error.get("type", "the leak check failed"))
@@ -338,33 +348,6 @@ def died_report(returncode: int | None, rows: list[dict[str, Any]], config: Any)
         isolated=True,
         extra={"returncode": returncode, "signal": sig, "alpha": config.alpha},
     )
-
-
-def _kill_descendants() -> None:
-    import psutil
-
-    try:
-        for p in psutil.Process().children(recursive=True):
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-    except psutil.Error:
-        pass
-
-
-def _kill_tree(pid: int) -> None:
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        for p in root.children(recursive=True) + [root]:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-    except psutil.NoSuchProcess:
-        pass
 
 
 if __name__ == "__main__":

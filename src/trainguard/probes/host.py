@@ -106,46 +106,45 @@ def process_memory(pid: int | None = None, *, detail: bool = False) -> ProcessMe
 
 
 def tree_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
-    """Memory of ``pid`` and its descendants. Processes that exit while being read are skipped.
+    """Memory of ``pid`` and its descendants (found and read by :mod:`trainguard.proctree`, from
+    ``/proc``). Processes that exit while being read are skipped.
 
     Raises:
         psutil.NoSuchProcess: the root process itself does not exist.
     """
-    root = psutil.Process(pid or os.getpid())
-    procs = [root]
-    try:
-        procs.extend(root.children(recursive=True))
-    except psutil.NoSuchProcess:
-        raise
-    pids: list[int] = []
-    rss = uss = pss = 0
+    from trainguard import proctree
+
+    root = pid or os.getpid()
+    root_rss = proctree.statm_rss_bytes(root)
+    if root_rss is None:
+        raise psutil.NoSuchProcess(root)
+    pids: list[int] = [root]
+    rss = root_rss
+    uss = pss = 0
     children_rss = 0
     have_detail = detail
-    for proc in procs:
-        try:
-            if detail:
-                try:
-                    full = proc.memory_full_info()
-                    r, u, p = full.rss, getattr(full, "uss", None), getattr(full, "pss", None)
-                except psutil.AccessDenied:
-                    r, u, p = proc.memory_info().rss, None, None
-                if u is None or p is None:
-                    have_detail = False
-                else:
-                    uss += u
-                    pss += p
-            else:
-                r = proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            if proc is root:
-                raise
+    if detail:
+        rollup = proctree.smaps_rollup_bytes(root)
+        if rollup is None:
+            have_detail = False
+        else:
+            uss, pss = rollup.uss_bytes, rollup.pss_bytes
+    for child in proctree.descendants(root):
+        r = proctree.statm_rss_bytes(child)
+        if r is None:
             continue
-        pids.append(proc.pid)
+        if detail and have_detail:
+            rollup = proctree.smaps_rollup_bytes(child)
+            if rollup is None:
+                have_detail = False
+            else:
+                uss += rollup.uss_bytes
+                pss += rollup.pss_bytes
+        pids.append(child)
         rss += r
-        if proc is not root:
-            children_rss += r
+        children_rss += r
     return TreeMemory(
-        root_pid=root.pid,
+        root_pid=root,
         pids=tuple(pids),
         rss_bytes=rss,
         uss_bytes=uss if have_detail else None,

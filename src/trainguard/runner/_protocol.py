@@ -1,9 +1,16 @@
-"""The supervisor-worker wire protocol: two OS pipes, length-prefixed pickled dicts.
+"""The supervisor-worker wire protocol: two OS pipes.
 
-``multiprocessing.connection.Connection`` over plain pipe file descriptors gives framing, ``poll``
-and ``multiprocessing.connection.wait`` over many workers, and costs a few microseconds a message.
-Messages are small dicts with an ``"op"`` key; trial results travel as a JSON string, already
-checked in the worker, so the supervisor never unpickles user objects.
+supervisor -> worker: ``multiprocessing.connection.Connection`` messages (pickled dicts). That
+direction carries the trial function (by reference, or cloudpickled for a function defined in
+``__main__``), which the worker must run anyway.
+
+worker -> supervisor: **data only**. Each message is a 4-byte big-endian length and that many bytes
+of a JSON object, parsed by :class:`MessageReader` against a fixed schema (:func:`parse_message`);
+nothing a worker sends is ever unpickled, so bytes a trial writes onto the channel cannot run code
+in the supervisor. The reader is non-blocking and keeps partial frames in its buffer, so a trial
+that writes half a message cannot stall the supervisor; a frame over the size cap, bytes that are
+not JSON, or a message outside the schema raise :class:`ProtocolError`, and the supervisor fails
+that worker with the cause and goes on.
 
 supervisor -> worker::
 
@@ -14,10 +21,9 @@ supervisor -> worker::
 
 worker -> supervisor::
 
-    {"op": "ready", "pid": int, "preload_s": float, "frameworks": [str]}
+    {"op": "ready", "pid": int, "preload_s": float, "frameworks": [str], "tree": {...}}
     {"op": "fatal", "message": str}                      # bootstrap failed; the worker exits
     {"op": "fn_ok", "key": int} | {"op": "fn_error", "key": int, "message": str, "traceback": str}
-    {"op": "started", "index": int, "attempt": int}
     {"op": "result", "index": int, "attempt": int, "status": str, "value_json": str|None,
      "error": dict|None, "duration_s": float, "rss_bytes": int, "hwm_bytes": int|None,
      "stats": dict}
@@ -25,13 +31,193 @@ worker -> supervisor::
 
 from __future__ import annotations
 
+import json
 import os
 from multiprocessing.connection import Connection
+from typing import Any
 
-__all__ = ["PipePair", "open_pipes", "child_connections", "WORKER_CONFIG_ENV"]
+__all__ = [
+    "PipePair",
+    "MessageReader",
+    "ProtocolError",
+    "parse_message",
+    "encode_message",
+    "write_message",
+    "child_connections",
+    "WORKER_CONFIG_ENV",
+    "WORKER_RESULT_STATUSES",
+    "MESSAGE_OVERHEAD_BYTES",
+]
 
 #: The environment variable that carries the worker's JSON bootstrap configuration.
 WORKER_CONFIG_ENV = "TRAINGUARD_WORKER_CONFIG"
+
+#: What a worker may report as a trial's status (the supervisor adds deaths and kills).
+WORKER_RESULT_STATUSES = frozenset(
+    {"ok", "exception", "framework_oom", "not_serializable", "result_too_large"}
+)
+
+#: Room above the result cap for the rest of a result message (traceback, stats, census).
+MESSAGE_OVERHEAD_BYTES = 4 << 20
+
+_HEADER = 4
+
+
+class ProtocolError(Exception):
+    """A worker sent something that is not a message of the protocol (the text says what)."""
+
+
+def encode_message(msg: dict[str, Any]) -> bytes:
+    data = json.dumps(msg, separators=(",", ":")).encode("utf-8")
+    return len(data).to_bytes(_HEADER, "big") + data
+
+
+def write_message(fd: int, msg: dict[str, Any]) -> None:
+    """Worker side: write one whole message (blocking)."""
+    view = memoryview(encode_message(msg))
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _need(msg: dict[str, Any], key: str, types: type | tuple[type, ...], *, optional: bool = False) -> None:
+    if key not in msg:
+        if optional:
+            return
+        raise ProtocolError(f"{msg.get('op')!r} message without {key!r}")
+    value = msg[key]
+    if value is None and optional:
+        return
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise ProtocolError(f"{msg.get('op')!r} message with {key}={value!r}")
+    if not isinstance(value, types):
+        raise ProtocolError(f"{msg.get('op')!r} message with {key} of type {type(value).__name__}")
+
+
+_NUMBER = (int, float)
+
+_SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
+    "ready": [
+        ("pid", int, False),
+        ("preload_s", _NUMBER, False),
+        ("frameworks", list, False),
+        ("tree", dict, True),
+    ],
+    "fatal": [("message", str, False)],
+    "fn_ok": [("key", int, False)],
+    "fn_error": [
+        ("key", int, False),
+        ("message", str, False),
+        ("traceback", str, True),
+        ("nested", str, True),
+    ],
+    "result": [
+        ("index", int, False),
+        ("attempt", int, False),
+        ("status", str, False),
+        ("value_json", str, True),
+        ("error", dict, True),
+        ("duration_s", _NUMBER, False),
+        ("rss_bytes", int, False),
+        ("hwm_bytes", int, True),
+        ("stats", dict, False),
+    ],
+}
+
+
+def parse_message(data: bytes) -> dict[str, Any]:
+    """Parse and check one worker message.
+
+    Raises:
+        ProtocolError: not UTF-8 JSON, not an object, an unknown ``op``, or a field missing or of
+            the wrong type.
+    """
+    try:
+        msg = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        head = data[:16]
+        raise ProtocolError(
+            f"a message that is not JSON ({len(data)} bytes starting {head!r}): {err}"
+        ) from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"a message that is a JSON {type(msg).__name__}, not an object")
+    op = msg.get("op")
+    fields = _SCHEMA.get(op) if isinstance(op, str) else None
+    if fields is None:
+        raise ProtocolError(f"a message with the unknown op {op!r}")
+    for key, types, optional in fields:
+        _need(msg, key, types, optional=optional)
+    if op == "result" and msg["status"] not in WORKER_RESULT_STATUSES:
+        raise ProtocolError(f"a result with the unknown status {msg['status']!r}")
+    return msg
+
+
+class MessageReader:
+    """Supervisor side of the worker -> supervisor pipe: non-blocking, framed, size-capped.
+
+    ``fileno()`` makes it usable with ``multiprocessing.connection.wait``.
+    """
+
+    __slots__ = ("_fd", "_buf", "max_bytes", "closed")
+
+    def __init__(self, fd: int, max_bytes: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._buf = bytearray()
+        self.max_bytes = max_bytes
+        self.closed = False
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def read(self) -> list[dict[str, Any]]:
+        """The complete messages available now (possibly none).
+
+        Raises:
+            EOFError: the worker's end is closed and no complete message is left.
+            ProtocolError: a frame over ``max_bytes``, or a frame that is no message.
+        """
+        eof = False
+        while True:
+            try:
+                chunk = os.read(self._fd, 1 << 20)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            if not chunk:
+                eof = True
+                break
+            self._buf += chunk
+            if len(self._buf) >= _HEADER and int.from_bytes(self._buf[:_HEADER], "big") > self.max_bytes:
+                break  # do not read (and hold) more of a frame that will be refused anyway
+        out: list[dict[str, Any]] = []
+        buf = self._buf
+        while len(buf) >= _HEADER:
+            size = int.from_bytes(buf[:_HEADER], "big")
+            if size > self.max_bytes:
+                raise ProtocolError(
+                    f"a message of {size} bytes, over the cap of {self.max_bytes} bytes "
+                    "(raise max_result_bytes if results are meant to be this large)"
+                )
+            if len(buf) < _HEADER + size:
+                break
+            frame = bytes(buf[_HEADER : _HEADER + size])
+            del buf[: _HEADER + size]
+            out.append(parse_message(frame))
+        if eof and not out:
+            raise EOFError
+        return out
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._buf = bytearray()
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
 
 
 class PipePair:
@@ -39,13 +225,13 @@ class PipePair:
 
     __slots__ = ("to_worker", "from_worker", "child_read_fd", "child_write_fd")
 
-    def __init__(self) -> None:
+    def __init__(self, max_message_bytes: int) -> None:
         down_r, down_w = os.pipe()  # supervisor -> worker
         up_r, up_w = os.pipe()  # worker -> supervisor
         for fd in (down_w, up_r):
             os.set_inheritable(fd, False)
         self.to_worker = Connection(down_w, readable=False, writable=True)
-        self.from_worker = Connection(up_r, readable=True, writable=False)
+        self.from_worker = MessageReader(up_r, max_message_bytes)
         self.child_read_fd = down_r
         self.child_write_fd = up_w
 
@@ -68,19 +254,13 @@ class PipePair:
 
     def close(self) -> None:
         self.close_child_ends()
-        for conn in (self.to_worker, self.from_worker):
-            try:
-                conn.close()
-            except OSError:
-                pass
+        try:
+            self.to_worker.close()
+        except OSError:
+            pass
+        self.from_worker.close()
 
 
-def open_pipes() -> PipePair:
-    return PipePair()
-
-
-def child_connections(read_fd: int, write_fd: int) -> tuple[Connection, Connection]:
-    """Worker side: wrap the inherited fds."""
-    return Connection(read_fd, readable=True, writable=False), Connection(
-        write_fd, readable=False, writable=True
-    )
+def child_connections(read_fd: int, write_fd: int) -> tuple[Connection, int]:
+    """Worker side: the inbox connection, and the raw fd to :func:`write_message` on."""
+    return Connection(read_fd, readable=True, writable=False), write_fd

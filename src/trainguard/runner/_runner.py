@@ -150,6 +150,15 @@ class Runner:
             renamed ``NAME.replaced-<time>``, and a new one starts. Without it, a run of the same
             name resumes and reuses its stored results (a :class:`FunctionChangedWarning` says so
             when the function's code changed since they were computed).
+        max_result_bytes: the largest result a trial may return, as JSON (a size such as ``"16MiB"``,
+            the default); a larger one fails that trial with ``result_too_large`` and its size,
+            and never reaches the supervisor or the store.
+        tree_tracking: how a worker keeps every process its trials start (double-forked and
+            ``setsid`` ones included) in its tree, counted in its memory and killed with it:
+            ``"auto"`` (default) gives each worker a cgroup v2 of its own where one can be made
+            (root, or a delegated systemd scope) on top of making it a child subreaper;
+            ``"subreaper"`` uses the subreaper alone; ``"cgroup"`` requires the cgroup. Which one
+            a worker got is stored with it (``tree_tracking`` in its config).
 
     Raises:
         ConfigError: any argument out of range, an unknown Keras backend or one not installed, an
@@ -175,7 +184,12 @@ class Runner:
         cleanup: bool = False,
         start_timeout: str | float = "180s",
         fresh: bool = False,
+        max_result_bytes: str | int = "16MiB",
+        tree_tracking: str = "auto",
     ) -> None:
+        from trainguard._nesting import refuse_nested
+
+        refuse_nested("Runner")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"workers={workers!r} must be a whole number >= 1, such as 2")
         if policy is None:
@@ -231,6 +245,15 @@ class Runner:
             )
         start_timeout_s = parse_duration(start_timeout, name="start_timeout")
         assert start_timeout_s is not None
+        result_cap = parse_size(max_result_bytes, name="max_result_bytes")
+        if result_cap is None or result_cap < 1 or result_cap > 1 << 31:
+            raise ConfigError(
+                f"max_result_bytes={max_result_bytes!r} must be between 1 byte and 2GiB, such as '16MiB'"
+            )
+        if tree_tracking not in ("auto", "cgroup", "subreaper"):
+            raise ConfigError(
+                f"tree_tracking={tree_tracking!r} is unknown: use 'auto', 'cgroup' or 'subreaper'"
+            )
         if policy.gpu_memory_limit is not None:
             from trainguard.probes.nvml import nvml_available
 
@@ -275,6 +298,8 @@ class Runner:
             cleanup=bool(cleanup),
             start_timeout_s=float(start_timeout_s),
             fresh=bool(fresh),
+            max_result_bytes=int(result_cap),
+            tree_tracking=tree_tracking,
             worker_config={
                 "threads": per_worker,
                 "keras_backend": keras_backend,
@@ -284,6 +309,8 @@ class Runner:
                 "gpus": list(gpu_slots) if gpu_slots is not None else None,
                 "cleanup": bool(cleanup),
                 "sample_interval_s": float(interval),
+                "max_result_bytes": int(result_cap),
+                "tree_tracking": tree_tracking,
             },
         )
 

@@ -4,17 +4,24 @@ and writes the store (its only writer).
 Threads: the caller's thread runs the loop (dispatch, results, deaths, store writes); one sampler
 thread reads every worker tree's memory at ``sample_interval_s`` and kills a tree the moment it
 crosses a hard limit (that must not wait for the loop). Both share the worker handles under a lock.
+
+A session holds its run's lock for as long as it runs (``Store.lock_run``), keeps its temporary
+files in a private folder made for it, treats SIGTERM and SIGHUP like Ctrl-C (when it runs in the
+main thread and those signals have their default action), and parses what workers send as data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -23,15 +30,17 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait as wait_connections
 from typing import Any
 
+from trainguard import proctree
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
 from trainguard.frameworks import _quiet
 from trainguard.frameworks._quiet import replay_capture
 from trainguard.runner._fitted import device_key
+from trainguard.proctree import ProcessTree, TreeCgroup
 from trainguard.runner._fnref import FnSpec
-from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
-from trainguard.runner._treesampler import TreeSampler, kill_tree
+from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES, WORKER_CONFIG_ENV, PipePair, ProtocolError
 from trainguard.runner.policy import (
     OOM_STATUSES,
+    EndCause,
     KillDecision,
     Policy,
     RecycleDecision,
@@ -146,7 +155,7 @@ class _Worker:
     slot: int
     proc: subprocess.Popen[bytes]
     pipes: PipePair
-    sampler: TreeSampler
+    sampler: ProcessTree
     started_mono: float
     started_wall: float
     oom_kills_at_start: int | None
@@ -160,6 +169,7 @@ class _Worker:
     trial_peak_gpu: int | None = None
     kill: KillDecision | None = None
     fatal: str | None = None
+    protocol_error: str | None = None
     ended: bool = False
 
 
@@ -179,6 +189,8 @@ class SessionConfig:
     start_timeout_s: float
     worker_config: dict[str, Any]
     fresh: bool = False
+    max_result_bytes: int = 16 << 20
+    tree_tracking: str = "auto"
 
 
 def _cgroup_oom_kills() -> int | None:
@@ -191,28 +203,38 @@ def _cgroup_oom_kills() -> int | None:
     return None if info is None else info.oom_kill_count
 
 
-def _descendants(pid: int, known: tuple[int, ...], since_wall: float) -> list[Any]:
-    """The worker's descendants: live children, plus those the sampler saw (a dead worker's
-    children are re-parented, so only the sampler still knows them). A known pid counts only if
-    that process started after the worker did and is not one of ours (pid reuse)."""
-    import psutil
+_TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
-    found: dict[int, Any] = {}
-    try:
-        for child in psutil.Process(pid).children(recursive=True):
-            found[child.pid] = child
-    except psutil.Error:
-        pass
-    for other in known:
-        if other in found or other in (pid, os.getpid()):
-            continue
+
+@contextlib.contextmanager
+def _signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does, so that the session shuts down
+    the same way: run marked interrupted, every worker's tree ended. Only in the main thread, and
+    only for signals still at their default action (a handler the program set is left alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    installed: dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        # one interrupt is enough: the shutdown it starts must not be cut short by a second one
+        for sig in installed:
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    for sig in _TERMINATING_SIGNALS:
         try:
-            proc = psutil.Process(other)
-            if proc.create_time() >= since_wall - 1.0 and proc.ppid() != os.getpid():
-                found[other] = proc
-        except psutil.Error:
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                installed[sig] = signal.signal(sig, handler)
+        except (ValueError, OSError):
             continue
-    return list(found.values())
+    try:
+        yield
+    finally:
+        for sig, previous in installed.items():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, previous)
 
 
 def _stderr_fd() -> int:
@@ -275,6 +297,9 @@ class Session:
             gpus=config.gpu_slots,
             env=config.base_env,
         )
+        self._lock_handle: Any = None
+        self._tmpdir: str | None = None
+        self._end_reason: str | None = None
 
     # -- progress ---------------------------------------------------------------------------------
 
@@ -318,23 +343,28 @@ class Session:
     def run(self) -> Iterator[TrialResult]:
         """Yield every trial's result as it finishes (earlier sessions' results first)."""
         status = "interrupted"
-        try:
-            yield from self._begin()
-            if self._queue:
-                self._start_sampler()
-            while self._queue or self._busy():
-                self._maintain_workers()
-                self._dispatch()
-                self._poll(0.25)
-                self._check_starting()
-                self._flush_samples()
+        with _signals_as_interrupt():
+            try:
+                yield from self._begin()
+                if self._queue:
+                    self._start_sampler()
+                while self._queue or self._busy():
+                    self._maintain_workers()
+                    self._dispatch()
+                    self._poll(0.25)
+                    self._check_starting()
+                    self._flush_samples()
+                    while self._out:
+                        yield self._out.popleft()
                 while self._out:
                     yield self._out.popleft()
-            while self._out:
-                yield self._out.popleft()
-            status = "stopped" if self._stop_result is not None else "completed"
-        finally:
-            self._shutdown(status)
+                status = "stopped" if self._stop_result is not None else "completed"
+            except (ConfigError, WorkerCrashedError) as err:
+                # the function did not load, or a worker could not start: keep the reason
+                status, self._end_reason = "failed", str(err)
+                raise
+            finally:
+                self._shutdown(status)
         if self._stop_result is not None:
             r = self._stop_result
             raise TrialError(
@@ -360,6 +390,11 @@ class Session:
         self._replaced = archived
 
     def _begin(self) -> Iterator[TrialResult]:
+        if self.persistent:
+            # before begin_run, which marks the attempts an earlier session left open interrupted:
+            # with a second live supervisor those are running right now
+            self._lock_handle = self.store.lock_run(self.name)
+        self._tmpdir = tempfile.mkdtemp(prefix="trainguard-run-")  # 0700, a fresh name
         self._replaced: str | None = None
         old = None
         if self.persistent:
@@ -452,8 +487,20 @@ class Session:
             live.append(worker)
             used_slots.add(slot)
 
+    def _make_cgroup(self) -> TreeCgroup | None:
+        if self.config.tree_tracking == "subreaper" or not sys.platform.startswith("linux"):
+            return None
+        group = TreeCgroup.create(f"trainguard-{os.getpid()}-w{self._next_worker_id}-{os.urandom(3).hex()}")
+        if group is None and self.config.tree_tracking == "cgroup":
+            raise ConfigError(
+                "tree_tracking='cgroup' but no cgroup v2 can be made here (needs a writable cgroup2 "
+                "hierarchy: root, or a delegated systemd scope): use tree_tracking='auto'"
+            )
+        return group
+
     def _start_worker(self, slot: int) -> _Worker:
-        pipes = PipePair()
+        pipes = PipePair(self.config.max_result_bytes + MESSAGE_OVERHEAD_BYTES)
+        cgroup = self._make_cgroup()
         env = dict(self.config.base_env)
         if self.config.gpu_slots is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.config.gpu_slots[slot % len(self.config.gpu_slots)]
@@ -466,6 +513,9 @@ class Session:
                 "preload": list(self.config.preload),
                 "threads": self.config.threads,
                 "quiet_modules": list(_quiet.QUIET_MODULES),
+                "capture_dir": self._tmpdir,
+                "max_result_bytes": self.config.max_result_bytes,
+                "cgroup": cgroup.path if cgroup is not None else None,
             }
         )
         try:
@@ -495,7 +545,7 @@ class Session:
             slot=slot,
             proc=proc,
             pipes=pipes,
-            sampler=TreeSampler(proc.pid),
+            sampler=ProcessTree(proc.pid, cgroup=cgroup),
             started_mono=time.monotonic(),
             started_wall=time.time(),
             oom_kills_at_start=_cgroup_oom_kills(),
@@ -510,6 +560,7 @@ class Session:
                 proc.pid,
                 {
                     "slot": slot,
+                    "tree_tracking": "cgroup+subreaper" if cgroup is not None else "subreaper",
                     **(
                         {"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {}
                     ),
@@ -558,15 +609,32 @@ class Session:
             return
         for conn in wait_connections(list(conns), timeout=timeout):
             worker = conns[conn]
-            while worker.state != "dead":
-                try:
-                    if not conn.poll(0):
-                        break
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    self._on_death(worker)
+            if worker.state == "dead":
+                continue
+            try:
+                messages = conn.read()
+            except EOFError:
+                self._on_death(worker)
+                continue
+            except ProtocolError as err:
+                self._on_protocol_error(worker, str(err))
+                continue
+            for msg in messages:
+                if worker.state == "dead":
                     break
                 self._on_message(worker, msg)
+
+    def _on_protocol_error(self, worker: _Worker, cause: str) -> None:
+        """A worker sent bytes that are not a message (its trial wrote onto the channel): end that
+        worker and fail its trial with the cause; the run goes on with a fresh worker."""
+        with self._lock:
+            worker.protocol_error = (
+                f"worker {worker.worker_id} sent {cause}: something in the trial wrote onto trainguard's "
+                "message channel, so the worker was ended"
+            )
+        logger.warning("worker %d: protocol error: %s", worker.worker_id, cause)
+        worker.sampler.kill(started_after=worker.started_wall)
+        self._on_death(worker)
 
     def _check_starting(self) -> None:
         now = time.monotonic()
@@ -575,7 +643,7 @@ class Session:
                 worker.state in ("starting", "loading")
                 and now - worker.started_mono > self.config.start_timeout_s
             ):
-                kill_tree(worker.proc.pid)
+                worker.sampler.kill(started_after=worker.started_wall)
                 self._event(
                     "kill",
                     f"worker {worker.worker_id} killed: not ready after {self.config.start_timeout_s:g} s "
@@ -594,6 +662,14 @@ class Session:
     def _on_message(self, worker: _Worker, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op == "ready":
+            cgroup = worker.sampler.cgroup
+            if cgroup is not None and not (msg.get("tree") or {}).get("cgroup"):
+                # the worker could not join the cgroup made for it: the subreaper alone keeps its tree
+                logger.warning(
+                    "worker %d could not join its cgroup; tracking its tree as subreaper", worker.worker_id
+                )
+                worker.sampler.cgroup = None
+                cgroup.remove()
             try:
                 worker.pipes.to_worker.send(
                     {"op": "fn", "key": 0, "kind": self.fn.kind, "payload": self.fn.payload}
@@ -614,6 +690,8 @@ class Session:
             with self._lock:
                 worker.state = "idle"
         elif op == "fn_error":
+            if msg.get("nested"):
+                raise ConfigError(msg["nested"], traceback=msg.get("traceback"))
             raise ConfigError(
                 f"fn {self.fn.ref} cannot be loaded in the worker: {msg['message']}",
                 traceback=msg.get("traceback"),
@@ -640,7 +718,14 @@ class Session:
             worker.rss_after.append(rss_after)
             worker.peaks.append(peak)
         status = msg["status"]
-        value = json.loads(msg["value_json"]) if status == "ok" else None
+        try:
+            value = json.loads(msg["value_json"]) if status == "ok" else None
+        except (TypeError, ValueError) as err:
+            status, value = "protocol_error", None
+            msg = {
+                **msg,
+                "error": {"status": status, "message": f"the worker sent a result that is not JSON: {err}"},
+            }
         stats = msg.get("stats") or {}
         if self.run_id is not None and ("census" in stats or stats.get("cleanup_s")):
             self.store.add_event(
@@ -931,11 +1016,13 @@ class Session:
         self._reap(worker, grace_s=10.0)
 
     def _reap(self, worker: _Worker, grace_s: float) -> int | None:
-        descendants = _descendants(worker.proc.pid, worker.sampler.pids(), worker.started_wall)
+        # what the tree holds now: a dead worker's orphans are no longer below it (the sampler's
+        # last discovery and this walk still know them; the cgroup, when there is one, always does)
+        known = {*worker.sampler.pids(), *proctree.descendants(worker.proc.pid)}
         try:
             rc = worker.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            kill_tree(worker.proc.pid)
+            worker.sampler.kill(started_after=worker.started_wall)
             rc = worker.proc.wait()
             try:
                 self._event(
@@ -947,22 +1034,28 @@ class Session:
                 )
             except Exception:  # noqa: BLE001 - reaping must finish even if the store cannot be written
                 logger.exception("could not record the kill of worker %d", worker.worker_id)
-        # a worker's own children (data loaders, shells) must not outlive it; its process group
-        # holds even those re-parented after a crash (the kernel keeps a pgid from being reused)
-        try:
-            os.killpg(worker.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for proc in descendants:
-            try:
-                proc.kill()  # psutil checks the process is still the one seen (no pid reuse)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        # nothing a worker started may outlive it: its cgroup, its process group (the kernel keeps a
+        # pgid from being reused while the group exists) and every process seen in its tree, each
+        # checked to be still the process seen (start time), since the worker's own pid is reaped
+        proctree.kill_tree(
+            worker.proc.pid,
+            cgroup=worker.sampler.cgroup,
+            known=known,
+            started_after=worker.started_wall,
+            root_reaped=True,
+        )
         # a worker that died while importing TensorFlow left its captured stderr behind: show it
-        replay_capture(worker.proc.pid, out_fd=_stderr_fd(), level=_quiet.min_log_level(self.config.base_env))
+        replay_capture(
+            worker.proc.pid,
+            capture_dir=self._tmpdir,
+            out_fd=_stderr_fd(),
+            level=_quiet.min_log_level(self.config.base_env),
+        )
         with self._lock:
             worker.state = "dead"
         worker.sampler.close()
+        if worker.sampler.cgroup is not None:
+            worker.sampler.cgroup.remove()
         worker.pipes.close()
         return rc
 
@@ -1001,7 +1094,7 @@ class Session:
             try:
                 worker.proc.wait(timeout=2.0)
             except subprocess.TimeoutExpired:
-                kill_tree(worker.proc.pid)
+                worker.sampler.kill(started_after=worker.started_wall)
         rc = self._reap(worker, grace_s=5.0)
         if previous == "exiting":
             return
@@ -1017,13 +1110,21 @@ class Session:
                 worker=worker,
                 index=run.index if run is not None else None,
             )
-        cause = classify_end(
-            rc,
-            in_trial=run is not None,
-            kill=kill,
-            oom_kills_before=worker.oom_kills_at_start,
-            oom_kills_after=_cgroup_oom_kills(),
-        )
+        if worker.protocol_error is not None:
+            cause = EndCause(
+                "protocol_error" if run is not None else None,
+                "protocol_error",
+                {"exitcode": rc},
+                worker.protocol_error,
+            )
+        else:
+            cause = classify_end(
+                rc,
+                in_trial=run is not None,
+                kill=kill,
+                oom_kills_before=worker.oom_kills_at_start,
+                oom_kills_after=_cgroup_oom_kills(),
+            )
         self._end_worker(
             worker,
             cause.worker_reason,
@@ -1108,7 +1209,7 @@ class Session:
                     if worker.trial is not run:
                         continue
                     worker.kill = decision
-                kill_tree(worker.proc.pid)
+                worker.sampler.kill(started_after=worker.started_wall)
                 logger.info("worker %d: %s", worker.worker_id, decision.message)
 
     def _read_tree(
@@ -1146,7 +1247,7 @@ class Session:
                 continue
             interrupted = worker.state == "busy"
             if interrupted:
-                kill_tree(worker.proc.pid)
+                worker.sampler.kill(started_after=worker.started_wall)
                 try:
                     index = worker.trial.index if worker.trial is not None else None
                     self._event(
@@ -1177,9 +1278,14 @@ class Session:
         try:
             self._flush_samples(force=True)
             if self.run_id is not None:
-                self.store.finish_run(self.run_id, status)
+                self.store.finish_run(self.run_id, status, reason=self._end_reason)
         except Exception:  # noqa: BLE001 - never mask the error that brought us here
             logger.exception("could not record the end of run %s", self.name)
+        finally:
+            if self._lock_handle is not None:
+                self._lock_handle.release()
+            if self._tmpdir is not None:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
 
     def close(self) -> None:
         self._shutdown("interrupted")

@@ -2,9 +2,12 @@
 
 The supervisor starts it with ``subprocess.Popen`` (never fork) and an environment that is already
 complete (KERAS_BACKEND, thread counts, CUDA_VISIBLE_DEVICES, MALLOC_*, LD_PRELOAD), so every
-framework imported here sees its settings. Bootstrap: die with the supervisor, pre-import the
-requested frameworks, say "ready"; then run trials until told to exit or the pipe closes. It exits
-with ``os._exit`` to skip the interpreter teardown (0.65 s with TensorFlow loaded).
+framework imported here sees its settings. Bootstrap: become the child subreaper of everything it
+will start (and join its cgroup when the supervisor made one), watch the supervisor so that its
+death ends this worker's whole tree, pre-import the requested frameworks, say "ready"; then run
+trials until told to exit or the pipe closes. Every exit first ends the worker's descendants, then
+uses ``os._exit`` to skip the interpreter teardown (0.65 s with TensorFlow loaded). Messages to the
+supervisor are JSON (``_protocol``); a ``Runner`` started in here is refused (``_nesting``).
 
 This module imports nothing heavy at the top: a worker pays only for what its trials use.
 """
@@ -20,34 +23,44 @@ import time
 import traceback
 from typing import Any
 
-from trainguard.runner._protocol import WORKER_CONFIG_ENV, child_connections
-
-_PR_SET_PDEATHSIG = 1
-_SIGKILL = 9
+from trainguard.runner._protocol import WORKER_CONFIG_ENV, child_connections, write_message
 
 
-def _die_with_parent(parent_pid: int, use_pdeathsig: bool) -> None:
-    """Exit when the supervisor dies, even mid-trial: PR_SET_PDEATHSIG where the kernel has it,
-    plus a thread that polls the parent pid (PDEATHSIG fires on the death of the parent *thread*
-    that spawned us, and is Linux-only)."""
-    if use_pdeathsig and sys.platform.startswith("linux"):
-        try:
-            import ctypes
+def _end_tree_and_exit(code: int) -> None:
+    """End every process this worker started (however it detached: the worker is their subreaper),
+    then exit without the interpreter's teardown."""
+    try:
+        from trainguard.proctree import kill_descendants
 
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(70)
+        kill_descendants()
+    finally:
+        os._exit(code)
+
+
+def _watch_supervisor(inbox_fd: int, parent_pid: int) -> None:
+    """End this worker's whole tree when the supervisor dies, even mid-trial.
+
+    A thread waits for the hang-up of the supervisor's end of the inbox pipe (the kernel closes it
+    when the supervisor dies, SIGKILL included), and checks the parent pid every 0.5 s as well.
+    PR_SET_PDEATHSIG is not used: its SIGKILL would end the worker before it could end its tree.
+    """
+    if os.getppid() != parent_pid:  # the parent died before we got here
+        _end_tree_and_exit(70)
 
     def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent_pid:
-                os._exit(70)
+        import select
 
-    threading.Thread(target=watch, name="trainguard-parent-watch", daemon=True).start()
+        poller = select.poll()
+        poller.register(inbox_fd, 0)  # POLLHUP/POLLERR are always reported; data is not consumed
+        while True:
+            try:
+                events = poller.poll(500)
+            except InterruptedError:
+                continue
+            if events or os.getppid() != parent_pid:
+                _end_tree_and_exit(70)
+
+    threading.Thread(target=watch, name="trainguard-supervisor-watch", daemon=True).start()
 
 
 def _status_kb(field: str) -> int | None:
@@ -175,8 +188,11 @@ def _set_mixed_precision() -> None:
     keras.mixed_precision.set_global_policy("mixed_float16")
 
 
-def run_trial(fn: Any, msg: dict[str, Any]) -> dict[str, Any]:
-    """Run one trial and build its result message (exceptions become statuses, never propagate)."""
+def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None) -> dict[str, Any]:
+    """Run one trial and build its result message (exceptions become statuses, never propagate).
+
+    A result whose JSON is longer than ``max_result_bytes`` is not sent: the trial fails with
+    ``result_too_large`` and its size, so the supervisor and the store never hold it."""
     params = msg["params"]
     _reset_peak()
     error: dict[str, Any] | None = None
@@ -212,6 +228,18 @@ def run_trial(fn: Any, msg: dict[str, Any]) -> dict[str, Any]:
                 "message": f"the result is not JSON-serializable: {exc}; return plain numbers, strings, lists and dicts",
             }
         del value
+        # json.dumps escapes non-ASCII by default: len() is the size in bytes
+        if value_json is not None and max_result_bytes is not None and len(value_json) > max_result_bytes:
+            size = len(value_json)
+            value_json = None
+            status = "result_too_large"
+            error = {
+                "status": status,
+                "type": "ResultTooLarge",
+                "message": f"the result is {size} bytes of JSON, over max_result_bytes={max_result_bytes}: "
+                "return a summary (write large outputs to a file and return its path), or raise max_result_bytes",
+                "result_bytes": size,
+            }
     stats = _framework_stats()
     if msg.get("cleanup"):
         stats["cleanup_s"] = _cleanup()
@@ -234,10 +262,37 @@ def run_trial(fn: Any, msg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _load_fn(msg: dict[str, Any]) -> Any:
+    from trainguard._nesting import importing
+    from trainguard.runner._fnref import load
+
+    kind, payload = msg["kind"], msg["payload"]
+    if kind == "file":
+        path = payload.rpartition(":")[0]
+        rel = os.path.relpath(path)
+        shown = rel if not rel.startswith("..") else path
+    elif kind == "module":
+        shown = f"module {payload.rpartition(':')[0]}"
+    else:
+        shown = None
+    if shown is None:
+        return load(kind, payload)
+    with importing(shown):
+        return load(kind, payload)
+
+
 def main(argv: list[str]) -> None:
     read_fd, write_fd = int(argv[1]), int(argv[2])
     config = json.loads(os.environ.pop(WORKER_CONFIG_ENV, "{}"))
-    _die_with_parent(int(config.get("parent_pid", os.getppid())), bool(config.get("pdeathsig", True)))
+    from trainguard import _nesting, proctree
+
+    _nesting.set_role("worker")
+    # keep every descendant in this worker's tree, however it detaches: a cgroup of its own when
+    # the supervisor made one (membership survives re-parenting), and always as child subreaper
+    tree = {"cgroup": False, "subreaper": proctree.become_subreaper()}
+    if config.get("cgroup"):
+        tree["cgroup"] = proctree.TreeCgroup(config["cgroup"]).join()
+    _watch_supervisor(read_fd, int(config.get("parent_pid", os.getppid())))
     for entry in reversed(config.get("sys_path", [])):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -245,52 +300,55 @@ def main(argv: list[str]) -> None:
     if config.get("quiet_modules"):
         from trainguard.frameworks._quiet import install_quiet_imports
 
-        install_quiet_imports(tuple(config["quiet_modules"]))
+        install_quiet_imports(tuple(config["quiet_modules"]), capture_dir=config.get("capture_dir"))
     threads = config.get("threads")
+    max_result_bytes = config.get("max_result_bytes")
     start = time.perf_counter()
     try:
         _preload(list(config.get("preload", [])), threads)
     except BaseException as exc:  # noqa: BLE001
-        outbox.send({"op": "fatal", "message": f"preload failed: {type(exc).__name__}: {exc}"})
-        os._exit(3)
+        write_message(outbox, {"op": "fatal", "message": f"preload failed: {type(exc).__name__}: {exc}"})
+        _end_tree_and_exit(3)
     torch_threads_done = [False]
     _apply_torch_threads(threads, torch_threads_done)
-    outbox.send(
+    write_message(
+        outbox,
         {
             "op": "ready",
             "pid": os.getpid(),
             "preload_s": time.perf_counter() - start,
             "frameworks": _frameworks(),
-        }
+            "tree": tree,
+        },
     )
-    from trainguard.runner._fnref import load
-
     functions: dict[int, Any] = {}
     while True:
         try:
             msg = inbox.recv()
         except (EOFError, OSError):
-            os._exit(0)
+            _end_tree_and_exit(0)
         op = msg.get("op")
         if op == "trial":
             _apply_torch_threads(threads, torch_threads_done)
-            outbox.send({"op": "started", "index": msg["index"], "attempt": msg["attempt"]})
-            reply = run_trial(functions[msg["key"]], msg)
+            reply = run_trial(functions[msg["key"]], msg, max_result_bytes)
             _apply_torch_threads(threads, torch_threads_done)
-            outbox.send(reply)
+            write_message(outbox, reply)
         elif op == "fn":
             try:
-                functions[msg["key"]] = load(msg["kind"], msg["payload"])
-                outbox.send({"op": "fn_ok", "key": msg["key"]})
+                functions[msg["key"]] = _load_fn(msg)
+                write_message(outbox, {"op": "fn_ok", "key": msg["key"]})
             except BaseException as exc:  # noqa: BLE001
-                outbox.send(
-                    {
-                        "op": "fn_error",
-                        "key": msg["key"],
-                        "message": f"{type(exc).__name__}: {exc}",
-                        "traceback": "".join(traceback.format_exception(exc))[-20000:],
-                    }
-                )
+                from trainguard.exceptions import ConfigError
+
+                reply = {
+                    "op": "fn_error",
+                    "key": msg["key"],
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "traceback": "".join(traceback.format_exception(exc))[-20000:],
+                }
+                if isinstance(exc, ConfigError) and getattr(exc, "nested", False):
+                    reply["nested"] = str(exc)
+                write_message(outbox, reply)
         elif op == "exit":
             break
     for stream in (sys.stdout, sys.stderr):
@@ -298,7 +356,7 @@ def main(argv: list[str]) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(0)
+    _end_tree_and_exit(0)
 
 
 if __name__ == "__main__":

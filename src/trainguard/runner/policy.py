@@ -77,6 +77,9 @@ _CATEGORY = {
     "timeout": "timeout",
     # a result that cannot be serialized fails the same way every time: never retried
     "not_serializable": None,
+    "result_too_large": None,
+    # the trial wrote onto its worker's message channel: deterministic, never retried
+    "protocol_error": None,
     "ok": None,
 }
 

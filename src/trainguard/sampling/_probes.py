@@ -3,39 +3,24 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 
 import psutil
 
+from trainguard import proctree
 from trainguard.exceptions import ConfigError
+from trainguard.proctree import smaps_rollup_bytes, statm_rss_bytes
 
 logger = logging.getLogger(__name__)
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 ProbeFn = Callable[[], "int | float | None"]
 
 
-def _statm_rss(pid: int) -> int | None:
-    # /proc/PID/statm is one short read; psutil would parse the same file with more overhead.
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        try:
-            return psutil.Process(pid).memory_info().rss
-        except (psutil.Error, OSError):
-            return None
-
-
 class TreePids:
-    """The pids of a process and its descendants, re-listed at most every ``refresh_s``.
-
-    Listing descendants scans every process on the machine, so it is cached; a child started
-    between refreshes is picked up at the next refresh.
-    """
+    """The pids of a process and its descendants (:func:`trainguard.proctree.descendants`),
+    re-listed at most every ``refresh_s``; a child started between refreshes is picked up at the
+    next refresh."""
 
     def __init__(self, pid: int, refresh_s: float = 1.0) -> None:
         self.pid = pid
@@ -47,11 +32,7 @@ class TreePids:
         now = time.monotonic()
         if now - self._at >= self.refresh_s:
             self._at = now
-            try:
-                children = psutil.Process(self.pid).children(recursive=True)
-                self._pids = (self.pid, *(c.pid for c in children))
-            except psutil.Error:
-                self._pids = (self.pid,)
+            self._pids = (self.pid, *proctree.descendants(self.pid))
         return self._pids
 
 
@@ -108,7 +89,7 @@ def _builtins(pid: int) -> dict[str, ProbeFn]:
     def rss_bytes() -> int | None:
         total = 0
         for p in tree.pids():
-            r = _statm_rss(p)
+            r = statm_rss_bytes(p)
             if r is not None:
                 total += r
             elif p == pid:
@@ -116,16 +97,16 @@ def _builtins(pid: int) -> dict[str, ProbeFn]:
         return total
 
     def process_rss_bytes() -> int | None:
-        return _statm_rss(pid)
+        return statm_rss_bytes(pid)
 
     def uss_bytes() -> int | None:
         total = 0
         for p in tree.pids():
-            try:
-                total += psutil.Process(p).memory_full_info().uss
-            except (psutil.Error, AttributeError):
-                if p == pid:
-                    return None
+            rollup = smaps_rollup_bytes(p)
+            if rollup is not None:
+                total += rollup.uss_bytes
+            elif p == pid:
+                return None
         return total
 
     def gpu_bytes() -> int | None:

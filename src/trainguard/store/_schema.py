@@ -17,6 +17,7 @@ WORKER_REASONS: dict[str, str] = {
     "os_oom": "killed by the OS out-of-memory killer",
     "crashed": "crashed",
     "exited": "exited on its own",
+    "protocol_error": "ended: it sent a message outside the protocol",
     "shutdown": "shut down at the end of the run",
     # written by the store itself when a run is resumed and a worker of an earlier session was
     # never closed: its supervisor was killed
@@ -34,6 +35,8 @@ ATTEMPT_STATUSES = (
     "killed_gpu_memory",
     "timeout",
     "not_serializable",
+    "result_too_large",
+    "protocol_error",
 )
 
 #: ``Store.finish_trial(status=...)``

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import quote
 
 from trainguard.exceptions import ConfigError, SchemaVersionError, StoreError
+from trainguard.store._lock import RunLock
 from trainguard.store._records import (
     AttemptRecord,
     EventRecord,
@@ -590,12 +591,23 @@ class Store:
         assert info is not None
         return _replace_run(info, resumed=resumed)
 
-    def finish_run(self, run_id: int, status: str) -> None:
-        """Record the end of a run (``status`` such as ``"completed"``, ``"failed"``, ``"interrupted"``)."""
+    def finish_run(self, run_id: int, status: str, *, reason: str | None = None) -> None:
+        """Record the end of a run (``status`` such as ``"completed"``, ``"failed"``, ``"interrupted"``).
+
+        ``reason`` (one line, e.g. why the trial function could not be loaded) is kept in the
+        ``run_finished`` event that ``trainguard show`` lists.
+        """
         _check_int(run_id, "run_id")
         if not isinstance(status, str) or not status or not status.replace("_", "").isalnum():
             raise ConfigError(f"run status must be a word such as 'completed' or 'failed', not {status!r}")
+        if reason is not None and not isinstance(reason, str):
+            raise ConfigError(f"run end reason must be a string, not {type(reason).__name__}")
         now = time.time()
+        data: dict[str, Any] = {"status": status}
+        message = f"run {status}"
+        if reason:
+            data["reason"] = reason
+            message = f"run {status}: {reason}"
         with self._write() as conn:
             cur = conn.execute(
                 "UPDATE runs SET status=?, finished_at=?, updated_at=? WHERE run_id=?",
@@ -603,7 +615,15 @@ class Store:
             )
             if cur.rowcount == 0:
                 raise StoreError(f"no run with id {run_id} in store {self._shown}", path=self._shown)
-            self._event(conn, run_id, "run_finished", f"run {status}", {"status": status}, None, None, now)
+            self._event(conn, run_id, "run_finished", message, data, None, None, now)
+
+    def lock_run(self, name: str) -> RunLock:
+        """Take the lock of run ``name`` of this store for one supervisor (release it when done).
+
+        Raises:
+            RunLockedError: a live supervisor holds it; the message names its pid, host and start.
+        """
+        return RunLock(self._path.absolute(), name, self._shown).acquire()
 
     def rename_run(self, run_id: int, new_name: str) -> None:
         """Give a stored run another name (``Runner(fresh=True)`` keeps a replaced run this way).
@@ -746,13 +766,16 @@ class Store:
         error: dict[str, Any] | None,
         peak_rss_bytes: int | None,
         duration_s: float | None,
+        worker_id: int | None = None,
     ) -> bool:
         """Record how an attempt ended. Returns False (writing nothing) when it was already recorded.
 
-        An attempt never started with :meth:`start_attempt` is recorded anyway (without a worker).
+        An attempt never started with :meth:`start_attempt` is recorded anyway when ``worker_id``
+        says which worker ran it.
 
         Raises:
-            ConfigError: ``status`` is not one of :data:`ATTEMPT_STATUSES`, or ``error`` is not JSON.
+            ConfigError: ``status`` is not one of :data:`ATTEMPT_STATUSES`, ``error`` is not JSON, or
+                the attempt was never started and no ``worker_id`` is given.
         """
         _check_int(run_id, "run_id")
         _check_int(index, "index", minimum=0)
@@ -764,6 +787,8 @@ class Store:
         if peak_rss_bytes is not None:
             _check_int(peak_rss_bytes, "peak_rss_bytes", minimum=0)
         _check_optional_number(duration_s, "duration_s")
+        if worker_id is not None:
+            _check_int(worker_id, "worker_id")
         error_json = _dumps(error, "error") if error is not None else None
         now = time.time()
         with self._write() as conn:
@@ -780,13 +805,19 @@ class Store:
                 ).fetchone()
                 if seen:
                     return False
+                if worker_id is None:
+                    raise ConfigError(
+                        f"attempt {attempt} of trial {index} in run {run_id} was never started: call "
+                        "start_attempt() first, or pass worker_id= to record an attempt that was not"
+                    )
                 conn.execute(
                     "INSERT INTO attempts (run_id, idx, attempt, worker_id, status, error_json, peak_rss_bytes,"
-                    " duration_s, started_at, finished_at) VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)",
+                    " duration_s, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run_id,
                         index,
                         attempt,
+                        worker_id,
                         status,
                         error_json,
                         peak_rss_bytes,

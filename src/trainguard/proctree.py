@@ -1,0 +1,489 @@
+"""Process trees: find every process a root started, read their memory from ``/proc``, end them.
+
+This module alone owns those three jobs; the runner, the leak check, the sampler, ``scope`` and the
+host probes call it.
+
+**Finding.** Descendants are found by walking ``/proc/PID/task/*/children`` from the root (only
+this tree's files; ``psutil.Process.children`` scans every process on the machine). A process that
+detaches (double fork, ``setsid``) is re-parented to the nearest *child subreaper* above it, so a
+root that called :func:`become_subreaper` keeps every descendant under it, however it detached.
+Where a cgroup v2 can be made (:meth:`TreeCgroup.create`), its ``cgroup.procs`` lists every member
+even after the root died, and ``cgroup.kill`` ends them all at once.
+
+**Reading.** RSS comes from ``/proc/PID/statm`` (one short read; :class:`ProcessTree` keeps the fds
+open, one ``pread`` per process per sample), USS and PSS from ``/proc/PID/smaps_rollup`` (costs
+more, read only when asked). Off Linux everything falls back to psutil.
+
+**Ending.** :func:`kill_tree` sends SIGKILL to the cgroup (when there is one), the root's process
+group, every descendant found, and any earlier-seen pid that is still the same process (start
+time checked, so a reused pid is never hit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
+
+__all__ = [
+    "PAGE_SIZE",
+    "HAVE_PROC",
+    "statm_rss_bytes",
+    "smaps_rollup_bytes",
+    "children",
+    "descendants",
+    "ProcessTree",
+    "TreeCgroup",
+    "kill_tree",
+    "kill_descendants",
+    "become_subreaper",
+    "tracking_mechanisms",
+]
+
+logger = logging.getLogger(__name__)
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+HAVE_PROC = os.path.exists("/proc/self/statm")
+_HAVE_CHILDREN = HAVE_PROC and os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+#: The most processes one tree walk collects (a fork bomb must not stall the sampler).
+MAX_TREE = 4096
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+def statm_rss_bytes(pid: int) -> int | None:
+    """The resident set size of ``pid`` (None when it is gone): one read of ``/proc/PID/statm``."""
+    if HAVE_PROC:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                return int(fh.read().split()[1]) * PAGE_SIZE
+        except (OSError, ValueError, IndexError):
+            return None
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except (psutil.Error, OSError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SmapsRollup:
+    """USS (private pages) and PSS (shared pages divided among their users) of one process."""
+
+    uss_bytes: int
+    pss_bytes: int
+
+
+def smaps_rollup_bytes(pid: int) -> SmapsRollup | None:
+    """USS and PSS of ``pid`` from ``/proc/PID/smaps_rollup`` (psutil off Linux); None when unreadable."""
+    if not HAVE_PROC:
+        try:
+            info = psutil.Process(pid).memory_full_info()
+            return SmapsRollup(int(info.uss), int(getattr(info, "pss", info.uss)))
+        except (psutil.Error, AttributeError, OSError):
+            return None
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            uss = pss = 0
+            for line in fh:
+                if line.startswith((b"Private_Clean:", b"Private_Dirty:", b"Private_Hugetlb:")):
+                    uss += int(line.split()[1]) * 1024
+                elif line.startswith(b"Pss:"):
+                    pss += int(line.split()[1]) * 1024
+            return SmapsRollup(uss, pss)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# -- finding --------------------------------------------------------------------------------------
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (of all its threads)."""
+    if not _HAVE_CHILDREN:
+        try:
+            return [c.pid for c in psutil.Process(pid).children()]
+        except psutil.Error:
+            return []
+    found: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                found.extend(int(x) for x in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (not ``pid`` itself), parents before their children."""
+    pids = [pid]
+    i = 0
+    while i < len(pids) and len(pids) < MAX_TREE:
+        pids.extend(children(pids[i]))
+        i += 1
+    return pids[1:]
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError):
+        return None
+
+
+class TreeCgroup:
+    """A cgroup v2 made for one process tree: membership survives re-parenting, and one write ends it.
+
+    Only ``cgroup.procs`` and ``cgroup.kill`` are used (no controller needs enabling), so this works
+    wherever the process may create a child of its own cgroup: as root, or in a delegated subtree
+    (a systemd user session). :meth:`create` returns None where it may not.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @staticmethod
+    def _own_cgroup_dir() -> str | None:
+        """This process's cgroup v2 directory, when the v2 hierarchy is mounted."""
+        try:
+            with open("/proc/self/cgroup") as fh:
+                lines = fh.read().splitlines()
+            with open("/proc/self/mountinfo") as fh:
+                mounts = fh.read().splitlines()
+        except OSError:
+            return None
+        own = next((line[3:] for line in lines if line.startswith("0::")), None)
+        if own is None:
+            return None
+        for row in mounts:
+            head, _, tail = row.partition(" - ")
+            if tail.split(" ", 1)[0] != "cgroup2":
+                continue
+            fields = head.split()
+            root, mount_point = fields[3], fields[4]
+            rel = own[len(root) :] if root != "/" and own.startswith(root) else own
+            return os.path.join(mount_point, rel.lstrip("/"))
+        return None
+
+    @classmethod
+    def create(cls, name: str) -> TreeCgroup | None:
+        """Make a child cgroup ``name`` of this process's cgroup; None where that is not allowed."""
+        base = cls._own_cgroup_dir()
+        if base is None or not os.path.isfile(os.path.join(base, "cgroup.procs")):
+            return None
+        path = os.path.join(base, name)
+        try:
+            os.mkdir(path, 0o755)
+        except OSError as err:
+            logger.debug("no cgroup for process trees (%s): %s", path, err)
+            return None
+        group = cls(path)
+        # membership must be writable by us (a child of a cgroup we cannot move into is no use)
+        if not os.access(os.path.join(path, "cgroup.procs"), os.W_OK):
+            group.remove()
+            return None
+        return group
+
+    def join(self, pid: int = 0) -> bool:
+        """Move ``pid`` (0: the calling process) into this cgroup; its future children follow."""
+        try:
+            with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
+                fh.write(str(pid or os.getpid()))
+            return True
+        except OSError as err:
+            logger.debug("joining cgroup %s failed: %s", self.path, err)
+            return False
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs"), "rb") as fh:
+                return [int(x) for x in fh.read().split()]
+        except (OSError, ValueError):
+            return []
+
+    def kill(self) -> list[int]:
+        """SIGKILL every member (``cgroup.kill`` where the kernel has it, else one by one, repeated
+        until the group is empty or stops changing)."""
+        members = self.pids()
+        try:
+            with open(os.path.join(self.path, "cgroup.kill"), "w") as fh:
+                fh.write("1")
+            return members
+        except OSError:
+            pass
+        killed: list[int] = []
+        for _ in range(20):
+            current = self.pids()
+            if not current:
+                break
+            for pid in current:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.01)
+        return killed
+
+    def remove(self, timeout_s: float = 2.0) -> bool:
+        """Kill what is left and remove the cgroup (it can be removed once its members are reaped)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                os.rmdir(self.path)
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError:
+                if time.monotonic() > deadline:
+                    logger.debug("cgroup %s not removed: members remain", self.path)
+                    return False
+                self.kill()
+                time.sleep(0.02)
+
+
+def become_subreaper() -> bool:
+    """Make the calling process a child subreaper (Linux >= 3.4): every descendant that detaches
+    (double fork, ``setsid``) is re-parented to it instead of to init, so it stays in the tree."""
+    if not os.path.exists("/proc/self/status"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def tracking_mechanisms() -> tuple[str, ...]:
+    """What this machine allows for keeping a tree together: ``"cgroup"`` and/or ``"subreaper"``."""
+    out: list[str] = []
+    probe = TreeCgroup.create(f"trainguard-probe-{os.getpid()}")
+    if probe is not None:
+        probe.remove()
+        out.append("cgroup")
+    if os.path.exists("/proc/self/status") and os.uname().sysname == "Linux":
+        out.append("subreaper")
+    return tuple(out)
+
+
+# -- ending ---------------------------------------------------------------------------------------
+
+
+def kill_tree(
+    pid: int,
+    *,
+    cgroup: TreeCgroup | None = None,
+    known: Iterable[int] = (),
+    started_after: float | None = None,
+    root_reaped: bool = False,
+) -> list[int]:
+    """SIGKILL ``pid``, its cgroup, its process group when it leads one, and every descendant.
+
+    Args:
+        pid: the root.
+        cgroup: the tree's cgroup, when it has one (ends even members that left the tree).
+        known: pids seen in the tree earlier (a dead root's orphans are no longer below it); each is
+            killed only if it is still a process that started after ``started_after`` and is not
+            this process or its child outside the tree (pid reuse).
+        started_after: the root's start (unix seconds), for the ``known`` check.
+        root_reaped: the root has been waited for, so its pid may already name another process:
+            only its cgroup, its process group and the ``known`` pids are signalled.
+
+    Returns:
+        The pids signalled.
+    """
+    tree = [] if root_reaped else [pid, *descendants(pid)]
+    me = os.getpid()
+    extra: list[int] = []
+    in_tree = set(tree)
+    for other in known:
+        if other in in_tree or other == me or other == pid:
+            continue
+        started = _start_time(other)
+        if started is None or (started_after is not None and started < started_after - 1.0):
+            continue
+        try:
+            if psutil.Process(other).ppid() == me:
+                continue
+        except psutil.Error:
+            continue
+        extra.append(other)
+    killed: list[int] = []
+    if cgroup is not None:
+        killed.extend(cgroup.kill())
+    try:
+        # a worker leads its own process group: this also reaches children that left the tree
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for target in [*tree, *extra]:
+        try:
+            os.kill(target, signal.SIGKILL)
+            killed.append(target)
+        except OSError:
+            continue
+    return killed
+
+
+def kill_descendants(pid: int | None = None, *, passes: int = 10) -> list[int]:
+    """SIGKILL every descendant of ``pid`` (default: this process), leaving ``pid`` itself.
+
+    Repeated until none is left: in a subreaper the orphans of a killed child are re-parented to
+    it and found on the next pass, and a child forked during a pass is found on the next.
+    """
+    root = os.getpid() if pid is None else pid
+    killed: list[int] = []
+    for _ in range(passes):
+        found = descendants(root)
+        alive = [p for p in found if _is_running(p)]
+        if not alive:
+            break
+        for target in alive:
+            with contextlib.suppress(OSError):
+                os.kill(target, signal.SIGKILL)
+                killed.append(target)
+        time.sleep(0.005)
+    return killed
+
+
+def _is_running(pid: int) -> bool:
+    """False for a zombie (exited, not yet reaped) or a gone process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return data[data.rindex(b")") + 2 : data.rindex(b")") + 3] not in (b"Z", b"X")
+    except (OSError, ValueError):
+        return psutil.pid_exists(pid) if not HAVE_PROC else False
+
+
+# -- a tree read many times -----------------------------------------------------------------------
+
+
+class ProcessTree:
+    """The processes of one root, read many times a second: RSS (and USS on request) summed.
+
+    The set of processes is re-found at most every ``rediscover_s`` (from the cgroup when there is
+    one, else by walking children), and each process's ``statm`` stays open between reads. Safe to
+    share between threads: its fds are opened, read and closed only by this object, under its lock,
+    and ``close`` makes later reads return None.
+
+    Args:
+        root_pid: the root (a worker).
+        rediscover_s: how often the set of processes is re-read.
+        cgroup: the root's :class:`TreeCgroup`, when it has one.
+    """
+
+    def __init__(self, root_pid: int, *, rediscover_s: float = 1.0, cgroup: TreeCgroup | None = None) -> None:
+        self.root_pid = root_pid
+        self.rediscover_s = rediscover_s
+        self.cgroup = cgroup
+        self._fds: dict[int, int] = {}
+        self._last_discovery = 0.0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _discover(self) -> None:
+        pids = [self.root_pid, *descendants(self.root_pid)]
+        if self.cgroup is not None:
+            pids.extend(p for p in self.cgroup.pids() if p not in pids)
+        current = set(pids)
+        for pid in list(self._fds):
+            if pid not in current:
+                self._forget(pid)
+        for pid in pids:
+            if pid not in self._fds:
+                try:
+                    self._fds[pid] = os.open(f"/proc/{pid}/statm", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    continue
+        self._last_discovery = time.monotonic()
+
+    def _forget(self, pid: int) -> None:
+        fd = self._fds.pop(pid)
+        try:
+            os.close(fd)
+        except OSError as err:  # only ever ours: EBADF here means someone else closed our fd
+            logger.warning("closing the statm fd %d of pid %d failed: %s", fd, pid, err)
+
+    def pids(self) -> tuple[int, ...]:
+        """The processes seen at the last discovery (the root alone before the first)."""
+        with self._lock:
+            return tuple(self._fds) if self._fds else (self.root_pid,)
+
+    def read(self, *, uss: bool = False, rediscover: bool = False) -> tuple[int, int | None] | None:
+        """``(rss_bytes, uss_bytes or None)`` of the tree, or None when the root is not running
+        (gone, or exited and not yet reaped)."""
+        if not HAVE_PROC:
+            return self._read_psutil(uss)
+        with self._lock:
+            if self._closed:
+                return None
+            if rediscover or not self._fds or time.monotonic() - self._last_discovery >= self.rediscover_s:
+                self._discover()
+            rss = 0
+            root_alive = False
+            for pid, fd in list(self._fds.items()):
+                try:
+                    fields = os.pread(fd, 128, 0).split()
+                    size, resident = int(fields[0]), int(fields[1])
+                    rss += resident * PAGE_SIZE
+                    # a process without an address space (size 0: a zombie, exited but not yet
+                    # reaped) is not running: its zeros are no reading of the worker
+                    if pid == self.root_pid and size > 0:
+                        root_alive = True
+                except (OSError, ValueError, IndexError):
+                    # the process ended (ESRCH on a stale fd): drop it, it holds no memory now
+                    self._forget(pid)
+            if not root_alive:
+                return None
+            uss_total: int | None = None
+            if uss:
+                values = [smaps_rollup_bytes(pid) for pid in self._fds]
+                uss_total = None if any(v is None for v in values) else sum(v.uss_bytes for v in values if v)
+            return rss, uss_total
+
+    def _read_psutil(self, uss: bool) -> tuple[int, int | None] | None:
+        try:
+            root = psutil.Process(self.root_pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return None
+        rss, uss_total = 0, 0
+        for proc in procs:
+            try:
+                if uss:
+                    info = proc.memory_full_info()
+                    uss_total += getattr(info, "uss", 0)
+                else:
+                    info = proc.memory_info()
+                rss += info.rss
+            except psutil.Error:
+                continue
+        return rss, (uss_total if uss else None)
+
+    def kill(self, *, started_after: float | None = None) -> list[int]:
+        """:func:`kill_tree` of the root, its cgroup and every process this tree has seen."""
+        return kill_tree(self.root_pid, cgroup=self.cgroup, known=self.pids(), started_after=started_after)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for fd in self._fds.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds.clear()
