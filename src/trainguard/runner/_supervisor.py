@@ -34,8 +34,8 @@ from trainguard import proctree
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
 from trainguard.frameworks import _quiet
 from trainguard.frameworks._quiet import replay_capture
-from trainguard.runner._fitted import device_key
 from trainguard.proctree import ProcessTree, TreeCgroup
+from trainguard.runner._fitted import device_key
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES, WORKER_CONFIG_ENV, PipePair, ProtocolError
 from trainguard.runner.policy import (
