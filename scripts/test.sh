@@ -21,6 +21,13 @@ if ! { ldconfig -p | grep -q libjemalloc.so.2 && ldconfig -p | grep -q libtcmall
     echo "scripts/test.sh: install libjemalloc2 and libtcmalloc-minimal4 for the allocator tests" >&2
   fi
 fi
+# TensorFlow.js tests: Node.js, and real @tensorflow/tfjs (pure JavaScript, CPU) from the lock file
+if ! command -v node >/dev/null 2>&1; then
+  (apt-get install -y nodejs npm || (apt-get update && apt-get install -y nodejs npm)) >/dev/null
+fi
+if [ ! -d js/trainguard/node_modules/@tensorflow/tfjs ] || [ js/trainguard/package-lock.json -nt js/trainguard/node_modules/.package-lock.json ]; then
+  (cd js/trainguard && npm ci --cache ../../.npm-cache --no-audit --no-fund --loglevel=error)
+fi
 export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check --quiet src tests bench
 exec .venv/bin/python -m pytest "$@"
