@@ -203,7 +203,17 @@ def _naive_child() -> None:
     os._exit(0)  # skip TensorFlow's slow interpreter teardown
 
 
-def run_naive(trials: int, params: dict[str, Any] | None = None, *, interval_s: float = 0.1) -> DemoHalf:
+#: ``on_trial(index, duration_s, rss_bytes)``: called as each trial of a half finishes.
+TrialCallback = Callable[[int, float, "int | None"], None]
+
+
+def run_naive(
+    trials: int,
+    params: dict[str, Any] | None = None,
+    *,
+    interval_s: float = 0.1,
+    on_trial: TrialCallback | None = None,
+) -> DemoHalf:
     """Run ``trials`` fits in one child process, as a user would by hand; measure it from outside.
 
     Raises:
@@ -211,7 +221,9 @@ def run_naive(trials: int, params: dict[str, Any] | None = None, *, interval_s: 
     """
     spec = json.dumps({"trials": trials, "params": dict(params or {})})
     code = "from trainguard.demo import _naive_child; _naive_child()"
-    return run_measured_child([sys.executable, "-c", code, spec], trials, mode="naive", interval_s=interval_s)
+    return run_measured_child(
+        [sys.executable, "-c", code, spec], trials, mode="naive", interval_s=interval_s, on_trial=on_trial
+    )
 
 
 def run_measured_child(
@@ -221,8 +233,11 @@ def run_measured_child(
     mode: str,
     interval_s: float = 0.1,
     env: dict[str, str] | None = None,
+    on_trial: TrialCallback | None = None,
 ) -> DemoHalf:
     """Run a child that prints one marked JSON line per trial and sample its process tree from outside.
+
+    ``on_trial`` is called as each trial's line arrives (progress for a half that takes minutes).
 
     Each line is ``TRAINGUARD-DEMO {"event": "trial", "index", "start", "end", "rss_after_bytes", "value"}``
     (see :func:`_naive_child`); a trial's peak is the highest outside sample within its window.
@@ -259,6 +274,8 @@ def run_measured_child(
                 event = json.loads(line[len(_MARK) :])
                 if event["event"] == "trial":
                     rows.append(event)
+                    if on_trial is not None:
+                        on_trial(event["index"], event["end"] - event["start"], event["rss_after_bytes"])
         exit_code = proc.wait()
     wall_s = time.time() - t0
     drain.join(timeout=5)
@@ -308,8 +325,11 @@ def run_with_runner(
     policy: Any = None,
     name: str | None = None,
     interval_s: float = 0.1,
+    on_trial: TrialCallback | None = None,
 ) -> DemoHalf:
-    """Run the same fits under :class:`trainguard.Runner`; sample its workers' trees from outside."""
+    """Run the same fits under :class:`trainguard.Runner`; sample its workers' trees from outside.
+
+    ``on_trial`` is called as each trial finishes."""
     import psutil
 
     from trainguard.probes.host import tree_memory
@@ -330,7 +350,12 @@ def run_with_runner(
     t0 = time.time()
     with TreeSampler(read, interval_s=interval_s) as sampler:
         with Runner(workers=workers, policy=policy, store=store, keras_backend="tensorflow") as runner:
-            results = runner.map(keras_fit, [dict(params) for _ in range(trials)], name=name)
+            results = []
+            for result in runner.imap(keras_fit, [dict(params) for _ in range(trials)], name=name):
+                results.append(result)
+                if on_trial is not None:
+                    on_trial(result.index, result.duration_s or 0.0, result.peak_rss_bytes)
+            results.sort(key=lambda r: r.index)
     wall_s = time.time() - t0
     with Store(store, readonly=True) as reader:
         run = reader.get_run(name)
@@ -383,7 +408,7 @@ def run_demo(
         trials: fits per half (>= 2).
         store: the Runner's store file.
         params: :func:`~trainguard.workloads.keras_fit` params (default: its defaults).
-        progress: called with a line of text as each half starts.
+        progress: called with a line of text as each half starts and as each trial finishes.
 
     Raises:
         ConfigError: ``trials`` < 2, or ``store`` is in a folder that does not exist.
@@ -397,10 +422,18 @@ def run_demo(
 
     Store(store).close()  # a bad --store fails now, not after the naive half's minute of work
     say = progress or (lambda _line: None)
+    from trainguard.units import format_bytes
+
+    def trial_progress(half: str) -> TrialCallback:
+        def on_trial(index: int, duration_s: float, rss_bytes: int | None) -> None:
+            say(f"  {half} trial {index + 1}/{trials}: {duration_s:.1f} s, RSS {format_bytes(rss_bytes)}")
+
+        return on_trial
+
     say(f"1/2 naive loop: {trials} x keras fit in one process, clear_session() + gc.collect() after each ...")
-    naive = run_naive(trials, params)
+    naive = run_naive(trials, params, on_trial=trial_progress("naive"))
     say(f"2/2 trainguard Runner: the same {trials} fits, 1 worker, default policy ...")
-    runner = run_with_runner(trials, params, store=store)
+    runner = run_with_runner(trials, params, store=store, on_trial=trial_progress("Runner"))
     from trainguard.workloads import DEMO_PARAMS
 
     return DemoResult(

@@ -256,6 +256,10 @@ def _deep(frameworks: dict[str, str | None]) -> dict[str, Any]:
         try:
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             from trainguard.frameworks import adapter
+            from trainguard.frameworks._quiet import install_quiet_imports
+
+            # TF prints its absl and oneDNN banners before it reads TF_CPP_MIN_LOG_LEVEL: capture them
+            install_quiet_imports()
 
             tf_adapter = adapter("tensorflow")
             out["tensorflow_gpus"] = tf_adapter.gpu_names(import_framework=True)  # type: ignore[attr-defined]

@@ -31,6 +31,9 @@ def test_demo_two_trials_json(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=110)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)
+    # per-trial progress on stderr, so a half of a minute or more is never silent
+    for half in ("naive", "Runner"):
+        assert f"{half} trial 1/2:" in proc.stderr and f"{half} trial 2/2:" in proc.stderr, proc.stderr
     for half in ("naive", "runner"):
         part = data[half]
         assert part["trials"] == 2 and part["failed"] == 0

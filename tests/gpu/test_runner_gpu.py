@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.gpu
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("pynvml")
+if not torch.cuda.is_available():
+    # a GPU machine whose torch is a CPU build (or whose driver is too old for it): nothing to test
+    pytest.skip(
+        f"torch {torch.__version__} sees no CUDA device (a CPU build, or a driver it cannot use)",
+        allow_module_level=True,
+    )
 
 from trainguard.runner import Policy, Runner  # noqa: E402
 

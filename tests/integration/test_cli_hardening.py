@@ -366,3 +366,70 @@ def test_sizes_in_one_comparison_never_read_equal():
     assert "1.90 GiB > 1.89 GiB" in decision.message
     text = describe_worker_end("killed_memory", {"rss_bytes": 2_040_000_000, "limit_bytes": 2_030_000_000})
     assert "1.90 GiB > 1.89 GiB" in text
+
+
+# -- demo progress ------------------------------------------------------------------------------------------
+
+
+def test_a_measured_half_reports_each_trial_as_it_finishes():
+    from trainguard.demo import run_measured_child
+
+    child = (
+        "import time, os\n"
+        "from trainguard.demo import trial_line\n"
+        "for i in range(3):\n"
+        "    start = time.time(); time.sleep(0.4)\n"
+        "    print(trial_line(i, start, time.time(), 10_000_000, {'i': i}), flush=True)\n"
+    )
+    seen: list[tuple[int, float]] = []
+    start = time.monotonic()
+    half = run_measured_child(
+        [sys.executable, "-c", child],
+        3,
+        mode="naive",
+        env=dict(os.environ),
+        on_trial=lambda index, duration_s, rss: seen.append((index, time.monotonic() - start)),
+    )
+    total = time.monotonic() - start
+    assert [i for i, _ in seen] == [0, 1, 2] and half.trials == 3
+    assert seen[0][1] < total - 0.6  # the first trial was reported while the others still ran
+
+
+# -- the GPU test on a GPU machine whose torch has no CUDA ----------------------------------------------------
+
+
+def test_gpu_runner_test_skips_where_torch_has_no_cuda(tmp_path):
+    from importlib import metadata
+
+    try:
+        version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        pytest.skip("torch is not installed")
+    if "+cpu" not in version:
+        pytest.skip(f"torch {version} may have CUDA: the real GPU tests run instead")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    smi = fake / "nvidia-smi"  # a machine with a GPU and its driver, as conftest sees it
+    smi.write_text("#!/bin/sh\necho 'GPU 0: Fake GPU (UUID: GPU-00000000)'\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "tests/gpu/test_runner_gpu.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=HERE.parent.parent,
+    )
+    assert proc.returncode in (0, 5), proc.stdout[-3000:]  # 5: everything skipped / nothing collected
+    assert "failed" not in proc.stdout and "error" not in proc.stdout.lower(), proc.stdout[-3000:]
+    assert "skipped" in proc.stdout and "sees no CUDA device" in proc.stdout

@@ -148,6 +148,11 @@ def test_pytest_marker_fails_a_leaking_test_and_passes_a_clean_one(pytester: pyt
     result = pytester.runpytest_subprocess("--strict-markers", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*leakcheck: memory grows faster than 0.5 MB/iter*", "*verdict: leak*"])
+    # the failure is the report, not a traceback through pytest's and pluggy's hook machinery
+    out = result.stdout.str()
+    failure = out[out.index("test_leaks ___") : out.index("short test summary")]
+    assert "pluggy" not in failure and "_hooks.py" not in failure and "hookwrapper" not in failure
+    assert failure.count("\n") < 30, failure
 
 
 def test_plugin_imports_nothing_heavy() -> None:

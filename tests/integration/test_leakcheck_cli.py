@@ -135,6 +135,7 @@ def test_flat_gives_exit_0_and_a_table(targets: Path, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert "no_leak" in res.stdout
     assert plot.read_bytes()[:4] == b"\x89PNG"
+    assert f"plot written to {plot}" in res.stderr  # says where the file went
 
 
 def test_step_that_raises_keeps_the_series_and_says_where(targets: Path) -> None:

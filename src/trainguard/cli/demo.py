@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
     store = args.store or os.path.join(tempfile.mkdtemp(prefix="trainguard-demo-"), "demo.db")
     err = console(stderr=True)
-    result = run_demo(args.trials, store=store, progress=None if args.json else lambda line: err.print(line))
+    # progress goes to stderr, with --json too (stdout holds only the JSON): a half takes minutes
+    result = run_demo(args.trials, store=store, progress=None if args.quiet else lambda line: err.print(line))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -7,7 +7,6 @@ a signal: the report names it and keeps the series so far), 2 usage error.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -110,6 +109,7 @@ def _table(report: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from trainguard.cli._display import markup_safe, visible
     from trainguard.units import format_bytes, format_duration
 
     console = Console()
@@ -123,7 +123,7 @@ def _table(report: Any) -> None:
     def b(v: float | None) -> str:
         return format_bytes(v, signed=True) if v is not None else "-"
 
-    table.add_row("reason", report.reason)
+    table.add_row("reason", markup_safe(report.reason))
     table.add_row(f"growth ({report.metric})", f"{b(report.slope_bytes_per_iter)}/iter")
     table.add_row(
         "95% interval", f"{b(report.ci_low_bytes_per_iter)} .. {b(report.ci_high_bytes_per_iter)} /iter"
@@ -138,20 +138,25 @@ def _table(report: Any) -> None:
         "time", f"{format_duration(report.elapsed_s)}, {format_duration(report.step_time_s)} per iteration"
     )
     for g in report.growth_by_kind[:10]:
-        table.add_row("grows", g.describe())
+        table.add_row("grows", markup_safe(g.describe()))
     if report.gpu:
-        table.add_row("gpu", f"{report.gpu.get('verdict')}: {report.gpu.get('reason')}")
+        table.add_row("gpu", markup_safe(f"{report.gpu.get('verdict')}: {report.gpu.get('reason')}"))
     if report.retention:
-        table.add_row("allocator", report.retention.get("note") or report.retention.get("text", ""))
+        table.add_row(
+            "allocator", markup_safe(report.retention.get("note") or report.retention.get("text", ""))
+        )
     for h in report.hints:
-        table.add_row("hint", h)
+        table.add_row("hint", markup_safe(h))
     if report.error is not None:
         table.add_row(
-            "error", f"iteration {report.error.iteration}: {report.error.exc_type}: {report.error.message}"
+            "error",
+            markup_safe(
+                f"iteration {report.error.iteration}: {report.error.exc_type}: {report.error.message}"
+            ),
         )
     console.print(table)
     if report.error is not None:
-        print(report.error.traceback, file=sys.stderr)
+        print(visible(report.error.traceback, keep_newlines=True), file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -181,9 +186,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     if args.plot:
+        import os
+
+        from trainguard.cli._display import say, visible
+
         report.plot(args.plot)
+        say(f"plot written to {visible(os.path.abspath(args.plot))}", sys.stderr)
     if args.json:
-        sys.stdout.write(json.dumps(report.to_dict(), default=str) + "\n")
+        from trainguard.cli._display import to_json
+
+        sys.stdout.write(to_json(report.to_dict(), default=str) + "\n")
     else:
         _table(report)
     return EXIT[report.verdict.value]

@@ -74,11 +74,17 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
     report = _leakcheck(step, **opts)
     pyfuncitem.user_properties.append(("leakcheck", report.to_dict() | {"series": None}))
     limit = max_mb * 1e6
+    # pytest.fail(..., pytrace=False): the report is the message; a traceback through this hook
+    # wrapper would print about a hundred lines of pluggy internals before it
     if report.error is not None:
         outcome.force_exception(
-            AssertionError(f"leakcheck: the test body failed while repeated:\n{report.summary()}")
+            pytest.fail.Exception(
+                f"leakcheck: the test body failed while repeated:\n{report.summary()}", pytrace=False
+            )
         )
     elif report.verdict is Verdict.LEAK and (report.slope_bytes_per_iter or 0) > limit:
         outcome.force_exception(
-            AssertionError(f"leakcheck: memory grows faster than {max_mb:g} MB/iter\n{report.summary()}")
+            pytest.fail.Exception(
+                f"leakcheck: memory grows faster than {max_mb:g} MB/iter\n{report.summary()}", pytrace=False
+            )
         )
