@@ -152,8 +152,9 @@ _LOADED: dict[str, Callable[..., Any]] = {}
 
 
 def _rss_bytes() -> int:
-    with open("/proc/self/statm", "rb") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    from trainguard.proctree import statm_rss_bytes
+
+    return statm_rss_bytes(os.getpid()) or 0
 
 
 def measured_trial(params: dict[str, Any]) -> dict[str, Any]:

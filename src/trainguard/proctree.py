@@ -398,9 +398,13 @@ class ProcessTree:
         self._closed = False
 
     def _discover(self) -> None:
-        pids = [self.root_pid, *descendants(self.root_pid)]
-        if self.cgroup is not None:
-            pids.extend(p for p in self.cgroup.pids() if p not in pids)
+        members = self.cgroup.pids() if self.cgroup is not None else []
+        if self.root_pid in members:
+            # the cgroup holds the whole tree, detached processes included: one read, no walk
+            pids = [self.root_pid, *(p for p in members if p != self.root_pid)]
+        else:  # no cgroup, or the root has not joined it yet
+            pids = [self.root_pid, *descendants(self.root_pid)]
+            pids.extend(p for p in members if p not in pids)
         current = set(pids)
         for pid in list(self._fds):
             if pid not in current:

@@ -27,7 +27,6 @@ import logging
 import math
 import os
 import shutil
-import signal
 import socket
 import tempfile
 import threading
@@ -203,13 +202,12 @@ class _Pool:
             job.done.set()
 
     def _kill_workers(self) -> None:
+        from trainguard.proctree import kill_tree
+
         progress = self._runner.progress()
         for worker in progress.workers if progress is not None else ():
             if worker.pid:
-                try:
-                    os.killpg(worker.pid, signal.SIGKILL)  # workers lead their own process group
-                except (ProcessLookupError, PermissionError):
-                    pass
+                kill_tree(worker.pid)  # the worker, its process group and every descendant
 
     # -- driver -----------------------------------------------------------------------------------
 

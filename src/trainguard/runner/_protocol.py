@@ -189,6 +189,8 @@ class MessageReader:
                 eof = True
                 break
             self._buf += chunk
+            if len(chunk) < 1 << 20:
+                break  # drained: a further read would only say so (EOF shows at the next wake-up)
             if len(self._buf) >= _HEADER and int.from_bytes(self._buf[:_HEADER], "big") > self.max_bytes:
                 break  # do not read (and hold) more of a frame that will be refused anyway
         out: list[dict[str, Any]] = []
