@@ -423,6 +423,7 @@ class Session:
                     f"started afresh; the earlier run of this name is kept as {self._replaced}",
                     data={"replaced": self._replaced},
                 )
+            self._record_environment()
             records = self.store.trials(info.run_id)
             finished = [rec for rec in records if rec.status in ("ok", "failed")]
             if finished and stored_version and self.fn.version and stored_version != self.fn.version:
@@ -466,6 +467,26 @@ class Session:
         )
         self._event("function_changed", message, data={"reused": reused, "fn_ref": self.fn.ref})
         warnings.warn(FunctionChangedWarning(message), stacklevel=4)
+
+    def _record_environment(self) -> None:
+        """Store where this session runs (doctor's summary, host name) for reports; ~15 ms, no framework."""
+        import platform
+
+        from trainguard import __version__
+        from trainguard.doctor import diagnose
+
+        try:
+            env = diagnose().to_dict()
+        except Exception:  # noqa: BLE001 - a report's context must never stop a run
+            logger.debug("could not read the environment for the store", exc_info=True)
+            return
+        env["hostname"] = platform.node()
+        env["trainguard"] = __version__
+        self._event(
+            "environment",
+            f"trainguard {__version__} on {env['hostname']}: Python {env['python']}, {env['os']}",
+            data=env,
+        )
 
     def _busy(self) -> bool:
         return any(w.state == "busy" for w in self._workers)
