@@ -28,6 +28,15 @@ fi
 if [ ! -d js/trainguard/node_modules/@tensorflow/tfjs ] || [ js/trainguard/package-lock.json -nt js/trainguard/node_modules/.package-lock.json ]; then
   (cd js/trainguard && npm ci --cache ../../.npm-cache --no-audit --no-fund --loglevel=error)
 fi
+# The HTML report tests open reports in a real headless Chromium (Debian's package; playwright
+# drives it and never downloads a browser of its own).
+if [ ! -x /usr/bin/chromium ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else
+    echo "scripts/test.sh: install Debian's chromium (apt-get install chromium) for the HTML report tests" >&2
+  fi
+fi
 export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check --quiet src tests bench
 exec .venv/bin/python -m pytest "$@"

@@ -59,6 +59,10 @@ _LAZY = {
 # function trainguard.scope as soon as anything imported the module.
 from trainguard.scope import ScopeReport, Survivor, scope  # noqa: E402, F401 (in __all__ via _LAZY)
 
+# Likewise the package trainguard.report would shadow the function trainguard.report; its
+# __init__ imports only the standard library.
+from trainguard.report import report  # noqa: E402
+
 __all__ = [
     "__version__",
     "ConfigError",
@@ -79,6 +83,7 @@ __all__ = [
     "format_bytes",
     "parse_duration",
     "parse_size",
+    "report",
     *_LAZY,
 ]
 

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "doctor",
     "fit": "fit",
     "leakcheck": "leakcheck",
+    "report": "report",
     "run": "run",
     "runs": "runs",
     "show": "show",

@@ -64,6 +64,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--plot", metavar="FILE", default=None, help="write the series as PNG or SVG (needs matplotlib)"
     )
     parser.add_argument(
+        "--html",
+        metavar="FILE",
+        default=None,
+        help="also write a self-contained HTML report (opens offline), e.g. leak.html",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print one JSON object on stdout and nothing else"
     )
 
@@ -178,6 +184,10 @@ def run(args: argparse.Namespace) -> int:
         from trainguard.leaks.plot import check_plot_path
 
         check_plot_path(args.plot)
+    if args.html:
+        from trainguard.report import check_output_path
+
+        check_output_path(args.html, flag="--html")
     progress = _Progress(enabled=not args.quiet)
     try:
         report = run_isolated(
@@ -192,6 +202,15 @@ def run(args: argparse.Namespace) -> int:
 
         report.plot(args.plot)
         say(f"plot written to {visible(os.path.abspath(args.plot))}", sys.stderr)
+    if args.html:
+        import os
+
+        from trainguard.cli._display import say, visible
+        from trainguard.report import render_leak_html, write_html
+
+        title = f"{args.target}" + (f" (setup {args.setup})" if args.setup else "")
+        written = write_html(args.html, render_leak_html(report, title=title), flag="--html")
+        say(f"HTML report written to {visible(os.path.abspath(written))}", sys.stderr)
     if args.json:
         from trainguard.cli._display import to_json
 

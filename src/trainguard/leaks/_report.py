@@ -156,6 +156,13 @@ class LeakReport:
     def __str__(self) -> str:
         return self.summary()
 
+    def to_html(self, path: str, *, title: str | None = None) -> str:
+        """Write a self-contained HTML report (series, warm-up cut, slope with its 95 % band, verdict,
+        what grows) that opens offline; see :mod:`trainguard.report`. Returns the path."""
+        from trainguard.report import render_leak_html, write_html
+
+        return str(write_html(path, render_leak_html(self, title=title), flag="path="))
+
     def plot(self, path: str) -> str:
         """Write a picture of the series (PNG or SVG by extension); see :mod:`trainguard.leaks.plot`."""
         from trainguard.leaks.plot import plot_report

@@ -286,6 +286,7 @@ class Runner:
         self._store: Any = None
         self._owns_store = False
         self._session: Session | None = None
+        self._last_run: str | None = None
         self._config = SessionConfig(
             workers=workers,
             threads=per_worker,
@@ -369,6 +370,7 @@ class Runner:
         if not params:
             return iter(())
         store = self._open_store()
+        self._last_run = name
         session = Session(self._config, self.policy, store, spec, params, name)
         return self._drive(session)
 
@@ -405,6 +407,29 @@ class Runner:
         """A snapshot of the running ``map``/``imap`` (None when nothing runs); safe from any thread."""
         session = self._session
         return session.progress() if session is not None else None
+
+    def report(self, path: str | os.PathLike[str] | None = None, *, run: str | None = None) -> str:
+        """Write the self-contained HTML report of this runner's last run (or of ``run``).
+
+        Args:
+            path: the file to write; default ``<run name>.html`` in the current folder.
+            run: another run of this runner's store, by name.
+
+        Returns:
+            The path written (see :func:`trainguard.report`).
+
+        Raises:
+            ConfigError: no store (``store=None``), no run yet, or a path that cannot be written.
+        """
+        from trainguard.report import report
+
+        if self._store_arg is None:
+            raise ConfigError("this Runner keeps no store (store=None): nothing to report; pass store='runs.db'")
+        name = run if run is not None else self._last_run
+        if name is None:
+            raise ConfigError("this Runner has not run anything yet: call map() or imap() first, or pass run=NAME")
+        store = self._open_store()
+        return report(name, store=store, path=path)
 
     @property
     def store(self) -> Any:

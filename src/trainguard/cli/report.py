@@ -1,0 +1,45 @@
+"""``trainguard report RUN -o run.html``: one run as a self-contained HTML file (opens offline)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "write one run as a self-contained HTML report: memory per worker, trials, growth, environment"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    from trainguard.store import DEFAULT_STORE
+
+    parser.add_argument("run_name", metavar="RUN", help="the run's name (or its id), as `trainguard runs` lists it")
+    parser.add_argument(
+        "--store", default=DEFAULT_STORE, metavar="PATH", help=f"the store file (default {DEFAULT_STORE})"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="FILE",
+        help="where to write the report (default: RUN.html in the current folder)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainguard.report import check_output_path, default_report_name, render_run_html, write_html
+    from trainguard.store import Store
+    from trainguard.units import format_bytes
+
+    if args.output is not None:
+        check_output_path(args.output)  # before any work: a missing or read-only folder fails first
+    with Store(args.store, readonly=True) as store:
+        html, info = render_run_html(store, args.run_name)
+    output = args.output if args.output is not None else default_report_name(info.name)
+    path = write_html(output, html)
+    if info.status == "running":
+        print(
+            f"trainguard report: note: run {info.name!r} is still in progress (or its supervisor stopped "
+            "without recording an end): the report shows what was recorded so far, marked in progress",
+            file=sys.stderr,
+        )
+    print(f"wrote {path} ({format_bytes(path.stat().st_size)}): open it in any browser, it needs no network")
+    return 0

@@ -1,0 +1,201 @@
+"""Self-contained HTML reports: a run, a leak check, a comparison of configurations.
+
+Each report is one ``.html`` file that opens offline: the charts are SVG drawn by
+:mod:`trainguard.report._svg`, the tables are built by one small inline script from inline JSON, and
+the page's Content-Security-Policy forbids every request (no CDN, no fonts, nothing fetched).
+Everything a user typed or a trial returned is shown as text, never as markup.
+
+This module is imported by ``import trainguard`` (so that ``trainguard.report`` is the function,
+not the package), so it imports nothing at the top but the standard library.
+
+* :func:`report` / ``trainguard report RUN -o run.html`` / ``Runner.report(path)``: one run.
+* ``LeakReport.to_html(path)`` / ``trainguard leakcheck ... --html leak.html``: one leak check.
+* :func:`write_comparison`: configurations side by side (the input shape is documented there).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "report",
+    "render_run_html",
+    "render_leak_html",
+    "render_comparison_html",
+    "write_comparison",
+    "check_output_path",
+    "write_html",
+    "find_run",
+]
+
+
+def check_output_path(path: str | os.PathLike[str], *, flag: str = "-o") -> Path:
+    """Check, before any work, that a report can be written at ``path``.
+
+    Raises:
+        ConfigError: ``path`` is a folder, its folder does not exist or is not a folder, or the
+            folder is not writable (tried by creating and removing a temporary file in it).
+    """
+    from trainguard.exceptions import ConfigError
+
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ConfigError(f"the report path must be a file path such as run.html, not {path!r}")
+    shown = os.fspath(path)
+    p = Path(shown).expanduser()
+    if p.is_dir():
+        raise ConfigError(
+            f"cannot write the report to {shown}: it is a folder: pass a file path such as "
+            f"{flag} {shown.rstrip('/')}/report.html"
+        )
+    parent = p.absolute().parent
+    if not parent.exists():
+        raise ConfigError(
+            f"cannot write the report to {shown}: the folder {parent} does not exist: create it "
+            f"(mkdir -p {parent}) or pass another {flag}"
+        )
+    if not parent.is_dir():
+        raise ConfigError(f"cannot write the report to {shown}: {parent} is a file, not a folder: pass another {flag}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".trainguard-report-", suffix=".tmp", dir=parent)
+    except OSError as err:
+        raise ConfigError(
+            f"cannot write the report to {shown}: the folder {parent} is not writable ({err.strerror}): "
+            f"pass {flag} in a writable folder, e.g. {flag} ~/{p.name}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+    return p
+
+
+def write_html(path: str | os.PathLike[str], html: str, *, flag: str = "-o") -> Path:
+    """Write ``html`` to ``path`` atomically (a temporary file in the same folder, then a rename),
+    so a failed write never leaves half a report behind."""
+    from trainguard.exceptions import ConfigError
+
+    p = check_output_path(path, flag=flag)
+    fd, tmp = tempfile.mkstemp(prefix=".trainguard-report-", suffix=".tmp", dir=p.absolute().parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(html)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except OSError as err:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ConfigError(f"cannot write the report to {os.fspath(path)}: {err.strerror}: pass another {flag}") from None
+    return p
+
+
+def find_run(store: Any, run: str | int) -> Any:
+    """The :class:`~trainguard.store.RunInfo` named ``run`` (or with that id).
+
+    Raises:
+        ConfigError: no such run; the message lists the runs the store holds.
+    """
+    from trainguard.exceptions import ConfigError
+
+    info = None
+    if isinstance(run, str):
+        info = store.get_run(run)
+        if info is None and run.isdigit():
+            info = store.get_run_by_id(int(run))
+    elif isinstance(run, int) and not isinstance(run, bool):
+        info = store.get_run_by_id(run)
+    else:
+        raise ConfigError(f"run must be a run's name or id, not {type(run).__name__}")
+    if info is not None:
+        return info
+    names = [s.name for s in store.list_runs()]
+    if not names:
+        listing = "the store has no runs yet"
+    else:
+        shown = ", ".join(repr(n) for n in names[:20])
+        more = f" and {len(names) - 20} more (trainguard runs --store {store.path})" if len(names) > 20 else ""
+        listing = f"the runs in it are {shown}{more}"
+    raise ConfigError(f"no run named {run!r} in {store.path}: {listing}: pass one of them")
+
+
+def render_run_html(store: Any, run: str | int) -> tuple[str, Any]:
+    """The HTML text of one run's report and its :class:`~trainguard.store.RunInfo`."""
+    from trainguard.report._run import render_run
+
+    info = find_run(store, run)
+    return render_run(store, info, environment_now=_environment_now()), info
+
+
+def _environment_now() -> dict[str, Any]:
+    import platform
+
+    from trainguard import __version__
+    from trainguard.doctor import diagnose
+
+    env = diagnose().to_dict()
+    env["hostname"] = platform.node()
+    env["trainguard"] = __version__
+    return env
+
+
+def report(run: str | int, *, store: Any = "trainguard.db", path: str | os.PathLike[str] | None = None) -> str:
+    """Write the self-contained HTML report of one run and return its path.
+
+    Args:
+        run: the run's name (or id), as ``trainguard runs`` lists it.
+        store: the store's path or an open :class:`~trainguard.store.Store`.
+        path: where to write; default ``<run name>.html`` in the current folder.
+
+    Returns:
+        The path written. A run still in progress is reported as far as it got, marked in progress.
+
+    Raises:
+        ConfigError: no such run (the message lists the runs there are), or ``path`` cannot be written.
+        StoreError: ``store`` is not a trainguard store.
+    """
+    from trainguard.store import Store
+
+    if path is not None:
+        check_output_path(path, flag="path=")
+    owned = not isinstance(store, Store)
+    opened = Store(store, readonly=True) if owned else store
+    try:
+        html, info = render_run_html(opened, run)
+    finally:
+        if owned:
+            opened.close()
+    if path is None:
+        path = default_report_name(info.name)
+    return str(write_html(path, html, flag="path="))
+
+
+def default_report_name(run_name: str) -> str:
+    """``<run name>.html`` with anything but letters, digits, ``.``, ``_`` and ``-`` replaced."""
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_name).strip("._") or "run"
+    return f"{safe[:80]}.html"
+
+
+def render_leak_html(leak_report: Any, *, title: str | None = None) -> str:
+    """The HTML text of a :class:`~trainguard.leaks.LeakReport`."""
+    from trainguard.report._leak import render_leak
+
+    return render_leak(leak_report, title=title)
+
+
+def render_comparison_html(comparison: dict[str, Any]) -> str:
+    """The HTML text of a comparison of configurations (see :func:`write_comparison`)."""
+    from trainguard.report._compare import render_comparison
+
+    return render_comparison(comparison)
+
+
+def write_comparison(comparison: dict[str, Any], path: str | os.PathLike[str], *, flag: str = "--html") -> str:
+    """Write configurations side by side as one HTML file; see :mod:`trainguard.report._compare`
+    for the input shape (``{"title", "configurations": [{"name", "settings", "growth_bytes_per_trial",
+    ...}], "recommendations"}``)."""
+    check_output_path(path, flag=flag)
+    return str(write_html(path, render_comparison_html(comparison), flag=flag))

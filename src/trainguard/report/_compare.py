@@ -1,0 +1,158 @@
+"""Configurations side by side: the report of a comparison (``trainguard compare ... --html``).
+
+The input is plain JSON-ready data, so any producer (the ``compare`` command, a script, a test)
+can write one. Every field but ``name`` is optional::
+
+    {
+      "title": "compare train.py:fit",              # the page heading
+      "subtitle": "12 trials per configuration",     # one line under it
+      "recommendations": ["torch backend: no growth, 1.3x slower", ...],
+      "configurations": [
+        {
+          "name": "tensorflow · glibc · 2 threads",  # shown everywhere
+          "settings": {"keras_backend": "tensorflow", "allocator": "glibc", "threads": 2},
+          "status": "ok",                           # "ok", "failed" or "skipped"
+          "reason": "jemalloc is not installed",    # why skipped or failed
+          "trials": 12, "failed": 0,
+          "growth_bytes_per_trial": 10.1e6,         # Theil-Sen slope of per-trial peaks
+          "growth_ci_low_bytes_per_trial": 9.2e6,   # its 95 % interval
+          "growth_ci_high_bytes_per_trial": 11.0e6,
+          "peak_rss_bytes": 812e6,
+          "seconds_per_trial": 1.6,
+          "peaks_bytes": [601e6, 612e6, ...]        # per-trial peaks, drawn on one scale
+        }
+      ]
+    }
+
+Numbers are bytes and seconds; a missing or non-finite number shows as "-".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trainguard.report import _svg
+from trainguard.report._html import clean, fmt_bytes, fmt_seconds, page, text
+
+__all__ = ["render_comparison"]
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def render_comparison(comparison: dict[str, Any]) -> str:
+    """HTML of a comparison (see the module docstring for the shape).
+
+    Raises:
+        ConfigError: ``comparison`` is not a dict with a list of configurations, each with a name.
+    """
+    from trainguard.exceptions import ConfigError
+
+    if not isinstance(comparison, dict) or not isinstance(comparison.get("configurations"), list):
+        raise ConfigError("a comparison must be a dict with a 'configurations' list, e.g. {'configurations': [{'name': 'tf'}]}")
+    configs = comparison["configurations"]
+    for i, c in enumerate(configs):
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            raise ConfigError(f"configurations[{i}] must be a dict with a 'name' string, not {c!r:.80}")
+    title = clean(comparison.get("title") or "comparison")
+    setting_keys: list[str] = []
+    for c in configs:
+        for k in (c.get("settings") or {}):
+            if k not in setting_keys:
+                setting_keys.append(str(k))
+    columns = (
+        [{"label": "configuration", "kind": "text"}, {"label": "status", "kind": "status"}]
+        + [{"label": k.replace("_", " "), "kind": "text"} for k in setting_keys]
+        + [
+            {"label": "trials", "kind": "num"},
+            {"label": "failed", "kind": "num"},
+            {"label": "growth / trial", "kind": "sbytes"},
+            {"label": "95 % low", "kind": "sbytes"},
+            {"label": "95 % high", "kind": "sbytes"},
+            {"label": "peak RSS", "kind": "bytes"},
+            {"label": "s / trial", "kind": "seconds"},
+            {"label": "note", "kind": "text"},
+        ]
+    )
+    rows = []
+    for c in configs:
+        settings = c.get("settings") or {}
+        rows.append(
+            [clean(c["name"]), clean(c.get("status") or "ok")]
+            + [clean(settings.get(k)) if settings.get(k) is not None else "" for k in setting_keys]
+            + [
+                c.get("trials") if isinstance(c.get("trials"), int) else None,
+                c.get("failed") if isinstance(c.get("failed"), int) else None,
+                _num(c.get("growth_bytes_per_trial")),
+                _num(c.get("growth_ci_low_bytes_per_trial")),
+                _num(c.get("growth_ci_high_bytes_per_trial")),
+                _num(c.get("peak_rss_bytes")),
+                _num(c.get("seconds_per_trial")),
+                clean(c.get("reason") or ""),
+            ]
+        )
+    measured = [c for c in configs if (c.get("status") or "ok") != "skipped"]
+    intervals = [
+        _svg.Interval(
+            c["name"],
+            _num(c.get("growth_bytes_per_trial")),
+            _num(c.get("growth_ci_low_bytes_per_trial")),
+            _num(c.get("growth_ci_high_bytes_per_trial")),
+            f"{c['name']}: {fmt_bytes(_num(c.get('growth_bytes_per_trial')), signed=True)}/trial, 95 % interval "
+            f"{fmt_bytes(_num(c.get('growth_ci_low_bytes_per_trial')), signed=True)} .. "
+            f"{fmt_bytes(_num(c.get('growth_ci_high_bytes_per_trial')), signed=True)}",
+            colour=_svg.PALETTE[i % len(_svg.PALETTE)],
+        )
+        for i, c in enumerate(measured)
+    ]
+    parts = []
+    if intervals:
+        parts.append(
+            "<h3>Growth per trial, with its 95 % interval</h3>"
+            + _svg.interval_plot(intervals, title="growth per trial by configuration")
+        )
+    peaks = [(c["name"], _num(c.get("peak_rss_bytes")), f"{c['name']}: peak {fmt_bytes(_num(c.get('peak_rss_bytes')))}") for c in measured]
+    if any(v is not None for _, v, _ in peaks):
+        parts.append("<h3>Peak RSS</h3>" + _svg.bar_chart(peaks, title="peak RSS by configuration"))
+    speed = [
+        (c["name"], _num(c.get("seconds_per_trial")), f"{c['name']}: {fmt_seconds(_num(c.get('seconds_per_trial')))} per trial")
+        for c in measured
+    ]
+    if any(v is not None for _, v, _ in speed):
+        parts.append("<h3>Seconds per trial</h3>" + _svg.bar_chart(speed, unit_kind="seconds", title="seconds per trial"))
+    lines = []
+    for i, c in enumerate(measured):
+        series = [_num(v) for v in c.get("peaks_bytes") or []]
+        pts = [(float(j + 1), v) for j, v in enumerate(series) if v is not None]
+        if pts:
+            lines.append(_svg.Line(c["name"], [pts], colour=_svg.PALETTE[i % len(_svg.PALETTE)], dots=True))
+    if lines:
+        legend = '<div class="legend">' + "".join(
+            f'<span><i class="c{i % 8}"></i>{text(line.label)}</span>' for i, line in enumerate(lines)
+        ) + "</div>"
+        parts.append(
+            "<h3>Peak RSS of each trial</h3>" + legend
+            + _svg.line_chart(lines=lines, x_kind="count", x_label="trial", title="peak RSS per trial", chart_id="peaks", height=260)
+        )
+    recs = [r for r in comparison.get("recommendations") or [] if r]
+    rec_html = (
+        '<section id="recommendations"><h2>What to use</h2><ul class="plain">'
+        + "".join(f"<li>{text(r)}</li>" for r in recs)
+        + "</ul></section>"
+        if recs
+        else ""
+    )
+    data = {"kind": "comparison", "tables": {"configurations": {"filter": len(rows) > 8, "columns": columns, "rows": rows}}}
+    body = (
+        f'<header class="top"><div class="kind">trainguard comparison</div><h1>{text(title)}</h1>'
+        f'<div class="sub">{text(comparison.get("subtitle") or f"{len(configs)} configurations")}</div></header><main>'
+        f"{rec_html}"
+        f'<section id="table"><h2>Side by side</h2><p class="note">Click a column to sort.</p>'
+        f'<div data-table="configurations"></div></section>'
+        f'<section id="charts"><h2>Measured</h2>{"".join(parts) or "<p class=muted>Nothing was measured.</p>"}</section></main>'
+    )
+    return page(title=f"{title} · trainguard", body=body, data=data, kind="compare")

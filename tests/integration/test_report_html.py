@@ -1,0 +1,332 @@
+"""HTML reports opened in a real headless Chromium: a real run with recycles and a kill, untrusted
+strings, a leak check, a comparison; and the bad inputs of ``trainguard report``."""
+
+from __future__ import annotations
+
+import html as html_mod
+import json
+import os
+import re
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from browser import launch, open_file
+
+import trainguard
+from trainguard.cli import main
+from trainguard.store import Store
+
+HERE = Path(__file__).parent
+TRIALS = f"{HERE / 'report_trials.py'}:trial"
+
+HOSTILE = (
+    '<script>window.__xss=1</script>"><img src=x onerror="window.__xss=2">'
+    "</script><script>window.__xss=3</script>\x1b[31m\x07\x7f"
+)
+
+
+def _data(path: Path) -> dict:
+    """The report's inline JSON, read back the way the page's script reads it."""
+    raw = re.search(r'<script type="application/json" id="tg-data">(.*?)</script>', path.read_text(), re.S)
+    assert raw is not None
+    return json.loads(raw.group(1))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pw, browser = launch()
+    yield browser
+    browser.close()
+    pw.stop()
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> tuple[Path, str]:
+    """A real run: 2 workers, workers that grow 24 MiB a trial and are recycled every 3 trials, one
+    trial killed at the memory limit, one that raises."""
+    folder = tmp_path_factory.mktemp("run")
+    db = folder / "runs.db"
+    grid = [{"kind": "leak", "mb": 24, "i": i} for i in range(10)]
+    grid.insert(5, {"kind": "alloc"})
+    grid.insert(8, {"kind": "raise", "payload": "bad input"})
+    policy = trainguard.Policy(memory_limit="400MB", max_trials_per_worker=3, peak_ratio=None)
+    with trainguard.Runner(workers=2, policy=policy, store=str(db)) as runner:
+        results = runner.map(TRIALS, grid, name="sweep")
+    assert [r.status for r in results].count("failed") == 2
+    return db, "sweep"
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp("hostile")
+    db = folder / "runs.db"
+    params = [
+        {"kind": "leak", "mb": 1, "sleep_s": 0.05, "payload": HOSTILE, HOSTILE: HOSTILE},
+        {"kind": "raise", "sleep_s": 0.05, "payload": HOSTILE},
+    ]
+    name = HOSTILE.replace("\n", " ")
+    with trainguard.Runner(workers=1, store=str(db)) as runner:
+        results = runner.map(TRIALS, params, name=name)
+    assert [r.status for r in results] == ["ok", "failed"]
+    return db, name
+
+
+def test_run_report_in_chromium(browser, real_run, tmp_path: Path, capsys) -> None:
+    db, name = real_run
+    out = tmp_path / "run.html"
+    assert main(["report", name, "--store", str(db), "-o", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    with Store(db, readonly=True) as store:
+        run_id = store.get_run(name).run_id
+        trials = store.trials(run_id)
+        attempts = store.attempts(run_id)
+        workers = store.workers(run_id)
+    opened = open_file(browser, out)
+    page = opened.page
+    assert opened.errors == [] and [m for m in opened.console if m[0] in ("error", "warning")] == []
+    assert opened.other_requests == []
+    # one timeline per worker slot, each with a drawn RSS line of many points, the limit and markers
+    slots = {w.config["slot"] for w in workers}
+    assert page.locator("svg.chart[id^='slot-']").count() == len(slots) == 2
+    lengths = page.eval_on_selector_all("path.series.rss", "ps => ps.map(p => p.getTotalLength())")
+    assert len(lengths) == 2 and min(lengths) > 100
+    assert page.locator("svg[id^='slot-'] g.limit").count() == 2
+    recycled = sum(w.reason == "recycled" for w in workers)
+    assert recycled >= 2 and page.locator("g.marker.recycle").count() == recycled
+    assert page.locator("g.marker.kill").count() == sum(w.reason == "killed_memory" for w in workers) == 1
+    assert page.locator("rect.trial").count() == len(attempts)
+    kill_tip = page.locator("g.marker.kill title").text_content()
+    assert "killed at the memory limit" in kill_tip
+    recycle_tip = page.locator("g.marker.recycle title").first.text_content()
+    assert "recycled by policy" in recycle_tip and "[rule: max_trials]" in recycle_tip
+    # the trials table: all rows, then filtered by text and by status, then sorted by peak
+    rows = page.locator("[data-table='trials'] tbody tr")
+    assert rows.count() == len(trials) == 12
+    page.fill("[data-table='trials'] input[type='search']", "alloc")
+    assert rows.count() == 1 and "killed at the memory limit" in rows.first.inner_text()
+    page.fill("[data-table='trials'] input[type='search']", "")
+    page.select_option("[data-table='trials'] select", "failed")
+    assert rows.count() == 2
+    page.select_option("[data-table='trials'] select", "")
+    header = page.locator("[data-table='trials'] th", has_text="peak RSS")
+    header.click()
+    header.click()
+    assert header.get_attribute("aria-sort") == "descending"
+    top = int(rows.first.get_attribute("data-row"))
+    assert trials[top].peak_rss_bytes == max(t.peak_rss_bytes or 0 for t in trials)
+    # growth per trial, per worker: the leaking workers' slopes are about +24 MiB with an interval
+    growth = _data(out)["tables"]["growth"]["rows"]
+    all_ok = {w.worker_id for w in workers} - {a.worker_id for a in attempts if a.status != "ok"}
+    grown = [r for r in growth if r[2] >= 3 and r[0] in all_ok]
+    assert grown, growth
+    for row in grown:
+        assert 20 * 2**20 < row[5] < 28 * 2**20, row
+        assert row[6] is not None and row[6] <= row[5] <= row[7]
+    assert page.locator("svg.intervals g.interval").count() >= len(grown)
+    assert "no known leaking" in page.inner_text("#environment").lower() or page.locator("ul.warn li").count() >= 1
+    shot = tmp_path / "run.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("TRAINGUARD_SCREENSHOT_DIR"):  # how docs/report.png is made
+        page.set_viewport_size({"width": 1280, "height": 1000})
+        page.screenshot(path=str(Path(os.environ["TRAINGUARD_SCREENSHOT_DIR"]) / "report.png"), full_page=True)
+    page.context.close()
+
+
+def test_runner_report_and_module_function(real_run, tmp_path: Path, monkeypatch) -> None:
+    db, name = real_run
+    written = trainguard.report(name, store=str(db), path=tmp_path / "a.html")
+    assert Path(written).read_text().startswith("<!DOCTYPE html>")
+    monkeypatch.chdir(tmp_path)
+    assert trainguard.report(name, store=str(db)) == "sweep.html" and (tmp_path / "sweep.html").exists()
+    runner = trainguard.Runner(store=str(db))
+    with pytest.raises(trainguard.ConfigError, match="has not run anything yet"):
+        runner.report(tmp_path / "b.html")
+    assert Path(runner.report(tmp_path / "b.html", run=name)).exists()
+    runner.close()
+
+
+def test_untrusted_strings_stay_text(browser, hostile_run, tmp_path: Path) -> None:
+    db, name = hostile_run
+    out = tmp_path / "hostile.html"
+    assert main(["report", name, "--store", str(db), "-o", str(out)]) == 0
+    opened = open_file(browser, out)
+    page = opened.page
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    assert page.locator("img").count() == 0
+    assert page.locator("script").count() == 2  # the inline JSON and the report's own script
+    assert opened.errors == [] and [m for m in opened.console if m[0] == "error"] == []
+    assert opened.other_requests == []
+    shown = "<script>window.__xss=1</script>\"><img src=x onerror=\"window.__xss=2\"></script>"
+    assert shown in page.locator("h1").inner_text()
+    assert "\u241b[31m\u2407\u2421" in page.locator("h1").inner_text()  # control characters made visible
+    assert shown in page.title()
+    table = page.locator("[data-table='trials']").inner_text()
+    assert table.count("onerror=") >= 3  # params (key and value), result and the exception message
+    assert "ValueError: <script>window.__xss=1</script>" in table
+    page.context.close()
+    # and without any browser: the markup has exactly two script elements and no other element
+    # that a payload could have made
+    raw = out.read_text()
+    assert raw.count("<script") == 2 and "<img" not in raw
+    assert html_mod.escape("<script>window.__xss=1</script>") in raw
+
+
+def _leaky_step_factory():
+    import numpy as np
+
+    holder: dict[str, list] = {}
+
+    def step():
+        # 512 KiB a call, a numpy array the census counts; the list is made by the first call
+        # (objects that exist before the check are frozen out of the census)
+        holder.setdefault("kept", []).append(np.ones(64 * 1024))
+
+    return step
+
+
+def test_leak_report_in_chromium(browser, tmp_path: Path) -> None:
+    report = trainguard.leakcheck(_leaky_step_factory(), max_iterations=160, max_time="60s")
+    assert report.verdict.value == "leak", report.summary()
+    out = tmp_path / "leak.html"
+    assert report.to_html(str(out)) == str(out)
+    opened = open_file(browser, out)
+    page = opened.page
+    assert opened.errors == [] and [m for m in opened.console if m[0] == "error"] == []
+    assert opened.other_requests == []
+    assert page.locator("h1 .badge").inner_text() == "leak"
+    assert report.reason in page.inner_text("#verdict")
+    assert page.locator("path.series.measured").count() == 1
+    assert page.locator("path.series.fit").count() == 1
+    assert page.locator("polygon.band").count() == 1  # the slope's 95 % band
+    if report.warmup_iterations:
+        assert page.locator("rect.warmup").count() == 1 and page.locator("g.warmup-cut").count() == 1
+    rows = page.locator("[data-table='attribution'] tbody tr")
+    assert rows.count() == len(report.growth_by_kind) >= 1
+    assert "numpy" in rows.first.inner_text()
+    page.context.close()
+
+
+def test_leakcheck_cli_html(tmp_path: Path) -> None:
+    import subprocess
+
+    script = tmp_path / "step.py"
+    script.write_text("KEPT = []\n\ndef step():\n    KEPT.append(bytearray(1 << 20))\n")
+    bad = subprocess.run(
+        [sys.executable, "-m", "trainguard", "leakcheck", f"{script}:step", "--html", str(tmp_path / "no" / "x.html")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    out = tmp_path / "leak.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "trainguard", "leakcheck", f"{script}:step", "--max-iterations", "40",
+         "--html", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1, 3), done.stderr
+    verdict = json.loads(done.stdout)["verdict"]
+    assert _data(out)["verdict"] == verdict and f"{script}:step" in out.read_text()
+
+
+def test_comparison_in_chromium(browser, tmp_path: Path) -> None:
+    from trainguard.report import write_comparison
+
+    comparison = {
+        "title": "compare <b>train.py:fit</b>",
+        "recommendations": ["torch backend: no growth, 1.3x slower"],
+        "configurations": [
+            {"name": "tensorflow", "settings": {"keras_backend": "tensorflow"}, "trials": 12, "failed": 0,
+             "growth_bytes_per_trial": 10.1e6, "growth_ci_low_bytes_per_trial": 9.0e6,
+             "growth_ci_high_bytes_per_trial": 11.2e6, "peak_rss_bytes": 812e6, "seconds_per_trial": 1.6,
+             "peaks_bytes": [600e6 + i * 10e6 for i in range(12)]},
+            {"name": "torch", "settings": {"keras_backend": "torch"}, "trials": 12, "failed": 0,
+             "growth_bytes_per_trial": 0.1e6, "growth_ci_low_bytes_per_trial": -1e6,
+             "growth_ci_high_bytes_per_trial": 1.2e6, "peak_rss_bytes": 640e6, "seconds_per_trial": 2.1,
+             "peaks_bytes": [630e6 + (i % 3) * 4e6 for i in range(12)]},
+            {"name": "jax", "settings": {"keras_backend": "jax"}, "status": "skipped", "reason": "jax is not installed"},
+        ],
+    }
+    out = tmp_path / "compare.html"
+    write_comparison(comparison, out)
+    opened = open_file(browser, out)
+    page = opened.page
+    assert opened.errors == [] and opened.other_requests == []
+    assert page.locator("[data-table='configurations'] tbody tr").count() == 3
+    assert page.locator("svg.intervals g.interval").count() == 2
+    assert page.locator("svg.bars g.bar").count() == 4
+    assert page.locator("#peaks path.series").count() == 2
+    assert "compare <b>train.py:fit</b>" in page.locator("h1").inner_text()
+    assert "jax is not installed" in page.inner_text("[data-table='configurations']")
+    page.context.close()
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err, err
+    return err
+
+
+def test_unknown_run_lists_the_runs_there_are(real_run, tmp_path: Path, capsys) -> None:
+    db, _ = real_run
+    assert main(["report", "nope", "--store", str(db), "-o", str(tmp_path / "x.html")]) == 2
+    err = _one_line_error(capsys)
+    assert "no run named 'nope'" in err and "'sweep'" in err and "pass one of them" in err
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_store_that_is_not_trainguards(tmp_path: Path, capsys) -> None:
+    text_file = tmp_path / "notes.db"
+    text_file.write_text("just some notes\n")
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    for store in (text_file, other):
+        assert main(["report", "r", "--store", str(store), "-o", str(tmp_path / "x.html")]) == 2
+        assert "not a trainguard store" in _one_line_error(capsys)
+    assert text_file.read_text() == "just some notes\n" and not (tmp_path / "x.html").exists()
+
+
+def test_output_in_a_missing_or_read_only_folder_fails_before_any_work(tmp_path: Path, capsys) -> None:
+    nowhere = tmp_path / "missing.db"  # not even a store: the output is checked first
+    assert main(["report", "r", "--store", str(nowhere), "-o", str(tmp_path / "no" / "run.html")]) == 2
+    err = _one_line_error(capsys)
+    assert "does not exist" in err and "mkdir -p" in err
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    # root writes through a mode of 0o555; /sys refuses even root
+    folder = Path("/sys") if os.geteuid() == 0 else read_only
+    assert main(["report", "r", "--store", str(nowhere), "-o", str(folder / "run.html")]) == 2
+    assert "is not writable" in _one_line_error(capsys)
+    assert main(["report", "r", "--store", str(nowhere), "-o", str(tmp_path)]) == 2
+    assert "is a folder" in _one_line_error(capsys)
+    assert not nowhere.exists()
+
+
+def test_run_in_progress_is_reported_and_marked(tmp_path: Path, capsys) -> None:
+    import time
+
+    db = tmp_path / "runs.db"
+    with Store(db) as store:  # a run whose supervisor is still at work: one trial running
+        run = store.begin_run("live", "train.py:fit", [{"i": 0}, {"i": 1}], {"workers": 1, "policy": {}})
+        store.start_worker(run.run_id, 0, os.getpid(), {"slot": 0})
+        t0 = time.time()
+        store.add_samples(run.run_id, 0, [(t0 + k / 10, 50_000_000 + k * 1_000_000, None, None) for k in range(20)])
+        store.start_attempt(run.run_id, 0, 1, 0)
+    out = tmp_path / "live.html"
+    assert main(["report", "live", "--store", str(db), "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "still in progress" in captured.err and "\n" not in captured.err.strip()
+    page = out.read_text()
+    assert 'id="in-progress"' in page and "In progress." in page
+    rows = _data(out)["tables"]["trials"]["rows"]
+    assert [r[1] for r in rows] == ["running", "pending"]
