@@ -55,13 +55,11 @@ _LAZY = {
     "TrialResult": "trainguard.runner",
 }
 
-# Imported eagerly (it is light): the submodule trainguard.scope would otherwise shadow the
-# function trainguard.scope as soon as anything imported the module.
-from trainguard.scope import ScopeReport, Survivor, scope  # noqa: E402, F401 (in __all__ via _LAZY)
-
-# Likewise the package trainguard.report would shadow the function trainguard.report; its
-# __init__ imports only the standard library.
+# Imported eagerly (they are light): the submodule trainguard.scope would otherwise shadow the
+# function trainguard.scope as soon as anything imported the module, and the package
+# trainguard.report the function trainguard.report (its __init__ imports only the standard library).
 from trainguard.report import report  # noqa: E402
+from trainguard.scope import ScopeReport, Survivor, scope  # noqa: E402, F401 (in __all__ via _LAZY)
 
 __all__ = [
     "__version__",

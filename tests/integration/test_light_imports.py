@@ -114,6 +114,7 @@ def test_public_names_are_pinned():
             "parse_duration",
             "parse_size",
             "probing",
+            "report",
             "scope",
             "tree_memory",
         ]

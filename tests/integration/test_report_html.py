@@ -125,13 +125,18 @@ def test_run_report_in_chromium(browser, real_run, tmp_path: Path, capsys) -> No
         assert 20 * 2**20 < row[5] < 28 * 2**20, row
         assert row[6] is not None and row[6] <= row[5] <= row[7]
     assert page.locator("svg.intervals g.interval").count() >= len(grown)
-    assert "no known leaking" in page.inner_text("#environment").lower() or page.locator("ul.warn li").count() >= 1
+    assert (
+        "no known leaking" in page.inner_text("#environment").lower()
+        or page.locator("ul.warn li").count() >= 1
+    )
     shot = tmp_path / "run.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 20_000
     if os.environ.get("TRAINGUARD_SCREENSHOT_DIR"):  # how docs/report.png is made
         page.set_viewport_size({"width": 1280, "height": 1000})
-        page.screenshot(path=str(Path(os.environ["TRAINGUARD_SCREENSHOT_DIR"]) / "report.png"), full_page=True)
+        page.screenshot(
+            path=str(Path(os.environ["TRAINGUARD_SCREENSHOT_DIR"]) / "report.png"), full_page=True
+        )
     page.context.close()
 
 
@@ -159,7 +164,7 @@ def test_untrusted_strings_stay_text(browser, hostile_run, tmp_path: Path) -> No
     assert page.locator("script").count() == 2  # the inline JSON and the report's own script
     assert opened.errors == [] and [m for m in opened.console if m[0] == "error"] == []
     assert opened.other_requests == []
-    shown = "<script>window.__xss=1</script>\"><img src=x onerror=\"window.__xss=2\"></script>"
+    shown = '<script>window.__xss=1</script>"><img src=x onerror="window.__xss=2"></script>'
     assert shown in page.locator("h1").inner_text()
     assert "\u241b[31m\u2407\u2421" in page.locator("h1").inner_text()  # control characters made visible
     assert shown in page.title()
@@ -215,16 +220,36 @@ def test_leakcheck_cli_html(tmp_path: Path) -> None:
     script = tmp_path / "step.py"
     script.write_text("KEPT = []\n\ndef step():\n    KEPT.append(bytearray(1 << 20))\n")
     bad = subprocess.run(
-        [sys.executable, "-m", "trainguard", "leakcheck", f"{script}:step", "--html", str(tmp_path / "no" / "x.html")],
+        [
+            sys.executable,
+            "-m",
+            "trainguard",
+            "leakcheck",
+            f"{script}:step",
+            "--html",
+            str(tmp_path / "no" / "x.html"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert bad.returncode == 2 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert (
+        bad.returncode == 2 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    )
     out = tmp_path / "leak.html"
     done = subprocess.run(
-        [sys.executable, "-m", "trainguard", "leakcheck", f"{script}:step", "--max-iterations", "40",
-         "--html", str(out), "--json"],
+        [
+            sys.executable,
+            "-m",
+            "trainguard",
+            "leakcheck",
+            f"{script}:step",
+            "--max-iterations",
+            "40",
+            "--html",
+            str(out),
+            "--json",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -241,15 +266,36 @@ def test_comparison_in_chromium(browser, tmp_path: Path) -> None:
         "title": "compare <b>train.py:fit</b>",
         "recommendations": ["torch backend: no growth, 1.3x slower"],
         "configurations": [
-            {"name": "tensorflow", "settings": {"keras_backend": "tensorflow"}, "trials": 12, "failed": 0,
-             "growth_bytes_per_trial": 10.1e6, "growth_ci_low_bytes_per_trial": 9.0e6,
-             "growth_ci_high_bytes_per_trial": 11.2e6, "peak_rss_bytes": 812e6, "seconds_per_trial": 1.6,
-             "peaks_bytes": [600e6 + i * 10e6 for i in range(12)]},
-            {"name": "torch", "settings": {"keras_backend": "torch"}, "trials": 12, "failed": 0,
-             "growth_bytes_per_trial": 0.1e6, "growth_ci_low_bytes_per_trial": -1e6,
-             "growth_ci_high_bytes_per_trial": 1.2e6, "peak_rss_bytes": 640e6, "seconds_per_trial": 2.1,
-             "peaks_bytes": [630e6 + (i % 3) * 4e6 for i in range(12)]},
-            {"name": "jax", "settings": {"keras_backend": "jax"}, "status": "skipped", "reason": "jax is not installed"},
+            {
+                "name": "tensorflow",
+                "settings": {"keras_backend": "tensorflow"},
+                "trials": 12,
+                "failed": 0,
+                "growth_bytes_per_trial": 10.1e6,
+                "growth_ci_low_bytes_per_trial": 9.0e6,
+                "growth_ci_high_bytes_per_trial": 11.2e6,
+                "peak_rss_bytes": 812e6,
+                "seconds_per_trial": 1.6,
+                "peaks_bytes": [600e6 + i * 10e6 for i in range(12)],
+            },
+            {
+                "name": "torch",
+                "settings": {"keras_backend": "torch"},
+                "trials": 12,
+                "failed": 0,
+                "growth_bytes_per_trial": 0.1e6,
+                "growth_ci_low_bytes_per_trial": -1e6,
+                "growth_ci_high_bytes_per_trial": 1.2e6,
+                "peak_rss_bytes": 640e6,
+                "seconds_per_trial": 2.1,
+                "peaks_bytes": [630e6 + (i % 3) * 4e6 for i in range(12)],
+            },
+            {
+                "name": "jax",
+                "settings": {"keras_backend": "jax"},
+                "status": "skipped",
+                "reason": "jax is not installed",
+            },
         ],
     }
     out = tmp_path / "compare.html"
@@ -263,6 +309,28 @@ def test_comparison_in_chromium(browser, tmp_path: Path) -> None:
     assert page.locator("#peaks path.series").count() == 2
     assert "compare <b>train.py:fit</b>" in page.locator("h1").inner_text()
     assert "jax is not installed" in page.inner_text("[data-table='configurations']")
+    page.context.close()
+
+
+def test_compare_cli_html_in_chromium(browser, tmp_path: Path, capsys) -> None:
+    grows = f"{HERE / 'oom_trials.py'}:grows"
+    params = tmp_path / "p.json"
+    params.write_text(json.dumps({"mb": 4}))
+    assert main(["compare", grows, "--params", str(params), "--html", str(tmp_path / "no" / "c.html")]) == 2
+    assert "does not exist" in _one_line_error(capsys)
+    out = tmp_path / "compare.html"
+    argv = ["compare", grows, "--params", str(params), "--allocator", "glibc,/nonexistent/libnothing.so"]
+    assert main([*argv, "--trials", "4", "--html", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    opened = open_file(browser, out)
+    page = opened.page
+    assert opened.errors == [] and opened.other_requests == []
+    rows = page.locator("[data-table='configurations'] tbody tr")
+    assert rows.count() == len(result["results"]) == 2
+    assert "skipped" in rows.nth(1).inner_text()
+    assert page.locator("svg.intervals g.interval").count() == 1
+    assert page.locator("#peaks path.series").count() == 1
+    assert result["recommendation"][:40] in page.inner_text("#recommendations")
     page.context.close()
 
 
@@ -289,8 +357,8 @@ def test_store_that_is_not_trainguards(tmp_path: Path, capsys) -> None:
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as conn:
         conn.execute("CREATE TABLE t (x)")
-    for store in (text_file, other):
-        assert main(["report", "r", "--store", str(store), "-o", str(tmp_path / "x.html")]) == 2
+    for store in (text_file, other):  # exit 4: a store error
+        assert main(["report", "r", "--store", str(store), "-o", str(tmp_path / "x.html")]) == 4
         assert "not a trainguard store" in _one_line_error(capsys)
     assert text_file.read_text() == "just some notes\n" and not (tmp_path / "x.html").exists()
 
@@ -320,7 +388,9 @@ def test_run_in_progress_is_reported_and_marked(tmp_path: Path, capsys) -> None:
         run = store.begin_run("live", "train.py:fit", [{"i": 0}, {"i": 1}], {"workers": 1, "policy": {}})
         store.start_worker(run.run_id, 0, os.getpid(), {"slot": 0})
         t0 = time.time()
-        store.add_samples(run.run_id, 0, [(t0 + k / 10, 50_000_000 + k * 1_000_000, None, None) for k in range(20)])
+        store.add_samples(
+            run.run_id, 0, [(t0 + k / 10, 50_000_000 + k * 1_000_000, None, None) for k in range(20)]
+        )
         store.start_attempt(run.run_id, 0, 1, 0)
     out = tmp_path / "live.html"
     assert main(["report", "live", "--store", str(db), "-o", str(out)]) == 0

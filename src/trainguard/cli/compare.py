@@ -36,6 +36,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object (shape in trainguard.comparison)"
     )
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        default=None,
+        help="also write the configurations side by side as a self-contained HTML report",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.comparison import compare
 
     params = load_one_params(args.params)
+    if args.html:
+        from trainguard.report import check_output_path
+
+        check_output_path(args.html, flag="--html")  # before any trial runs
     progress = None
     if not args.quiet and not args.json:
 
@@ -62,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         store=args.store,
         progress=progress,
     )
+    if args.html:
+        from trainguard.report import write_comparison
+
+        write_comparison(result, args.html)
     if args.json:
         print(json.dumps(result.to_dict()))
     else:

@@ -57,7 +57,9 @@ def check_output_path(path: str | os.PathLike[str], *, flag: str = "-o") -> Path
             f"(mkdir -p {parent}) or pass another {flag}"
         )
     if not parent.is_dir():
-        raise ConfigError(f"cannot write the report to {shown}: {parent} is a file, not a folder: pass another {flag}")
+        raise ConfigError(
+            f"cannot write the report to {shown}: {parent} is a file, not a folder: pass another {flag}"
+        )
     try:
         fd, probe = tempfile.mkstemp(prefix=".trainguard-report-", suffix=".tmp", dir=parent)
     except OSError as err:
@@ -87,7 +89,9 @@ def write_html(path: str | os.PathLike[str], html: str, *, flag: str = "-o") -> 
             os.unlink(tmp)
         except OSError:
             pass
-        raise ConfigError(f"cannot write the report to {os.fspath(path)}: {err.strerror}: pass another {flag}") from None
+        raise ConfigError(
+            f"cannot write the report to {os.fspath(path)}: {err.strerror}: pass another {flag}"
+        ) from None
     return p
 
 
@@ -115,7 +119,9 @@ def find_run(store: Any, run: str | int) -> Any:
         listing = "the store has no runs yet"
     else:
         shown = ", ".join(repr(n) for n in names[:20])
-        more = f" and {len(names) - 20} more (trainguard runs --store {store.path})" if len(names) > 20 else ""
+        more = (
+            f" and {len(names) - 20} more (trainguard runs --store {store.path})" if len(names) > 20 else ""
+        )
         listing = f"the runs in it are {shown}{more}"
     raise ConfigError(f"no run named {run!r} in {store.path}: {listing}: pass one of them")
 
@@ -140,7 +146,9 @@ def _environment_now() -> dict[str, Any]:
     return env
 
 
-def report(run: str | int, *, store: Any = "trainguard.db", path: str | os.PathLike[str] | None = None) -> str:
+def report(
+    run: str | int, *, store: Any = "trainguard.db", path: str | os.PathLike[str] | None = None
+) -> str:
     """Write the self-contained HTML report of one run and return its path.
 
     Args:
@@ -186,14 +194,18 @@ def render_leak_html(leak_report: Any, *, title: str | None = None) -> str:
     return render_leak(leak_report, title=title)
 
 
-def render_comparison_html(comparison: dict[str, Any]) -> str:
+def render_comparison_html(comparison: Any) -> str:
     """The HTML text of a comparison of configurations (see :func:`write_comparison`)."""
     from trainguard.report._compare import render_comparison
 
+    if hasattr(comparison, "to_dict"):
+        comparison = comparison.to_dict()
     return render_comparison(comparison)
 
 
-def write_comparison(comparison: dict[str, Any], path: str | os.PathLike[str], *, flag: str = "--html") -> str:
+def write_comparison(
+    comparison: dict[str, Any], path: str | os.PathLike[str], *, flag: str = "--html"
+) -> str:
     """Write configurations side by side as one HTML file; see :mod:`trainguard.report._compare`
     for the input shape (``{"title", "configurations": [{"name", "settings", "growth_bytes_per_trial",
     ...}], "recommendations"}``)."""

@@ -1,7 +1,8 @@
 """Configurations side by side: the report of a comparison (``trainguard compare ... --html``).
 
-The input is plain JSON-ready data, so any producer (the ``compare`` command, a script, a test)
-can write one. Every field but ``name`` is optional::
+The input is plain JSON-ready data, so any producer can write one: either what
+:meth:`trainguard.comparison.Comparison.to_dict` returns (``trainguard compare --json``; it is
+converted by :func:`from_comparison`), or this shape, where every field but ``name`` is optional::
 
     {
       "title": "compare train.py:fit",              # the page heading
@@ -19,9 +20,10 @@ can write one. Every field but ``name`` is optional::
           "growth_ci_high_bytes_per_trial": 11.0e6,
           "peak_rss_bytes": 812e6,
           "seconds_per_trial": 1.6,
-          "peaks_bytes": [601e6, 612e6, ...]        # per-trial peaks, drawn on one scale
+          "series_bytes": [601e6, 612e6, ...]       # one reading per trial, drawn on one scale
         }
-      ]
+      ],
+      "series_label": "peak RSS of each trial"      # what series_bytes holds
     }
 
 Numbers are bytes and seconds; a missing or non-finite number shows as "-".
@@ -35,7 +37,7 @@ from typing import Any
 from trainguard.report import _svg
 from trainguard.report._html import clean, fmt_bytes, fmt_seconds, page, text
 
-__all__ = ["render_comparison"]
+__all__ = ["render_comparison", "from_comparison"]
 
 
 def _num(value: Any) -> float | None:
@@ -44,16 +46,59 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def from_comparison(data: dict[str, Any]) -> dict[str, Any]:
+    """This module's shape from ``Comparison.to_dict()`` (the ``compare`` command's JSON)."""
+    configs = []
+    for r in data.get("results") or []:
+        if not isinstance(r, dict):
+            continue
+        skipped = r.get("skipped")
+        configs.append(
+            {
+                "name": str(r.get("label") or "?"),
+                "settings": r.get("configuration") or {},
+                "status": "skipped" if skipped else ("failed" if r.get("failures") else "ok"),
+                "reason": skipped or r.get("words") or "",
+                "trials": r.get("trials"),
+                "failed": r.get("failures"),
+                "growth_bytes_per_trial": r.get("growth_bytes_per_trial"),
+                "growth_ci_low_bytes_per_trial": r.get("growth_ci_low_bytes_per_trial"),
+                "growth_ci_high_bytes_per_trial": r.get("growth_ci_high_bytes_per_trial"),
+                "peak_rss_bytes": r.get("peak_rss_bytes"),
+                "seconds_per_trial": r.get("seconds_per_trial"),
+                "series_bytes": r.get("rss_after_bytes") or [],
+            }
+        )
+    elapsed = data.get("elapsed_s")
+    subtitle = f"{data.get('trials', '?')} trials per configuration, each in a fresh worker"
+    if isinstance(elapsed, (int, float)):
+        subtitle += f"; {fmt_seconds(elapsed)} in all"
+    if data.get("baseline"):
+        subtitle += f"; baseline {data['baseline']}"
+    return {
+        "title": f"compare {data.get('fn') or ''}".strip(),
+        "subtitle": subtitle,
+        "recommendations": [data["recommendation"]] if data.get("recommendation") else [],
+        "configurations": configs,
+        "series_label": "RSS after each trial (read in the worker after gc.collect())",
+    }
+
+
 def render_comparison(comparison: dict[str, Any]) -> str:
-    """HTML of a comparison (see the module docstring for the shape).
+    """HTML of a comparison (see the module docstring for the shapes).
 
     Raises:
         ConfigError: ``comparison`` is not a dict with a list of configurations, each with a name.
     """
     from trainguard.exceptions import ConfigError
 
+    if isinstance(comparison, dict) and "results" in comparison and "configurations" not in comparison:
+        comparison = from_comparison(comparison)
+
     if not isinstance(comparison, dict) or not isinstance(comparison.get("configurations"), list):
-        raise ConfigError("a comparison must be a dict with a 'configurations' list, e.g. {'configurations': [{'name': 'tf'}]}")
+        raise ConfigError(
+            "a comparison must be a dict with a 'configurations' list, e.g. {'configurations': [{'name': 'tf'}]}"
+        )
     configs = comparison["configurations"]
     for i, c in enumerate(configs):
         if not isinstance(c, dict) or not isinstance(c.get("name"), str):
@@ -61,7 +106,7 @@ def render_comparison(comparison: dict[str, Any]) -> str:
     title = clean(comparison.get("title") or "comparison")
     setting_keys: list[str] = []
     for c in configs:
-        for k in (c.get("settings") or {}):
+        for k in c.get("settings") or {}:
             if k not in setting_keys:
                 setting_keys.append(str(k))
     columns = (
@@ -115,28 +160,54 @@ def render_comparison(comparison: dict[str, Any]) -> str:
             "<h3>Growth per trial, with its 95 % interval</h3>"
             + _svg.interval_plot(intervals, title="growth per trial by configuration")
         )
-    peaks = [(c["name"], _num(c.get("peak_rss_bytes")), f"{c['name']}: peak {fmt_bytes(_num(c.get('peak_rss_bytes')))}") for c in measured]
+    peaks = [
+        (
+            c["name"],
+            _num(c.get("peak_rss_bytes")),
+            f"{c['name']}: peak {fmt_bytes(_num(c.get('peak_rss_bytes')))}",
+        )
+        for c in measured
+    ]
     if any(v is not None for _, v, _ in peaks):
         parts.append("<h3>Peak RSS</h3>" + _svg.bar_chart(peaks, title="peak RSS by configuration"))
     speed = [
-        (c["name"], _num(c.get("seconds_per_trial")), f"{c['name']}: {fmt_seconds(_num(c.get('seconds_per_trial')))} per trial")
+        (
+            c["name"],
+            _num(c.get("seconds_per_trial")),
+            f"{c['name']}: {fmt_seconds(_num(c.get('seconds_per_trial')))} per trial",
+        )
         for c in measured
     ]
     if any(v is not None for _, v, _ in speed):
-        parts.append("<h3>Seconds per trial</h3>" + _svg.bar_chart(speed, unit_kind="seconds", title="seconds per trial"))
+        parts.append(
+            "<h3>Seconds per trial</h3>"
+            + _svg.bar_chart(speed, unit_kind="seconds", title="seconds per trial")
+        )
     lines = []
     for i, c in enumerate(measured):
-        series = [_num(v) for v in c.get("peaks_bytes") or []]
+        series = [_num(v) for v in c.get("series_bytes") or c.get("peaks_bytes") or []]
         pts = [(float(j + 1), v) for j, v in enumerate(series) if v is not None]
         if pts:
             lines.append(_svg.Line(c["name"], [pts], colour=_svg.PALETTE[i % len(_svg.PALETTE)], dots=True))
     if lines:
-        legend = '<div class="legend">' + "".join(
-            f'<span><i class="c{i % 8}"></i>{text(line.label)}</span>' for i, line in enumerate(lines)
-        ) + "</div>"
+        legend = (
+            '<div class="legend">'
+            + "".join(
+                f'<span><i class="c{i % 8}"></i>{text(line.label)}</span>' for i, line in enumerate(lines)
+            )
+            + "</div>"
+        )
         parts.append(
-            "<h3>Peak RSS of each trial</h3>" + legend
-            + _svg.line_chart(lines=lines, x_kind="count", x_label="trial", title="peak RSS per trial", chart_id="peaks", height=260)
+            "<h3>Peak RSS of each trial</h3>"
+            + legend
+            + _svg.line_chart(
+                lines=lines,
+                x_kind="count",
+                x_label="trial",
+                title="peak RSS per trial",
+                chart_id="peaks",
+                height=260,
+            )
         )
     recs = [r for r in comparison.get("recommendations") or [] if r]
     rec_html = (
@@ -146,7 +217,10 @@ def render_comparison(comparison: dict[str, Any]) -> str:
         if recs
         else ""
     )
-    data = {"kind": "comparison", "tables": {"configurations": {"filter": len(rows) > 8, "columns": columns, "rows": rows}}}
+    data = {
+        "kind": "comparison",
+        "tables": {"configurations": {"filter": len(rows) > 8, "columns": columns, "rows": rows}},
+    }
     body = (
         f'<header class="top"><div class="kind">trainguard comparison</div><h1>{text(title)}</h1>'
         f'<div class="sub">{text(comparison.get("subtitle") or f"{len(configs)} configurations")}</div></header><main>'

@@ -135,7 +135,7 @@ def page(*, title: str, body: str, data: Any, kind: str) -> str:
         f"<title>{text(title)}</title>"
         f"<style>{_STYLE}</style></head>"
         f'<body class="tg-{text(kind)}">{body}'
-        f'<footer>Made by trainguard {text(__version__)}. This file is self-contained: it makes no network '
+        f"<footer>Made by trainguard {text(__version__)}. This file is self-contained: it makes no network "
         "request and needs no other file.</footer>"
         f'<script type="application/json" id="tg-data">{to_json_block(data)}</script>'
         f"<script>{_SCRIPT}</script></body></html>\n"

@@ -43,9 +43,21 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
             css_class="series measured",
         )
     ]
-    untrimmed = [(float(r["iteration"]), float(r["untrimmed_bytes"])) for r in series if _num(r.get("untrimmed_bytes"))]
+    untrimmed = [
+        (float(r["iteration"]), float(r["untrimmed_bytes"])) for r in series if _num(r.get("untrimmed_bytes"))
+    ]
     if untrimmed and any(abs(u - y) > 0 for (_, u), y in zip(untrimmed, ys, strict=False)):
-        lines.insert(0, _svg.Line(f"{metric} before malloc_trim", [untrimmed], colour="#b7c0cc", width=1.2, dash="3 3", css_class="series untrimmed"))
+        lines.insert(
+            0,
+            _svg.Line(
+                f"{metric} before malloc_trim",
+                [untrimmed],
+                colour="#b7c0cc",
+                width=1.2,
+                dash="3 3",
+                css_class="series untrimmed",
+            ),
+        )
     gpu = [(float(r["iteration"]), float(r["gpu_bytes"])) for r in series if _num(r.get("gpu_bytes"))]
     if gpu:
         lines.append(_svg.Line("GPU memory", [gpu], colour="#009E73", css_class="series gpu"))
@@ -71,15 +83,37 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
             bands.append(
                 _svg.Band(
                     f"95 % interval of the slope: {fmt_bytes(lo, signed=True)} .. {fmt_bytes(hi, signed=True)} per iteration",
-                    [(x0, yc + lo * (x0 - xc)), (x1, yc + lo * (x1 - xc)), (x1, yc + hi * (x1 - xc)), (x0, yc + hi * (x0 - xc))],
+                    [
+                        (x0, yc + lo * (x0 - xc)),
+                        (x1, yc + lo * (x1 - xc)),
+                        (x1, yc + hi * (x1 - xc)),
+                        (x0, yc + hi * (x0 - xc)),
+                    ],
                 )
             )
         del ky
     shades = []
     markers = []
     if warm and xs:
-        shades.append(_svg.Span(min(xs), warm, "#E69F00", f"warm-up: the first {warm} iterations, left out of the slope", css_class="warmup"))
-        markers.append(_svg.VMarker(float(warm), "warm-up cut", f"end of the warm-up at iteration {warm}", colour="#B36B00", symbol="", css_class="marker warmup-cut"))
+        shades.append(
+            _svg.Span(
+                min(xs),
+                warm,
+                "#E69F00",
+                f"warm-up: the first {warm} iterations, left out of the slope",
+                css_class="warmup",
+            )
+        )
+        markers.append(
+            _svg.VMarker(
+                float(warm),
+                "warm-up cut",
+                f"end of the warm-up at iteration {warm}",
+                colour="#B36B00",
+                symbol="",
+                css_class="marker warmup-cut",
+            )
+        )
     chart = (
         _svg.line_chart(
             lines=lines,
@@ -100,7 +134,11 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
     extra_keys: list[str] = []
     for g in growth:
         for k, v in g.items():
-            if k not in _KNOWN_GROWTH_KEYS and k not in extra_keys and (v is None or isinstance(v, (str, int, float))):
+            if (
+                k not in _KNOWN_GROWTH_KEYS
+                and k not in extra_keys
+                and (v is None or isinstance(v, (str, int, float)))
+            ):
                 extra_keys.append(k)
     columns = [
         {"label": "what grows", "kind": "code"},
@@ -120,15 +158,27 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
             ]
             + [clean(g.get(k)) if g.get(k) is not None else "" for k in extra_keys]
         )
-    data = {"kind": "leak", "verdict": verdict, "tables": {"attribution": {"filter": len(rows) > 12, "columns": columns, "rows": rows}}}
+    data = {
+        "kind": "leak",
+        "verdict": verdict,
+        "tables": {"attribution": {"filter": len(rows) > 12, "columns": columns, "rows": rows}},
+    }
 
     def b(v: float | None) -> str:
         return fmt_bytes(v, signed=True) if v is not None else "-"
 
     cards = [
         ("growth", f"{b(slope)}/iter", f"95 % interval {b(lo)} .. {b(hi)}"),
-        ("iterations", str(d.get("iterations", "-")), f"{warm} warm-up · {d.get('measurements', '-')} readings"),
-        ("step time", fmt_seconds(_num(d.get("step_time_s"))), f"check took {fmt_seconds(_num(d.get('elapsed_s')))}"),
+        (
+            "iterations",
+            str(d.get("iterations", "-")),
+            f"{warm} warm-up · {d.get('measurements', '-')} readings",
+        ),
+        (
+            "step time",
+            fmt_seconds(_num(d.get("step_time_s"))),
+            f"check took {fmt_seconds(_num(d.get('elapsed_s')))}",
+        ),
         ("tolerance", f"{b(_num(d.get('tolerance_bytes_per_iter')))}/iter", f"metric: {metric}"),
     ]
     card_html = "".join(
@@ -157,8 +207,8 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
     err = d.get("error")
     if isinstance(err, dict) and err:
         extras += (
-            f'<h3>The step raised</h3><p>iteration {text(err.get("iteration", "-"))}: {text(err.get("exc_type", ""))}: '
-            f'{text(err.get("message", ""))}</p><pre>{text(err.get("traceback", ""))}</pre>'
+            f"<h3>The step raised</h3><p>iteration {text(err.get('iteration', '-'))}: {text(err.get('exc_type', ''))}: "
+            f"{text(err.get('message', ''))}</p><pre>{text(err.get('traceback', ''))}</pre>"
         )
     legend = (
         '<div class="legend"><span><i class="l-rss"></i>reading after gc + trim</span>'
@@ -169,7 +219,7 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
     body = (
         f'<header class="top"><div class="kind">trainguard leak check</div><h1>{text(heading)}'
         f'<span class="badge {text(verdict if verdict in ("leak", "no_leak", "plateau", "inconclusive") else "other")}">'
-        f"{text(verdict)}</span></h1><div class=\"sub\">{text(d.get('reason') or '')}</div></header><main>"
+        f'{text(verdict)}</span></h1><div class="sub">{text(d.get("reason") or "")}</div></header><main>'
         f'<div class="cards">{card_html}</div>'
         f'<section id="series"><h2>Memory per iteration</h2><p class="note">Each reading follows gc.collect() and '
         f"malloc_trim(0). The shaded start is the warm-up, cut where the series settled; the slope and its 95 % band "
@@ -178,7 +228,11 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
         f'<p class="reason">{text(d.get("reason") or "")}</p>{kv_table(numbers)}</section>'
         f'<section id="attribution"><h2>What grows</h2><p class="note">Live objects by kind (census) and, with '
         f"--tracemalloc, Python allocation sites, per iteration after the warm-up.</p>"
-        + ('<div data-table="attribution"></div>' if rows else '<p class="muted">Nothing was found growing.</p>')
+        + (
+            '<div data-table="attribution"></div>'
+            if rows
+            else '<p class="muted">Nothing was found growing.</p>'
+        )
         + f"{extras}</section></div></main>"
     )
     return page(title=f"{heading} · {verdict} · trainguard", body=body, data=data, kind="leak")

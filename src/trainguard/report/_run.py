@@ -135,9 +135,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
     samples = store.samples(run_id)
     env_events = [e for e in events if e.kind == "environment" and isinstance(e.data, dict)]
     if not env_events:
-        env_events = [
-            e for e in store.events(run_id, kinds=["environment"]) if isinstance(e.data, dict)
-        ]
+        env_events = [e for e in store.events(run_id, kinds=["environment"]) if isinstance(e.data, dict)]
     in_progress = info.status == "running"
     now = time.time()
     t0 = info.created_at
@@ -167,7 +165,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
             slots[wid].append(None)
     rss_all = [s.rss_bytes for s in samples if s.rss_bytes > 0]
     gpu_all = [s.gpu_bytes for s in samples if s.gpu_bytes]
-    peak_candidates = [p for p in [summary.peak_rss_bytes if summary else None, *rss_all] if p]
+    peak_candidates = [p for p in [summary.peak_rss_bytes if summary else None, *rss_all, *gpu_all] if p]
     top = max(peak_candidates + [limit or 0, 1])
     bottom = min(rss_all) if rss_all else 0
     y_lo = 0.0 if limit else max(0.0, bottom - (top - bottom) * 0.15)
@@ -188,11 +186,21 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
             gpu = [(s.time - t0, float(s.gpu_bytes)) for s in rows if s.gpu_bytes is not None]
             if gpu and any(v for _, v in gpu):
                 gpu_segments.append(gpu)
-        lines = [_svg.Line("RSS of the worker's process tree", rss_segments, colour="#0072B2", css_class="series rss")]
+        lines = [
+            _svg.Line(
+                "RSS of the worker's process tree", rss_segments, colour="#0072B2", css_class="series rss"
+            )
+        ]
         if uss_segments:
-            lines.append(_svg.Line("USS (private memory)", uss_segments, colour="#56B4E9", dash="5 3", css_class="series uss"))
+            lines.append(
+                _svg.Line(
+                    "USS (private memory)", uss_segments, colour="#56B4E9", dash="5 3", css_class="series uss"
+                )
+            )
         if gpu_segments:
-            lines.append(_svg.Line("GPU memory (NVML, by pid)", gpu_segments, colour="#009E73", css_class="series gpu"))
+            lines.append(
+                _svg.Line("GPU memory (NVML, by pid)", gpu_segments, colour="#009E73", css_class="series gpu")
+            )
         markers = []
         for w in slot_workers:
             if w.ended_at is None:
@@ -229,7 +237,11 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
         for a in attempts:
             if a.worker_id not in wids:
                 continue
-            end = a.finished_at if a.finished_at is not None else (t_end if a.status == "running" else a.started_at)
+            end = (
+                a.finished_at
+                if a.finished_at is not None
+                else (t_end if a.status == "running" else a.started_at)
+            )
             colour = _STATUS_COLOUR.get(a.status, "#e57373")
             trial = trial_by_index.get(a.index)
             tip = (
@@ -244,7 +256,9 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
         if limit:
             hlines.append(_svg.HLine(float(limit), f"memory limit {fmt_bytes(limit)}"))
         if gpu_limit and gpu_segments:
-            hlines.append(_svg.HLine(float(gpu_limit), f"GPU memory limit {fmt_bytes(gpu_limit)}", colour="#00695c"))
+            hlines.append(
+                _svg.HLine(float(gpu_limit), f"GPU memory limit {fmt_bytes(gpu_limit)}", colour="#00695c")
+            )
         slot_peak = max((v for seg in rss_segments for _, v in seg), default=None)
         svg = _svg.line_chart(
             lines=lines,
@@ -290,7 +304,17 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
         )
     growth = _growth_rows(attempts, workers)
     growth_rows = [
-        [g["worker"], g["slot"], g["trials"], g["first_peak"], g["last_peak"], g["slope"], g["low"], g["high"], g["end"]]
+        [
+            g["worker"],
+            g["slot"],
+            g["trials"],
+            g["first_peak"],
+            g["last_peak"],
+            g["slope"],
+            g["low"],
+            g["high"],
+            g["end"],
+        ]
         for g in growth
     ]
     event_rows = [
@@ -372,8 +396,16 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
         )
         peak_sub = f"{frac * 100:.0f} % of the limit {fmt_bytes(limit)}"
     cards = [
-        ("trials", f"{ok} ok · {failed} failed", f"{total} in all" + (f", {pending} pending" if pending else "")),
-        ("wall time", fmt_seconds(wall), f"{summary.sessions} sessions" if summary and summary.sessions > 1 else "one session"),
+        (
+            "trials",
+            f"{ok} ok · {failed} failed",
+            f"{total} in all" + (f", {pending} pending" if pending else ""),
+        ),
+        (
+            "wall time",
+            fmt_seconds(wall),
+            f"{summary.sessions} sessions" if summary and summary.sessions > 1 else "one session",
+        ),
         ("peak RSS", fmt_bytes(peak), peak_sub, meter),
         ("workers", str(len(workers)), f"{recycles} recycled · {kills} killed or crashed"),
     ]
@@ -461,12 +493,12 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
         f'<section id="memory"><h2>Memory per worker slot</h2><p class="note">Each worker slot’s process tree, sampled '
         f"from outside and stored with each time bucket’s highest reading, so peaks survive downsampling. The strip "
         f"under each chart is one box per trial attempt; hover any mark for details.</p>{legend}"
-        f'{"".join(charts) or "<p class=muted>No memory was sampled.</p>"}</section>'
+        f"{''.join(charts) or '<p class=muted>No memory was sampled.</p>'}</section>"
         f'<section id="trials"><h2>Trials</h2><p class="note">Click a column to sort; type to filter.</p>'
         f'<div data-table="trials"></div></section>'
         f'<section id="growth"><h2>Growth per trial, per worker</h2><p class="note">Theil-Sen slope of each worker’s '
         f"per-trial peak RSS (trials the worker survived) with its 95 % interval (trainguard’s leak statistics). A worker whose interval lies above "
-        f"zero grew with every trial; recycling is what bounds it.</p>{growth_svg}<div data-table=\"growth\"></div></section>"
+        f'zero grew with every trial; recycling is what bounds it.</p>{growth_svg}<div data-table="growth"></div></section>'
         f'<section id="events"><h2>Events</h2><p class="note">Recycles (with the rule that fired), kills, retries '
         f'and run boundaries, seconds after the start.</p><div data-table="events"></div></section>'
         f'<section id="environment"><h2>Environment</h2><p class="note">{text(env_note)} From <code>trainguard doctor</code>.</p>'

@@ -358,7 +358,11 @@ def _grid(frame: _Frame, x_kind: str, y_kind: str, x_label: str, strip: int = 0)
             f'<line x1="{frame.left}" x2="{_n(right)}" y1="{_n(y)}" y2="{_n(y)}" stroke="#E3E7EE"/>'
             f'<text x="{frame.left - 6}" y="{_n(y + 4)}" text-anchor="end" class="tick">{text(fmt(t))}</text>'
         )
-    xt = _time_ticks(frame.x_min, frame.x_max) if x_kind == "seconds" else nice_ticks(frame.x_min, frame.x_max, 7)
+    xt = (
+        _time_ticks(frame.x_min, frame.x_max)
+        if x_kind == "seconds"
+        else nice_ticks(frame.x_min, frame.x_max, 7)
+    )
     for t in xt:
         x = frame.px(t)
         label = format_seconds(t) if x_kind == "seconds" else f"{t:,.10g}"
@@ -389,7 +393,9 @@ class Interval:
     colour: str = PALETTE[0]
 
 
-def interval_plot(rows: Sequence[Interval], *, width: int = 960, unit_kind: str = "bytes", title: str = "") -> str:
+def interval_plot(
+    rows: Sequence[Interval], *, width: int = 960, unit_kind: str = "bytes", title: str = ""
+) -> str:
     """One row per estimate: a dot and its interval as a bar, with a zero line (a forest plot)."""
     row_h = 22
     label_w = 170
@@ -438,8 +444,12 @@ def interval_plot(rows: Sequence[Interval], *, width: int = 960, unit_kind: str 
 
 
 def bar_chart(
-    rows: Sequence[tuple[str, float | None, str]], *, width: int = 960, unit_kind: str = "bytes",
-    title: str = "", limit: float | None = None,
+    rows: Sequence[tuple[str, float | None, str]],
+    *,
+    width: int = 960,
+    unit_kind: str = "bytes",
+    title: str = "",
+    limit: float | None = None,
 ) -> str:
     """Horizontal bars: (label, value, tooltip) per row, one scale, an optional limit rule."""
     row_h = 22

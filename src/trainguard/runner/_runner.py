@@ -424,10 +424,14 @@ class Runner:
         from trainguard.report import report
 
         if self._store_arg is None:
-            raise ConfigError("this Runner keeps no store (store=None): nothing to report; pass store='runs.db'")
+            raise ConfigError(
+                "this Runner keeps no store (store=None): nothing to report; pass store='runs.db'"
+            )
         name = run if run is not None else self._last_run
         if name is None:
-            raise ConfigError("this Runner has not run anything yet: call map() or imap() first, or pass run=NAME")
+            raise ConfigError(
+                "this Runner has not run anything yet: call map() or imap() first, or pass run=NAME"
+            )
         store = self._open_store()
         return report(name, store=store, path=path)
 
