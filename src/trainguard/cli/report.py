@@ -27,6 +27,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainguard.cli._display import say, visible
     from trainguard.report import check_output_path, default_report_name, render_run_html, write_html
     from trainguard.store import Store
     from trainguard.units import format_bytes
@@ -38,10 +39,13 @@ def run(args: argparse.Namespace) -> int:
     output = args.output if args.output is not None else default_report_name(info.name)
     path = write_html(output, html)
     if info.status == "running":
-        print(
-            f"trainguard report: note: run {info.name!r} is still in progress (or its supervisor stopped "
-            "without recording an end): the report shows what was recorded so far, marked in progress",
-            file=sys.stderr,
+        say(
+            f"trainguard report: note: run {visible(info.name)} is still in progress (or its supervisor "
+            "stopped without recording an end): the report shows what was recorded so far, marked in progress",
+            sys.stderr,
         )
-    print(f"wrote {path} ({format_bytes(path.stat().st_size)}): open it in any browser, it needs no network")
+    say(
+        f"wrote {visible(path)} ({format_bytes(path.stat().st_size)}): open it in any browser, it needs no network",
+        sys.stdout,
+    )
     return 0
