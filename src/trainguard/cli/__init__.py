@@ -9,7 +9,7 @@ Exit codes (``EXIT_CODES``; README "Errors" and ``trainguard --help`` list them 
 error (bad flag, value, unit, params file, function reference, unknown run name), 3 inconclusive
 leak check, 4 store error (not a trainguard store, another schema version, cannot be written),
 5 worker error (a worker could not start or died outside a trial), 6 a missing optional
-dependency, 130 interrupted (Ctrl-C, SIGTERM), 141 the output pipe closed (``| head``) outside a run.
+dependency, 7 the run is locked by another supervisor, 130 interrupted (Ctrl-C, SIGTERM), 141 the output pipe closed (``| head``) outside a run.
 
 Every user-supplied string the CLI prints (exception messages, results, params, run and file names)
 goes through :func:`trainguard.cli._display.visible`, so escape sequences show instead of acting.
@@ -21,6 +21,7 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from trainguard.exceptions import TrainguardError
 
@@ -40,7 +41,7 @@ COMMANDS: dict[str, str] = {
 }
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
-EXIT_STORE, EXIT_WORKER, EXIT_DEPENDENCY = 4, 5, 6
+EXIT_STORE, EXIT_WORKER, EXIT_DEPENDENCY, EXIT_LOCKED = 4, 5, 6, 7
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141
 
 #: exit code -> what it means; printed by ``trainguard --help`` and documented in the README.
@@ -52,6 +53,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_STORE: "store error: not a trainguard store, another schema version, cannot be opened or written",
     EXIT_WORKER: "worker error: a worker could not start or died outside a trial",
     EXIT_DEPENDENCY: "an optional package is missing (the message names the pip install)",
+    EXIT_LOCKED: "the run is being run by another supervisor (its pid, host and start are named); retry later",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C, SIGTERM); a run resumes where it stopped",
     EXIT_BROKEN_PIPE: "the output pipe was closed (e.g. | head) before the output was written",
 }
@@ -62,10 +64,13 @@ def exit_code(err: BaseException) -> int:
     from trainguard.exceptions import (
         ConfigError,
         MissingDependencyError,
+        RunLockedError,
         StoreError,
         WorkerError,
     )
 
+    if isinstance(err, RunLockedError):
+        return EXIT_LOCKED
     if isinstance(err, MissingDependencyError):
         return EXIT_DEPENDENCY
     if isinstance(err, ConfigError):
@@ -78,7 +83,12 @@ def exit_code(err: BaseException) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse exits with 2 on a usage error already; keep its message to one line plus usage."""
+    """A usage error is one line that names the help to read, not argparse's whole usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        from trainguard.cli._display import visible
+
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {visible(message)} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -122,8 +122,10 @@ def error_text(error: dict[str, Any] | None, fallback: str = "failed") -> str:
             return message
         prefix = short if status in (None, "exception", "framework_oom") else f"{status}: {short}"
         return f"{prefix}: {message}"
-    if status:
-        return f"{status}: {message}" if message and not message.startswith(f"{status}:") else str(status)
+    if status and not message:
+        return str(status)
+    if status and not message.startswith(f"{status}:"):
+        return f"{status}: {message}"
     return message or fallback
 
 

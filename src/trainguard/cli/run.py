@@ -70,6 +70,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--timeout", metavar="DURATION", help="kill a trial running longer than this (e.g. 10m)"
     )
     parser.add_argument(
+        "--max-result-size",
+        default="16MiB",
+        metavar="SIZE",
+        help="fail a trial whose result, as JSON, is larger than this (default 16MiB)",
+    )
+    parser.add_argument(
         "--retries", type=int, default=0, metavar="N", help="retry a failed trial N times (default 0)"
     )
     parser.add_argument(
@@ -305,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
         allocator=args.allocator,
         preload=tuple(args.preload),
         fresh=args.fresh,
+        max_result_bytes=args.max_result_size,
     )
     results = []
     show_live = not args.no_progress and not args.quiet and sys.stderr.isatty()

@@ -1,0 +1,61 @@
+"""Trial functions for the bad-input catalogue (loaded by workers as 'catalogue_trials.py:fn')."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+
+
+def echo(params):
+    return {"x": params.get("x")}
+
+
+def raise_escape(params):
+    raise ValueError("\x1b[2J\x1b]0;owned\x07 cleared your screen")
+
+
+def return_escape(params):
+    return {"text": "\x1b[31mred\x1b[0m"}
+
+
+def nan(params):
+    return {"loss": float("nan"), "best": float("inf")}
+
+
+def not_json(params):
+    return {"value": object()}
+
+
+def big(params):
+    return "x" * params.get("n", 100_000)
+
+
+def exits(params):
+    sys.exit(3)
+
+
+def segfault(params):
+    ctypes.string_at(0)
+
+
+def sleeps(params):
+    time.sleep(params.get("s", 30))
+    return "woke"
+
+
+def fails_then_ok(params):
+    if params.get("x") == 1:
+        raise RuntimeError("trial 1 fails")
+    return params.get("x")
+
+
+def write_garbage(params):
+    """Write garbage onto the worker's message channel (its write end is argv[2])."""
+    os.write(int(sys.argv[2]), b"\x00\x00\x00\x10this is garbage!")
+    return "wrote"
+
+
+def memory_error(params):
+    raise MemoryError("out of memory in the trial")

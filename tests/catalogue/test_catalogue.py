@@ -1,0 +1,436 @@
+"""The bad-input and fault catalogue: each row is one thing a user can get wrong or one fault a
+trial can cause, run through the CLI (in-process with ``cli.main(argv)``, or as a subprocess where
+the behaviour needs one) or through the Python API, with its expected outcome: the exit code (or
+exception), a pattern its one-line message must match, and what must hold of the store afterwards
+(``unchanged``: its rows are the same; ``absent``: no file was created).
+
+Adding a case is one line in ``CLI_CASES`` or ``API_CASES``. Invariants checked for every CLI row:
+no raw escape character reaches the output, an error (exit 2, 4, 5, 6, 7) is exactly one line
+on stderr (argparse's usage errors too: the line names ``--help``), and ``--json`` output is strict
+JSON. The README's "Errors" section gives the count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainguard.cli import main
+from trainguard.exceptions import (
+    ConfigError,
+    StoreError,
+    UnitError,
+)
+from trainguard.store import Store
+
+HERE = Path(__file__).parent
+TRIALS = HERE / "catalogue_trials.py"
+ERROR_CODES = {2, 4, 5, 6, 7}
+
+
+@dataclass(frozen=True)
+class Cli:
+    """One CLI row. ``argv`` is formatted with the paths of :class:`Env` ({t}, {p}, {store}...)."""
+
+    id: str
+    argv: str
+    code: int
+    pattern: str
+    checks: str = ""  # space-separated "unchanged:{store}", "absent:{fresh}", "json", "stored:NAME=STATUS"
+    stdin: str | None = None
+    usage: bool = False  # an argparse error: one line that points to --help
+    subprocess: bool = False
+
+
+def C(id: str, argv: str, code: int, pattern: str, checks: str = "", **kw: Any) -> Cli:  # noqa: A002
+    return Cli(id, argv, code, pattern, checks, **kw)
+
+
+R = "run {t}:echo --params {p} --store {fresh}"  # a valid run; rows append one bad flag
+U = "unchanged:{store}"
+
+# fmt: off
+CLI_CASES: list[Cli] = [
+    # -- units and flag values --------------------------------------------------------------------
+    C("unit-memory-limit", R + " --memory-limit '4 potatoes'", 2, r"4 potatoes.*'4GB'", "absent:{fresh}"),
+    C("unit-timeout", R + " --timeout soon", 2, r"'soon' is not a duration", "absent:{fresh}"),
+    C("unit-recycle-above", R + " --recycle-above lots", 2, r"'lots' is not a size", "absent:{fresh}"),
+    C("unit-negative-size", R + " --memory-limit=-5GB", 2, r"-5GB' is not a size", "absent:{fresh}"),
+    C("unit-result-size", R + " --max-result-size big", 2, r"'big' is not a size", "absent:{fresh}"),
+    C("gpu-limit-without-nvml", R + " --gpu-memory-limit 2GB", 2, r"NVML|GPU", "absent:{fresh}"),
+    C("workers-zero", R + " --workers 0", 2, r"--workers 0 must be at least 1", "absent:{fresh}"),
+    C("workers-negative", R + " --workers -3", 2, r"--workers -3", "absent:{fresh}"),
+    C("workers-not-int", R + " --workers two", 2, r"invalid int value: 'two'", usage=True),
+    C("peak-ratio-below-1", R + " --peak-ratio 0.5", 2, r"--peak-ratio 0.5 must be above 1", "absent:{fresh}"),
+    C("retries-negative", R + " --retries -1", 2, r"retries", "absent:{fresh}"),
+    C("retry-on-unknown", R + " --retry-on gremlins", 2, r"gremlins", "absent:{fresh}"),
+    C("threads-zero", R + " --threads 0", 2, r"threads=0", "absent:{fresh}"),
+    C("keras-backend-unknown", R + " --keras-backend theano", 2, r"theano.*tensorflow", "absent:{fresh}"),
+    C("allocator-missing-so", R + " --allocator /nonexistent/lib.so", 2, r"does not exist", "absent:{fresh}"),
+    C("allocator-unknown", R + " --allocator ptmalloc9", 2, r"ptmalloc9.*unknown", "absent:{fresh}"),
+    C("preload-missing", R + " --preload no_such_module_xyz", 2, r"no_such_module_xyz", "absent:{fresh}"),
+    C("max-trials-zero", R + " --max-trials 0", 2, r"--max-trials 0 must be at least 1", "absent:{fresh}"),
+    C("unknown-flag", R + " --memroy-limit 4GB", 2, r"unrecognized arguments", usage=True),
+    C("missing-params-flag", "run {t}:echo --store {fresh}", 2, r"--params", usage=True),
+    C("unknown-command", "frobnicate", 2, r"invalid choice: 'frobnicate'", usage=True),
+    # -- what to run ----------------------------------------------------------------------------------
+    C("fn-file-missing", "run missing.py:fn --params {p} --store {fresh}", 2, r"does not exist", "absent:{fresh}"),
+    C("fn-no-colon", "run {t} --params {p} --store {fresh}", 2, r"is not a reference", "absent:{fresh}"),
+    C("fn-not-defined", "run {t}:nothere --params {p} --store {fresh}", 2, r"defines no top-level 'nothere'"),
+    C("fn-syntax-error", "run {d}/bad_syntax.py:f --params {p} --store {fresh}", 2, r"does not parse: line 1"),
+    C("fn-not-python", "run {d}/notes.txt:f --params {p} --store {fresh}", 2, r"must be a \.py file"),
+    C("fn-module-missing", "run no.such.module:f --params {p} --store {fresh}", 2, r"cannot be found"),
+    C("fn-import-fails-escaped", "run {d}/load_fails.py:f --params {p} --store {fresh}", 2, r"\\x1b\]0;owned"),
+    C("fn-starts-a-runner", "run {d}/recursive.py:train --params {p} --store {fresh}", 2, r'if __name__ == "__main__"'),
+    # -- params ------------------------------------------------------------------------------------------
+    C("params-missing", "run {t}:echo --params nope.yaml --store {fresh}", 2, r"'nope.yaml' does not exist"),
+    C("params-folder", "run {t}:echo --params {d} --store {fresh}", 2, r"is a folder"),
+    C("params-bad-yaml", "run {t}:echo --params {d}/bad.yaml --store {fresh}", 2, r"not valid YAML at line 2"),
+    C("params-bad-json", "run {t}:echo --params {d}/bad.json --store {fresh}", 2, r"not valid JSON at line 1, column 13"),
+    C("params-empty-list", "run {t}:echo --params {d}/empty_list.json --store {fresh}", 2, r"list of params is empty", "absent:{fresh}"),
+    C("params-empty-map", "run {t}:echo --params {d}/empty_map.json --store {fresh}", 2, r"empty mapping", "absent:{fresh}"),
+    C("params-empty-axis", "run {t}:echo --params {d}/empty_axis.yaml --store {fresh}", 2, r"'lr' has an empty list"),
+    C("params-empty-file", "run {t}:echo --params {d}/empty.yaml --store {fresh}", 2, r"no params"),
+    C("params-ints", "run {t}:echo --params {d}/ints.json --store {fresh}", 2, r"item 0 is a int, not an object"),
+    C("params-scalar", "run {t}:echo --params {d}/scalar.yaml --store {fresh}", 2, r"not a str"),
+    C("params-not-utf8", "run {t}:echo --params {d}/latin1.json --store {fresh}", 2, r"cannot be read"),
+    C("params-not-json-type", "run {t}:echo --params {d}/dates.yaml --store {fresh}", 2, r"date.*cannot store", "absent:{fresh}"),
+    C("params-grid-10-12", "run {t}:echo --params {d}/huge.yaml --store {fresh}", 2, r"1,000,000,000,000 trials", "absent:{fresh}"),
+    C("params-grid-10-7", "run {t}:echo --params {d}/ten_million.yaml --store {fresh}", 2, r"10,000,000 trials \(10 x 10"),
+    C("params-over-max-trials", "run {t}:echo --params {d}/six.json --max-trials 5 --store {fresh}", 2, r"6 trials, more than the cap of 5"),
+    C("params-stdin-empty", "run {t}:echo --params - --store {fresh}", 2, r"stdin: no params", stdin=""),
+    C("params-stdin-empty-list", "run {t}:echo --params - --store {fresh}", 2, r"stdin: the list of params is empty", stdin="[]"),
+    C("params-stdin-ok", "run {t}:echo --params - --store {fresh} --json", 0, r'"ran": 2', "json", stdin='{"x": [1, 2]}'),
+    C("params-process-substitution", "run {t}:echo --params <(echo '[{{\"x\": 5}}]') --store {fresh} --json", 0, r'"x": 5', "json", subprocess=True),
+    # -- stores ------------------------------------------------------------------------------------------
+    C("store-not-trainguard", "run {t}:echo --params {p} --store {junk}", 4, r"not a trainguard store", "unchanged:{junk}"),
+    C("store-empty-file", "runs --store {empty}", 4, r"empty file, not a trainguard store", "unchanged:{empty}"),
+    C("store-is-a-folder", "run {t}:echo --params {p} --store {d}", 2, r"is a folder: pass a file path"),
+    C("store-missing-folder", "run {t}:echo --params {p} --store {d}/no/such/s.db", 2, r"folder .* does not exist: create it", "absent:{d}/no"),
+    C("store-read-only-place", "run {t}:echo --params {p} --store /proc/trainguard-catalogue.db", 4, r"/proc"),
+    C("store-other-schema", "runs --store {schema}", 4, r"schema 999; this trainguard reads schema 1: upgrade", "unchanged:{schema}"),
+    C("store-same-name-other-params", "run {t}:echo --params {d}/six.json --store {store} --name base", 2, r"already exists.*different params", U),
+    C("run-name-empty", "run {t}:echo --params {p} --store {store} --name ''", 2, r"name must be a non-empty", U),
+    C("run-name-newline", "run {t}:echo --params {p} --store {store} --name 'a\nb'", 2, r"one-line", U),
+    C("runs-missing-store", "runs --store {fresh}", 4, r"no store at", "absent:{fresh}"),
+    C("show-missing-store", "show base --store {fresh}", 4, r"no store at", "absent:{fresh}"),
+    C("show-unknown-run", "show nope --store {store}", 2, r"no run named 'nope'.*known runs: base", U),
+    C("show-unknown-escape-name", "show 'e\x1b[2Jx' --store {store}", 2, r"no run named 'e\\x1b\[2Jx'", U),
+    C("show-negative-events", "show base --store {store} --events -1", 2, r"--events and --max-trials must be >= 0", U),
+    C("show-junk-store", "show base --store {junk}", 4, r"not a trainguard store", "unchanged:{junk}"),
+    C("show-ok-json-strict", "show base --store {store} --json", 0, r'"name": "base"', "json " + U),
+    C("runs-ok-json-strict", "runs --store {store} --json", 0, r'"base"', "json " + U),
+    # -- leakcheck ---------------------------------------------------------------------------------------
+    C("leakcheck-missing-file", "leakcheck missing.py:step", 2, r"missing\.py"),
+    C("leakcheck-no-colon", "leakcheck {t}", 2, r"must be FILE\.py:FUNCTION"),
+    C("leakcheck-bad-time", "leakcheck {t}:echo --max-time forever", 2, r"'forever' is not a duration"),
+    C("leakcheck-bad-metric", "leakcheck {t}:echo --metric vibes", 2, r"vibes"),
+    C("leakcheck-bad-tolerance", "leakcheck {t}:echo --tolerance '4 potatoes'", 2, r"4 potatoes"),
+    C("leakcheck-plot-gif", "leakcheck {t}:echo --plot {d}/x.gif", 2, r"\.png or \.svg"),
+    C("leakcheck-plot-missing-folder", "leakcheck {t}:echo --plot {d}/no/x.png", 2, r"does not exist"),
+    C("leakcheck-step-not-defined", "leakcheck {t}:nothere", 2, r"nothere"),
+    C("leakcheck-zero-iterations", "leakcheck {t}:echo --max-iterations 0", 2, r"max_iterations|iterations"),
+    C("demo-one-trial", "demo --trials 1", 2, r"trials must be an int >= 2"),
+    C("demo-junk-store", "demo --trials 2 --store {junk}", 4, r"not a trainguard store", "unchanged:{junk}"),
+    # -- faults in trials: the run goes on, the store says why -----------------------------------------
+    C("trial-raises-escape", "run {t}:raise_escape --params {p} --store {fresh} --name f", 1, r"FAILED: ValueError: \\x1b\[2J", "stored:f=failed"),
+    C("trial-returns-escape", "run {t}:return_escape --params {p} --store {fresh} --json", 0, r"\\u001b\[31mred", "json"),
+    C("trial-returns-nan", "run {t}:nan --params {p} --store {fresh} --json", 0, r'"loss": null', "json"),
+    C("trial-not-json", "run {t}:not_json --params {p} --store {fresh} --name f", 1, r"not_serializable", "stored:f=failed"),
+    C("trial-result-too-big", "run {t}:big --params {p} --store {fresh} --name f --max-result-size 1KB", 1, r"FAILED", "stored:f=failed"),
+    C("trial-sys-exit", "run {t}:exits --params {p} --store {fresh} --name f", 1, r"FAILED", "stored:f=failed"),
+    C("trial-segfault", "run {t}:segfault --params {p} --store {fresh} --name f", 1, r"FAILED: crashed.*SIGSEGV", "stored:f=failed"),
+    C("trial-timeout", "run {t}:sleeps --params {p} --store {fresh} --name f --timeout 1s", 1, r"FAILED: timeout", "stored:f=failed"),
+    C("trial-memory-error", "run {t}:memory_error --params {p} --store {fresh} --name f", 1, r"MemoryError", "stored:f=failed"),
+    C("trial-pipe-garbage", "run {t}:write_garbage --params {p} --store {fresh} --name f", 1, r"FAILED", "stored:f=failed"),
+    C("stop-on-error", "run {t}:fails_then_ok --params {d}/three.json --store {fresh} --name f --stop-on-error --workers 1", 1, r"on_error='stop'"),
+    C("run-locked", "run {t}:echo --params {p} --store {locked} --name held", 7, r"being run by another supervisor \(pid \d+"),
+    C("broken-pipe-keeps-run", "run {t}:echo --params {d}/three.json --store {fresh} --name piped", 0, r"", "stored:piped=completed", subprocess=True),
+]
+
+# -- the API --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Api:
+    id: str
+    call: Callable[[Any], Any]
+    exc: type[BaseException]
+    pattern: str
+
+
+def _runner(**kw):
+    from trainguard import Runner
+
+    return Runner(**kw)
+
+
+def _policy(**kw):
+    from trainguard import Policy
+
+    return Policy(**kw)
+
+
+def _map(env, params, fn=None, name="api"):
+    from trainguard import Runner
+
+    with Runner(store=env.fresh()) as runner:
+        return runner.map(fn or f"{TRIALS}:echo", params, name=name)
+
+
+def _leakcheck(step, **kw):
+    import trainguard
+
+    return trainguard.leakcheck(step, **kw)
+
+
+API_CASES: list[Api] = [
+    Api("runner-workers-zero", lambda e: _runner(workers=0), ConfigError, r"workers=0"),
+    Api("runner-workers-str", lambda e: _runner(workers="2"), ConfigError, r"workers='2'"),
+    Api("runner-threads-zero", lambda e: _runner(threads=0), ConfigError, r"threads=0"),
+    Api("runner-keras-backend", lambda e: _runner(keras_backend="theano"), ConfigError, r"theano"),
+    Api("runner-allocator", lambda e: _runner(allocator="ptmalloc9"), ConfigError, r"ptmalloc9"),
+    Api("runner-sample-interval", lambda e: _runner(sample_interval="0s"), ConfigError, r"sample_interval"),
+    Api("runner-result-cap", lambda e: _runner(max_result_bytes="huge"), UnitError, r"'huge' is not a size"),
+    Api("runner-env", lambda e: _runner(env={"A": 1}), ConfigError, r"env must be a mapping of strings"),
+    Api("runner-gpus-empty", lambda e: _runner(gpus=[]), ConfigError, r"gpus=\[\]"),
+    Api("policy-memory-unit", lambda e: _policy(memory_limit="4 potatoes"), UnitError, r"4 potatoes"),
+    Api("policy-timeout-unit", lambda e: _policy(timeout="soon"), UnitError, r"soon"),
+    Api("policy-retries", lambda e: _policy(retries=-1), ConfigError, r"retries"),
+    Api("policy-on-error", lambda e: _policy(on_error="explode"), ConfigError, r"explode"),
+    Api("policy-retry-on", lambda e: _policy(retry_on=("gremlins",)), ConfigError, r"gremlins"),
+    Api("map-params-string", lambda e: _map(e, "abc"), ConfigError, r"params must be a list of dicts"),
+    Api("map-params-ints", lambda e: _map(e, [1, 2]), ConfigError, r"params\[0\] is a int"),
+    Api("map-params-int-key", lambda e: _map(e, [{1: 2}]), ConfigError, r"non-string key 1"),
+    Api("map-params-object", lambda e: _map(e, [{"a": object()}]), ConfigError, r"cannot store"),
+    Api("map-name-empty", lambda e: _map(e, [{}], name=" "), ConfigError, r"name must be a non-empty"),
+    Api("map-fn-not-callable", lambda e: _map(e, [{}], fn=42), ConfigError, r"fn must be a callable"),
+    Api("map-fn-module-missing", lambda e: _map(e, [{}], fn="no_such_mod_q:f"), ConfigError, r"cannot be found"),
+    Api("leakcheck-not-callable", lambda e: _leakcheck(42), ConfigError, r"must be callable"),
+    Api("api-leakcheck-bad-time", lambda e: _leakcheck(lambda: None, max_time="forever"), UnitError, r"forever"),
+    Api("scope-bad-unit", lambda e: __import__("trainguard").scope(max_rss_growth="4 potatoes"), UnitError, r"4 potatoes"),
+    Api("parse-size-negative", lambda e: __import__("trainguard").parse_size(-1), UnitError, r"non-negative"),
+    Api("parse-duration-unit", lambda e: __import__("trainguard").parse_duration("1 fortnight"), UnitError, r"fortnight"),
+    Api("store-junk", lambda e: Store(e.junk), StoreError, r"not a trainguard store"),
+    Api("store-readonly-missing", lambda e: Store(e.fresh(), readonly=True), StoreError, r"no store at"),
+    Api("store-bad-run-name", lambda e: Store(e.fresh()).begin_run("a\nb", "m:f", [{}], {}), ConfigError, r"one-line"),
+]
+# fmt: on
+
+
+# -- the environment every row runs in ---------------------------------------------------------------
+
+
+class Env:
+    def __init__(self, d: Path) -> None:
+        self.d = d
+        self._n = 0
+        self.t = str(TRIALS)
+        self.p = str(d / "p.json")
+        self.store = str(d / "base.db")
+        self.junk = str(d / "junk.db")
+        self.empty = str(d / "empty.db")
+        self.schema = str(d / "schema.db")
+        self.locked = str(d / "locked.db")
+
+    def fresh(self) -> str:
+        self._n += 1
+        return str(self.d / f"fresh-{self._n}.db")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
+    d = tmp_path_factory.mktemp("catalogue")
+    e = Env(d)
+    files = {
+        "p.json": '[{"x": 1}]',
+        "three.json": json.dumps([{"x": 0}, {"x": 1}, {"x": 2}]),
+        "six.json": json.dumps([{"x": i} for i in range(6)]),
+        "bad.yaml": "lr: [0.1, 0.2\nunits: 3\n",
+        "bad.json": '{"lr": [0.1,, 0.2]}',
+        "empty_list.json": "[]",
+        "empty_map.json": "{}",
+        "empty_axis.yaml": "lr: []\n",
+        "empty.yaml": "",
+        "ints.json": "[1, 2]",
+        "scalar.yaml": "just a string\n",
+        "dates.yaml": "d: [2024-01-01]\n",
+        "huge.yaml": "".join(f"k{i}: [{', '.join(map(str, range(10)))}]\n" for i in range(12)),
+        "ten_million.yaml": "".join(f"k{i}: [{', '.join(map(str, range(10)))}]\n" for i in range(7)),
+        "bad_syntax.py": "def f(:\n    pass\n",
+        "notes.txt": "not python\n",
+        "load_fails.py": 'raise RuntimeError("\\x1b]0;owned\\x07 import failed")\n\ndef f(params):\n    return 1\n',
+        "recursive.py": (
+            "import trainguard\n\ndef train(params):\n    return params\n\n"
+            "with trainguard.Runner(store=None) as runner:\n    runner.map(train, [{'a': 1}])\n"
+        ),
+    }
+    for name, text in files.items():
+        (d / name).write_text(text)
+    (d / "latin1.json").write_bytes(b'[{"name": "\xff\xfe caf\xe9"}]')
+    (d / "junk.db").write_bytes(b"this is not a database, it is a shopping list\n" * 40)
+    (d / "empty.db").write_bytes(b"")
+    with Store(e.store) as store:
+        run = store.begin_run("base", f"{TRIALS}:echo", [{"x": 1}], {})
+        store.finish_run(run.run_id, "completed")
+    with Store(e.schema) as store:
+        pass
+    conn = sqlite3.connect(e.schema)
+    conn.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    return e
+
+
+def _snapshot(path: str) -> str | None:
+    p = Path(path)
+    if not p.exists():
+        return None
+    if p.is_dir():
+        return "dir"
+    try:
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        try:
+            text = "\n".join(conn.iterdump())
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        text = p.read_bytes().hex()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _format(text: str, env: Env, fresh: str) -> str:
+    return text.format(
+        d=env.d,
+        t=env.t,
+        p=env.p,
+        store=env.store,
+        junk=env.junk,
+        empty=env.empty,
+        schema=env.schema,
+        locked=env.locked,
+        fresh=fresh,
+    )
+
+
+def _run_subprocess(case: Cli, argv_text: str) -> tuple[int, str, str]:
+    command = f"{shlex.quote(sys.executable)} -m trainguard {argv_text}"
+    if case.id == "broken-pipe-keeps-run":
+        # `2>&1 | head -1`: the reader goes away after one line while trials still run
+        proc = subprocess.Popen(
+            ["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        return proc.wait(timeout=120), "", first
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
+def test_cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    fresh = env.fresh()
+    argv_text = _format(case.argv, env, fresh)
+    checks = _format(case.checks, env, fresh).split()
+    before = {c.split(":", 1)[1]: _snapshot(c.split(":", 1)[1]) for c in checks if c.startswith("unchanged:")}
+    lock = None
+    if case.id == "run-locked":
+        from trainguard.store._lock import RunLock
+
+        Store(env.locked).close()
+        lock = RunLock(Path(env.locked), "held", env.locked).acquire()  # another supervisor holds it
+    start = time.monotonic()
+    try:
+        if case.subprocess:
+            code, out, err = _run_subprocess(case, argv_text)
+        else:
+            if case.stdin is not None:
+                monkeypatch.setattr(sys, "stdin", io.StringIO(case.stdin))
+            try:
+                code = main(shlex.split(argv_text))
+            except SystemExit as exit_:  # argparse
+                code = int(exit_.code or 0)
+            captured = capsys.readouterr()
+            out, err = captured.out, captured.err
+    finally:
+        if lock is not None:
+            lock.release()
+    elapsed = time.monotonic() - start
+    shown = out + err
+    assert code == case.code, f"exit {code}, expected {case.code}\n{shown}"
+    assert "\x1b" not in shown and "\x07" not in shown, shown  # control characters are shown, not obeyed
+    import re
+
+    assert re.search(case.pattern, shown, re.S), f"{case.pattern!r} not in:\n{shown}"
+    if code in ERROR_CODES and not case.subprocess:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1, f"not one line:\n{err}"
+        assert "Traceback" not in err and "`trainguard show" not in err
+        if case.usage:
+            assert "--help`" in err
+        if code == 2 and not case.usage:
+            assert elapsed < 30, "a usage error must come before any work"
+    for check in checks:
+        kind, _, arg = check.partition(":")
+        if kind == "unchanged":
+            assert _snapshot(arg) == before[arg], f"{arg} changed"
+        elif kind == "absent":
+            assert not Path(arg).exists(), f"{arg} was created"
+        elif kind == "json":
+
+            def refuse(constant: str) -> None:
+                raise AssertionError(f"not strict JSON: {constant}")
+
+            json.loads(out, parse_constant=refuse)
+        elif kind == "stored":
+            name, _, status = arg.partition("=")
+            with Store(fresh, readonly=True) as store:
+                run = store.get_run(name)
+                assert run is not None, f"run {name} not stored"
+                assert run.status == status or any(t.status == status for t in store.trials(run.run_id)), (
+                    run.status
+                )
+        else:
+            raise AssertionError(f"unknown check {check}")
+
+
+@pytest.mark.parametrize("case", API_CASES, ids=[c.id for c in API_CASES])
+def test_api_case(case: Api, env: Env) -> None:
+    import re
+
+    with pytest.raises(case.exc) as info:
+        case.call(env)
+    message = str(info.value)
+    assert re.search(case.pattern, message), message
+    assert "\n" not in message, message
+
+
+def test_the_catalogue_has_at_least_60_cases() -> None:
+    assert len(CLI_CASES) + len(API_CASES) >= 60
+    ids = [c.id for c in CLI_CASES] + [c.id for c in API_CASES]
+    assert len(ids) == len(set(ids))
+
+
+def test_no_process_is_left_behind() -> None:
+    """Every run above reaped its workers (the catalogue starts dozens)."""
+    import psutil
+
+    me = psutil.Process(os.getpid())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and me.children(recursive=True):
+        time.sleep(0.1)
+    assert not [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
