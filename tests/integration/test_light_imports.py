@@ -79,6 +79,7 @@ def test_public_names_are_pinned():
         [
             "__version__",
             "Census",
+            "Command",
             "Comparison",
             "ConfigError",
             "DoesNotFitError",

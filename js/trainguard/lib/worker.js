@@ -105,6 +105,16 @@ function main() {
   delete process.env[CONFIG_ENV];
   dieWithParent(Number(config.parent_pid || process.ppid));
   const maxResultBytes = config.max_result_bytes || null;
+  // the cgroup the supervisor made for this worker's tree: every process it starts stays a member
+  const tree = { cgroup: false, subreaper: false };
+  if (config.cgroup) {
+    try {
+      require('fs').writeFileSync(`${config.cgroup}/cgroup.procs`, String(process.pid));
+      tree.cgroup = true;
+    } catch (err) {
+      // the supervisor then tracks the tree by its process group and parent links
+    }
+  }
   const started = process.hrtime.bigint();
   // preload: modules to require before the first trial (e.g. "@tensorflow/tfjs"), resolved from
   // the working directory as the trial's own require() would be
@@ -121,6 +131,7 @@ function main() {
     pid: process.pid,
     preload_s: Number(process.hrtime.bigint() - started) / 1e9,
     frameworks: tfMemory() ? ['tfjs'] : [],
+    tree,
   });
   const functions = new Map();
   let chain = Promise.resolve();

@@ -1,4 +1,7 @@
-"""``trainguard run FILE.py:fn --params grid.yaml``: run a function over params in guarded workers."""
+"""``trainguard run FILE.py:fn --params grid.yaml``: run a function over params in guarded workers.
+
+``trainguard run train.js:train`` runs an exported JavaScript function in Node workers;
+``trainguard run --cmd "node train.js"`` runs any program once per trial (a command trial)."""
 
 from __future__ import annotations
 
@@ -24,7 +27,18 @@ MAX_TRIALS = 100_000
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "fn", metavar="FN", help="what to run: 'file.py:function' or 'package.module:function'"
+        "fn",
+        metavar="FN",
+        nargs="?",
+        help="what to run: 'file.py:function', 'package.module:function', or 'train.js:train' (an "
+        "exported JavaScript function, run in Node workers)",
+    )
+    parser.add_argument(
+        "--cmd",
+        metavar="COMMAND",
+        help="run a program once per trial instead of a function, e.g. --cmd 'node train.js': it reads "
+        "its params as JSON on stdin (or from the file named in $TRAINGUARD_PARAMS_FILE) and prints "
+        "its result as one line 'TRAINGUARD_RESULT <json>'",
     )
     parser.add_argument(
         "--params",
@@ -300,6 +314,20 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers {args.workers} must be at least 1")
     if args.max_trials < 1:
         raise ConfigError(f"--max-trials {args.max_trials} must be at least 1, e.g. --max-trials 500000")
+    if (args.fn is None) == (args.cmd is None):
+        raise ConfigError(
+            "give what to run: a function (trainguard run train.py:train ...) or a program "
+            "(trainguard run --cmd 'node train.js' ...), not both"
+            if args.fn is not None
+            else "give what to run: a function (trainguard run train.py:train ...) or a program "
+            "(trainguard run --cmd 'node train.js' ...)"
+        )
+    if args.cmd is not None:
+        from trainguard.runner import Command
+
+        target: Any = Command(args.cmd)
+    else:
+        target = args.fn
     params = load_params(args.params, args.max_trials)
     policy = _policy(args)
     runner = Runner(
@@ -325,7 +353,7 @@ def run(args: argparse.Namespace) -> int:
     with runner, warnings.catch_warnings():
         warnings.simplefilter("always", FunctionChangedWarning)
         warnings.showwarning = show_warning
-        iterator = runner.imap(args.fn, params, name=args.name)
+        iterator = runner.imap(target, params, name=args.name)
         live = None
         if show_live:
             from rich.console import Console
@@ -363,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
             from trainguard.runner import default_run_name
             from trainguard.runner._fnref import prepare
 
-            session_name = default_run_name(prepare(args.fn).ref, params)
+            session_name = default_run_name(prepare(target).ref, params)
     results.sort(key=lambda r: r.index)
     failed = [r for r in results if not r.ok]
     if stopped is not None and not args.quiet:

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         workers = store.workers(info.run_id)
         events = store.events(info.run_id, limit=args.events)
         samples = store.samples(info.run_id)
+        trial_memory = _trial_memory(store.events(info.run_id, kinds=["trial_stats"]))
     assert summary is not None
     if args.json:
         payload: dict[str, Any] = {
@@ -65,13 +66,40 @@ def run(args: argparse.Namespace) -> int:
                 "samples": len(samples),
                 "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
             },
+            # per trial, what a Node worker read at the trial's end: tf.memory() and process.memoryUsage()
+            "trial_memory": {str(k): v for k, v in trial_memory.items()},
         }
         from trainguard.cli._display import to_json
 
         print(to_json(payload, indent=2))
         return 0
-    _print_text(args, info, summary, trials, workers, events, samples)
+    _print_text(args, info, summary, trials, workers, events, samples, trial_memory)
     return 0
+
+
+def _trial_memory(events: Any) -> dict[int, dict[str, Any]]:
+    """The last Node readings stored for each trial: ``{index: {"tfjs": {...}, "node": {...}}}``."""
+    out: dict[int, dict[str, Any]] = {}
+    for e in events:
+        data = e.data if isinstance(e.data, dict) else {}
+        if e.index is not None and ("tfjs" in data or "node" in data):
+            out[int(e.index)] = {k: data[k] for k in ("tfjs", "node") if k in data}
+    return out
+
+
+def _memory_text(reading: dict[str, Any] | None) -> str:
+    from trainguard.units import format_bytes
+
+    if not reading:
+        return "-"
+    parts = []
+    tf = reading.get("tfjs")
+    if tf:
+        parts.append(f"{tf.get('numTensors')} tensors, {format_bytes(tf.get('numBytes'))}")
+    node = reading.get("node")
+    if node:
+        parts.append(f"heap {format_bytes(node.get('heapUsed'))}")
+    return "; ".join(parts) or "-"
 
 
 def _trial_outcome(trial) -> str:  # noqa: ANN001 - TrialRecord
@@ -91,7 +119,7 @@ def _trial_outcome(trial) -> str:  # noqa: ANN001 - TrialRecord
     return markup_safe(short_value(trial.value, 60))
 
 
-def _print_text(args, info, summary, trials, workers, events, samples) -> None:
+def _print_text(args, info, summary, trials, workers, events, samples, trial_memory=None) -> None:
     from rich.table import Table
 
     from trainguard.cli._display import console, short_value, sparkline, when
@@ -126,7 +154,7 @@ def _print_text(args, info, summary, trials, workers, events, samples) -> None:
         ("peak RSS", "right"),
         ("worker", "right"),
         ("duration", "right"),
-    ]:
+    ] + ([("tf.memory / heap at end", "left")] if trial_memory else []):
         table.add_column(name, justify=justify, no_wrap=name not in ("value / error", "params"))
     for t in trials[: args.max_trials]:
         style = {"ok": "green", "failed": "red", "pending": "yellow"}.get(t.status, "")
@@ -139,6 +167,7 @@ def _print_text(args, info, summary, trials, workers, events, samples) -> None:
             format_bytes(t.peak_rss_bytes),
             "-" if t.worker_id is None else str(t.worker_id),
             format_duration(t.duration_s),
+            *([escape(_memory_text(trial_memory.get(t.index)))] if trial_memory else []),
         )
     if len(trials) > args.max_trials:
         table.caption = f"{len(trials) - args.max_trials} more trials not shown (--max-trials N or --json)"

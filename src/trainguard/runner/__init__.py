@@ -16,6 +16,7 @@ the run goes on. Every result goes to the store, so the same named run resumes w
 
 from __future__ import annotations
 
+from trainguard.runner._command import Command
 from trainguard.runner._runner import Runner, find_allocator
 from trainguard.runner._supervisor import RunProgress, TrialResult, WorkerProgress, default_run_name
 from trainguard.runner.policy import Policy, Shrink
@@ -24,6 +25,7 @@ __all__ = [
     "Runner",
     "Policy",
     "Shrink",
+    "Command",
     "TrialResult",
     "RunProgress",
     "WorkerProgress",

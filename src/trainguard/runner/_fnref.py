@@ -33,13 +33,14 @@ class FnSpec:
     """A trial function ready to ship to a worker.
 
     ``ref`` is what the store and the default run name use; ``kind`` says how ``payload`` is read:
-    ``"module"`` ("pkg.mod:fn"), ``"file"`` (absolute "path.py:fn"), ``"pickle"`` (cloudpickle bytes).
+    ``"module"`` ("pkg.mod:fn"), ``"file"`` (absolute "path.py:fn"), ``"pickle"`` (cloudpickle bytes),
+    ``"node"`` (absolute "path.js:fn", run by a Node worker), ``"command"`` (a :class:`Command` as JSON).
     ``version`` is a hash of the code (see :func:`code_version`), stored with the run so that a
     resume can tell when the function changed since its results were computed; None if unknown.
     """
 
     ref: str
-    kind: Literal["module", "file", "pickle"]
+    kind: Literal["module", "file", "pickle", "node", "command"]
     payload: str | bytes
     version: str | None = None
 
@@ -143,6 +144,25 @@ def _prepare_file(target: str, attr: str) -> FnSpec:
     return FnSpec(f"{resolved}:{attr}", "file", f"{resolved}:{attr}", _source_version(source))
 
 
+def _prepare_node(ref: str) -> FnSpec:
+    """``"train.js:train"``: checked here (the file, and Node.js), loaded by a Node worker."""
+    from trainguard._node import find_node
+
+    target, _, attr = ref.rpartition(":")
+    if not attr or not all(p.isidentifier() for p in attr.split(".")):
+        raise ConfigError(f"fn {ref!r} is not a reference: use 'path/file.js:function'")
+    path = Path(target).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"fn file {target!r} does not exist (looked in {Path.cwd()})")
+    find_node()
+    resolved = path.resolve()
+    try:
+        version = _hash(resolved.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        version = None
+    return FnSpec(f"{resolved}:{attr}", "node", f"{resolved}:{attr}", version)
+
+
 def _prepare_module(target: str, attr: str) -> FnSpec:
     try:
         spec = importlib.util.find_spec(target)
@@ -180,7 +200,16 @@ def prepare(fn: Callable[..., Any] | str) -> FnSpec:
         ConfigError: the reference is malformed, the module or file is missing, the file does not
             parse or lacks the function, or the callable cannot be pickled.
     """
+    from trainguard.runner._command import Command
+
+    if isinstance(fn, Command):
+        return FnSpec(fn.ref, "command", fn.payload(), fn.version())
     if isinstance(fn, (str, os.PathLike)):
+        from trainguard._node import is_js_file
+
+        target, _, _ = os.fspath(fn).rpartition(":")
+        if is_js_file(target):
+            return _prepare_node(os.fspath(fn))
         target, attr = split_ref(os.fspath(fn))
         return _prepare_file(target, attr) if _is_file_target(target) else _prepare_module(target, attr)
     if not callable(fn):

@@ -348,6 +348,8 @@ class Runner:
         Args:
             fn: a callable (by reference when importable, else cloudpickled), ``"pkg.module:function"``
                 or ``"path/file.py:function"``. It takes one dict and returns a JSON-serializable value.
+                ``"path/train.js:train"`` runs an exported (async) JavaScript function in Node workers;
+                a :class:`~trainguard.Command` runs a program once per trial.
             params_list: one dict per trial.
             name: the run's name in the store; default ``<function>-<hash of fn and params>``, so
                 the same call resumes.

@@ -124,10 +124,35 @@ def _canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def _stats_message(index: int, stats: dict[str, Any]) -> str:
+    """The words of a trial_stats event: a Node worker's tf.memory() and heap at the trial's end."""
+    parts = []
+    tf = stats.get("tfjs")
+    if isinstance(tf, dict):
+        parts.append(f"tf.memory() {tf.get('numTensors')} tensors, {format_bytes(tf.get('numBytes'))}")
+    node = stats.get("node")
+    if isinstance(node, dict):
+        parts.append(
+            f"heapUsed {format_bytes(node.get('heapUsed'))}, external {format_bytes(node.get('external'))}"
+        )
+    return f"trial {index} stats" + (": " + "; ".join(parts) if parts else "")
+
+
 def default_run_name(fn_ref: str, params: list[dict[str, Any]]) -> str:
     """``"<function>-<hash of fn ref and params>"``: the same call gets the same name, so it resumes."""
     digest = hashlib.sha1(f"{fn_ref}\n{_canonical_json(params)}".encode()).hexdigest()[:10]
-    short = fn_ref.rpartition(":")[2].replace("<", "").replace(">", "") or "run"
+    if fn_ref.startswith("cmd:"):
+        # a command: named after the script it runs (or the program), e.g. "cmd-train.js"
+        import shlex
+
+        try:
+            words = shlex.split(fn_ref[4:])
+        except ValueError:
+            words = fn_ref[4:].split()
+        files = [w for w in words[1:] if not w.startswith("-") and "." in os.path.basename(w)]
+        short = "cmd-" + os.path.basename(files[0] if files else (words[0] if words else "run"))
+    else:
+        short = fn_ref.rpartition(":")[2].replace("<", "").replace(">", "") or "run"
     return f"{short}-{digest}"
 
 
@@ -543,14 +568,15 @@ class Session:
             stdout = sys.stderr.fileno()
         except (AttributeError, OSError, ValueError):
             stdout = None
+        if self.fn.kind == "node":
+            from trainguard._node import find_node, js_script
+
+            # a Node worker speaking the same protocol (js/trainguard/lib/worker.js)
+            program = [find_node(env), js_script("worker.js")]
+        else:
+            program = [sys.executable, "-m", "trainguard.runner._worker"]
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "trainguard.runner._worker",
-                str(pipes.child_read_fd),
-                str(pipes.child_write_fd),
-            ],
+            [*program, str(pipes.child_read_fd), str(pipes.child_write_fd)],
             pass_fds=(pipes.child_read_fd, pipes.child_write_fd),
             env=env,
             stdin=subprocess.DEVNULL,
@@ -608,7 +634,8 @@ class Session:
             if self.run_id is not None:
                 self.store.start_attempt(self.run_id, run.index, run.attempt, worker.worker_id)
             try:
-                worker.pipes.to_worker.send(
+                self._send(
+                    worker,
                     {
                         "op": "trial",
                         "index": run.index,
@@ -618,10 +645,18 @@ class Session:
                         "mixed_precision": run.mixed_precision,
                         "cleanup": self.config.cleanup,
                         "census": self.config.census,
-                    }
+                    },
                 )
             except OSError:
                 pass  # it died; the EOF on its pipe reports the death with this trial attached
+
+    def _send(self, worker: _Worker, msg: dict[str, Any]) -> None:
+        """One message to a worker: pickled for a Python worker; for a Node worker the same framing
+        (a 4-byte big-endian length) around JSON, which is what ``send_bytes`` writes."""
+        if self.fn.kind == "node":
+            worker.pipes.to_worker.send_bytes(json.dumps(msg).encode("utf-8"))
+        else:
+            worker.pipes.to_worker.send(msg)
 
     def _poll(self, timeout: float) -> None:
         conns = {w.pipes.from_worker: w for w in self._workers if w.state != "dead"}
@@ -692,9 +727,7 @@ class Session:
                 worker.sampler.cgroup = None
                 cgroup.remove()
             try:
-                worker.pipes.to_worker.send(
-                    {"op": "fn", "key": 0, "kind": self.fn.kind, "payload": self.fn.payload}
-                )
+                self._send(worker, {"op": "fn", "key": 0, "kind": self.fn.kind, "payload": self.fn.payload})
             except OSError:
                 return  # it died after saying ready; the EOF on its pipe reports the death
             with self._lock:
@@ -748,11 +781,13 @@ class Session:
                 "error": {"status": status, "message": f"the worker sent a result that is not JSON: {err}"},
             }
         stats = msg.get("stats") or {}
-        if self.run_id is not None and ("census" in stats or stats.get("cleanup_s")):
+        if self.run_id is not None and (
+            "census" in stats or stats.get("cleanup_s") or "tfjs" in stats or "node" in stats
+        ):
             self.store.add_event(
                 self.run_id,
                 "trial_stats",
-                f"trial {run.index} stats",
+                _stats_message(run.index, stats),
                 data=stats,
                 worker_id=worker.worker_id,
                 index=run.index,
@@ -1017,7 +1052,7 @@ class Session:
             worker.state = "exiting"
             self._recycles_by_slot[worker.slot] = self._recycles_by_slot.get(worker.slot, 0) + 1
         try:
-            worker.pipes.to_worker.send({"op": "exit"})
+            self._send(worker, {"op": "exit"})
         except OSError:
             pass
         self._end_worker(
@@ -1282,7 +1317,7 @@ class Session:
                     logger.exception("could not record the kill of worker %d", worker.worker_id)
             elif worker.state != "exiting":
                 try:
-                    worker.pipes.to_worker.send({"op": "exit"})
+                    self._send(worker, {"op": "exit"})
                 except OSError:
                     pass
             detail: dict[str, Any] = {"trials": worker.trials_done}

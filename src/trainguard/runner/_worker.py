@@ -207,6 +207,9 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         duration = time.perf_counter() - start
         framework = _oom_framework(exc)
         status = "framework_oom" if framework else "exception"
+        # a command trial says which of the worker's statuses its program's end maps to
+        if getattr(exc, "trial_status", None) in ("exception", "result_too_large"):
+            status = exc.trial_status
         error = {
             "status": status,
             "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
@@ -215,6 +218,10 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         }
         if framework:
             error["framework"] = framework
+        if getattr(exc, "trial_status", None) is not None:  # a command trial: its words, its stderr
+            error["message"] = str(exc)[:2000]
+            error["traceback"] = str(getattr(exc, "detail", "") or "")[-20000:]
+            error["type"] = "CommandFailed"
         del exc
     else:
         duration = time.perf_counter() - start
@@ -257,16 +264,29 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         "error": error,
         "duration_s": duration,
         "rss_bytes": _status_kb("VmRSS:") or 0,
-        "hwm_bytes": _status_kb("VmHWM:"),
+        "hwm_bytes": _peak(fn),
         "stats": stats,
     }
 
 
-def _load_fn(msg: dict[str, Any]) -> Any:
+def _peak(fn: Any) -> int | None:
+    """This process's peak RSS since the trial began, or the command trial's program's, if higher."""
+    own = _status_kb("VmHWM:")
+    program = getattr(fn, "last_peak_bytes", None)
+    if program is None:
+        return own
+    return max(own or 0, int(program))
+
+
+def _load_fn(msg: dict[str, Any], max_result_bytes: int | None = None) -> Any:
     from trainguard._nesting import importing
     from trainguard.runner._fnref import load
 
     kind, payload = msg["kind"], msg["payload"]
+    if kind == "command":
+        from trainguard.runner import _command
+
+        return _command.load(payload, max_result_bytes)
     if kind == "file":
         path = payload.rpartition(":")[0]
         rel = os.path.relpath(path)
@@ -335,7 +355,7 @@ def main(argv: list[str]) -> None:
             write_message(outbox, reply)
         elif op == "fn":
             try:
-                functions[msg["key"]] = _load_fn(msg)
+                functions[msg["key"]] = _load_fn(msg, max_result_bytes)
                 write_message(outbox, {"op": "fn_ok", "key": msg["key"]})
             except BaseException as exc:  # noqa: BLE001
                 from trainguard.exceptions import ConfigError

@@ -1,0 +1,99 @@
+"""TF.js trainings under the Runner: Node workers reused and recycled by the same policy as Python
+workers, tf.memory() and process.memoryUsage() stored per trial, bad input in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tfjs_support import FIXTURES, needs_tfjs
+
+import trainguard
+from trainguard.exceptions import ConfigError, MissingDependencyError
+from trainguard.store import Store
+
+pytestmark = needs_tfjs
+
+TRIALS = f"{FIXTURES / 'trials.js'}:train"
+
+
+def test_leaking_node_training_stays_flat_by_recycling_where_one_process_grows(tmp_path):
+    params = [{"leak_mb": 3, "seed": i} for i in range(30)]
+    peaks = {}
+    for name, policy in [
+        ("recycled", trainguard.Policy()),  # the default: predictive recycling at 1.2 x trial 0's peak
+        ("one_process", trainguard.Policy(peak_ratio=None)),
+    ]:
+        with trainguard.Runner(workers=1, policy=policy, store=tmp_path / "runs.db") as runner:
+            results = runner.map(TRIALS, params, name=name)
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+        peaks[name] = [r.peak_rss_bytes for r in results]
+        workers = {r.worker_id for r in results}
+        if name == "one_process":
+            assert len(workers) == 1
+        else:
+            assert len(workers) > 2
+    single = peaks["recycled"][0]
+    assert max(peaks["recycled"]) <= 1.25 * single, (single, max(peaks["recycled"]))
+    assert max(peaks["one_process"]) >= 2 * single  # 30 x 3 MB kept in one Node process
+    # tf.memory() and process.memoryUsage() at each trial's end, stored and shown
+    with Store(tmp_path / "runs.db", readonly=True) as store:
+        run_id = store.get_run("one_process").run_id
+        stats = {e.index: e.data for e in store.events(run_id, kinds=["trial_stats"])}
+    assert sorted(stats) == list(range(30))
+    tensors = [stats[i]["tfjs"]["numTensors"] for i in range(30)]
+    assert tensors[-1] - tensors[0] == 29  # one kept tensor per trial
+    assert stats[29]["tfjs"]["numBytes"] - stats[0]["tfjs"]["numBytes"] == 29 * 3 * 262144 * 4
+    assert stats[29]["node"]["heapUsed"] > 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainguard",
+            "show",
+            "one_process",
+            "--store",
+            str(tmp_path / "runs.db"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    memory = json.loads(shown.stdout)["trial_memory"]
+    assert memory["29"]["tfjs"]["numTensors"] == tensors[-1]
+
+
+def test_js_trial_errors_fail_their_trial_and_the_run_goes_on(tmp_path):
+    params = [{"throw": True}, {"huge": 3_000_000}, {"bigint": True}, {}]
+    with trainguard.Runner(workers=1, store=tmp_path / "r.db", max_result_bytes="1MiB") as runner:
+        results = runner.map(TRIALS, params, name="errors")
+    assert results[0].error["status"] == "exception"
+    assert results[0].error["message"].startswith("Error: bad params")
+    assert "trials.js" in results[0].error["traceback"]
+    assert results[1].error["status"] == "result_too_large"
+    assert results[2].error["status"] == "not_serializable"
+    assert "BigInt" in results[2].error["message"]
+    assert results[3].ok and results[3].worker_id == results[0].worker_id  # the same Node worker
+    with Store(tmp_path / "r.db", readonly=True) as store:
+        statuses = [t.status for t in store.trials(store.get_run("errors").run_id)]
+    assert statuses == ["failed", "failed", "failed", "ok"]
+
+
+def test_bad_js_targets_one_line_before_any_trial(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="does not exist"):
+        trainguard.Runner(store=None).map(str(tmp_path / "missing.js") + ":train", [{}])
+    with pytest.raises(ConfigError, match=r'exports no function "nope" \(it exports: train\)'):
+        with trainguard.Runner(store=None) as runner:
+            runner.map(f"{FIXTURES / 'trials.js'}:nope", [{}])
+    monkeypatch.setenv("PATH", str(tmp_path))  # no node here
+    with pytest.raises(MissingDependencyError, match="install Node.js 18 or newer"):
+        trainguard.Runner(store=None).map(TRIALS, [{}])
+    with pytest.raises(MissingDependencyError, match="apt-get install nodejs"):
+        trainguard.Command(["node", "train.js"])
