@@ -60,6 +60,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="run every trial again even if a run of this name is stored: the stored run is kept, "
         "renamed NAME.replaced-<time>",
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed the run: each trial gets a seed derived from N and its index, the same on every "
+        "attempt, and Python, numpy, torch, TensorFlow and Keras are seeded with it before the trial",
+    )
     parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument(
         "--memory-limit", metavar="SIZE", help="kill a trial whose worker tree crosses this RSS (e.g. 6GB)"
@@ -340,6 +347,7 @@ def run(args: argparse.Namespace) -> int:
         preload=tuple(args.preload),
         fresh=args.fresh,
         max_result_bytes=args.max_result_size,
+        seed=args.seed,
     )
     results = []
     show_live = not args.no_progress and not args.quiet and sys.stderr.isatty()

@@ -127,7 +127,11 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
     from trainguard.units import format_bytes, format_duration
 
     out = console(pipe_width=160)  # the trials table has a params column: lines stay whole in a file
-    out.print(f"[bold]{escape(summary.name)}[/]  {escape(summary.status)}  ({escape(summary.fn_ref)})")
+    run_seed = info.config.get("seed")
+    out.print(
+        f"[bold]{escape(summary.name)}[/]  {escape(summary.status)}  ({escape(summary.fn_ref)})"
+        + (f"   seed {run_seed}" if run_seed is not None else "")
+    )
     out.print(
         f"trials: {summary.trials_total} ({summary.trials_ok} ok, {summary.trials_failed} failed, "
         f"{summary.trials_pending} pending)   started {when(summary.created_at)}   "
@@ -145,7 +149,8 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
         )
         out.print(f"  {sparkline(rss, 80)}")
     table = Table(title="trials", title_justify="left")
-    for name, justify in [
+    seeded = any(t.seed is not None for t in trials)
+    columns = [
         ("#", "right"),
         ("status", "left"),
         ("params", "left"),
@@ -154,7 +159,12 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
         ("peak RSS", "right"),
         ("worker", "right"),
         ("duration", "right"),
-    ] + ([("tf.memory / heap at end", "left")] if trial_memory else []):
+    ]
+    if seeded:
+        columns.append(("seed", "right"))
+    if trial_memory:
+        columns.append(("tf.memory / heap at end", "left"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=name not in ("value / error", "params"))
     for t in trials[: args.max_trials]:
         style = {"ok": "green", "failed": "red", "pending": "yellow"}.get(t.status, "")
@@ -167,6 +177,7 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
             format_bytes(t.peak_rss_bytes),
             "-" if t.worker_id is None else str(t.worker_id),
             format_duration(t.duration_s),
+            *([str(t.seed) if t.seed is not None else "-"] if seeded else []),
             *([escape(_memory_text(trial_memory.get(t.index)))] if trial_memory else []),
         )
     if len(trials) > args.max_trials:

@@ -159,6 +159,10 @@ class Runner:
             (root, or a delegated systemd scope) on top of making it a child subreaper;
             ``"subreaper"`` uses the subreaper alone; ``"cgroup"`` requires the cgroup. Which one
             a worker got is stored with it (``tree_tracking`` in its config).
+        seed: the run's seed. Trial ``i`` gets its own seed derived from ``(seed, i)``, the same on
+            every attempt and in any worker, and the worker seeds Python's ``random``, numpy, and
+            torch, TensorFlow and Keras (those the trial imports) with it before the trial. None
+            seeds nothing. The seed is stored with each trial and shown by ``trainguard show``.
 
     Raises:
         ConfigError: any argument out of range, an unknown Keras backend or one not installed, an
@@ -186,6 +190,7 @@ class Runner:
         fresh: bool = False,
         max_result_bytes: str | int = "16MiB",
         tree_tracking: str = "auto",
+        seed: int | None = None,
     ) -> None:
         from trainguard._nesting import refuse_nested
 
@@ -243,6 +248,9 @@ class Runner:
             raise ConfigError(
                 f"sample_interval={sample_interval!r} must be between 1ms and 60s, such as '100ms'"
             )
+        from trainguard.runner._seeding import check_seed
+
+        seed = check_seed(seed)
         start_timeout_s = parse_duration(start_timeout, name="start_timeout")
         assert start_timeout_s is not None
         result_cap = parse_size(max_result_bytes, name="max_result_bytes")
@@ -301,6 +309,7 @@ class Runner:
             fresh=bool(fresh),
             max_result_bytes=int(result_cap),
             tree_tracking=tree_tracking,
+            seed=seed,
             worker_config={
                 "threads": per_worker,
                 "keras_backend": keras_backend,

@@ -71,6 +71,7 @@ class TrialResult:
     ``ran_with`` holds the params the last attempt ran with when out-of-memory recovery changed
     them (a smaller batch size), else None.
     ``reused`` is True for a result an earlier session of the same run stored: it was not run again.
+    ``seed`` is the seed the trial ran with (``Runner(seed=...)``), the same on every attempt.
     """
 
     index: int
@@ -84,6 +85,7 @@ class TrialResult:
     duration_s: float | None
     ran_with: dict[str, Any] | None = None
     reused: bool = False
+    seed: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -216,6 +218,7 @@ class SessionConfig:
     fresh: bool = False
     max_result_bytes: int = 16 << 20
     tree_tracking: str = "auto"
+    seed: int | None = None
 
 
 def _cgroup_oom_kills() -> int | None:
@@ -437,6 +440,7 @@ class Session:
                 "workers": self.config.workers,
                 **self.config.worker_config,
                 "fn_version": stored_version or self.fn.version,
+                "seed": self.config.seed,
             },
         )
         attempts_by_index: dict[int, int] = {}
@@ -449,6 +453,10 @@ class Session:
                     data={"replaced": self._replaced},
                 )
             self._record_environment()
+            if self.config.seed is not None:
+                self.store.set_trial_seeds(
+                    info.run_id, {i: self._seed_of(i) for i in range(len(self.params))}
+                )
             records = self.store.trials(info.run_id)
             finished = [rec for rec in records if rec.status in ("ok", "failed")]
             if finished and stored_version and self.fn.version and stored_version != self.fn.version:
@@ -469,6 +477,7 @@ class Session:
                         rec.worker_id,
                         rec.duration_s,
                         reused=True,
+                        seed=rec.seed,
                     )
             workers = self.store.workers(info.run_id)
             if workers:
@@ -478,6 +487,13 @@ class Session:
             pending = list(enumerate(self.params))
         for index, params in pending:
             self._queue.append(_Running(index, params, attempts_by_index.get(index, 0) + 1, 1))
+
+    def _seed_of(self, index: int) -> int | None:
+        if self.config.seed is None:
+            return None
+        from trainguard.runner._seeding import derive_seed
+
+        return derive_seed(self.config.seed, index)
 
     def _warn_changed(self, reused: int) -> None:
         import warnings
@@ -643,6 +659,7 @@ class Session:
                         "key": 0,
                         "params": run.sent_params,
                         "mixed_precision": run.mixed_precision,
+                        "seed": self._seed_of(run.index),
                         "cleanup": self.config.cleanup,
                         "census": self.config.census,
                     },
@@ -882,6 +899,7 @@ class Session:
             worker_id,
             duration_s,
             run.attempt_params,
+            seed=self._seed_of(run.index),
         )
         with self._lock:
             self._done += 1

@@ -201,6 +201,9 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
     try:
         if msg.get("mixed_precision"):
             _set_mixed_precision()
+        from trainguard.runner._seeding import seed_trial
+
+        seed_trial(msg.get("seed"))
         value = fn(params)
         status = "ok"
     except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt in a trial fail that trial only

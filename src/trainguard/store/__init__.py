@@ -17,6 +17,7 @@ from trainguard.store._records import (
     RunInfo,
     RunSummary,
     Sample,
+    StageRecord,
     TrialRecord,
     WorkerRecord,
 )
@@ -45,4 +46,5 @@ __all__ = [
     "EventRecord",
     "Sample",
     "FittedSize",
+    "StageRecord",
 ]

@@ -14,6 +14,7 @@ __all__ = [
     "EventRecord",
     "Sample",
     "FittedSize",
+    "StageRecord",
 ]
 
 
@@ -75,6 +76,8 @@ class TrialRecord:
     worker_id: int | None
     duration_s: float | None
     finished_at: float | None
+    #: the seed the trial ran with (``Runner(seed=...)``), None for an unseeded run
+    seed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,3 +159,22 @@ class FittedSize:
     source: str
     detail: dict[str, Any] | None
     updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StageRecord:
+    """One entry of a staged trial's history: ``event`` is ``"checkpoint"`` (stage ``stage``
+    committed by worker ``worker_id``, with the tree's RSS then and its peak during the stage),
+    ``"resume"`` (a worker resumed from stage ``stage``) or ``"restart"`` (it started over; ``note``
+    says why, such as a deleted checkpoint)."""
+
+    run_id: int
+    index: int
+    attempt: int
+    stage: int
+    worker_id: int | None
+    time: float
+    rss_bytes: int | None
+    peak_rss_bytes: int | None
+    event: str
+    note: str | None

@@ -39,6 +39,9 @@ ATTEMPT_STATUSES = (
     "protocol_error",
 )
 
+#: ``Store.add_stage(event=...)``: a checkpoint committed, a resume from one, a start over.
+STAGE_EVENTS = ("checkpoint", "resume", "restart")
+
 #: ``Store.finish_trial(status=...)``
 TRIAL_STATUSES = frozenset({"ok", "failed"})
 
@@ -136,6 +139,30 @@ CREATE TABLE IF NOT EXISTS fitted_sizes (
     updated_at     REAL NOT NULL,
     PRIMARY KEY (fn_ref, params_key, device, key)
 );
+-- The seed each trial ran with (Runner(seed=...)): derived from the run's seed and the index.
+CREATE TABLE IF NOT EXISTS trial_seeds (
+    run_id INTEGER NOT NULL REFERENCES runs(run_id),
+    idx    INTEGER NOT NULL,
+    seed   INTEGER NOT NULL,
+    PRIMARY KEY (run_id, idx)
+);
+-- A staged trial's history: one row per checkpoint it committed (event 'checkpoint'), per resume
+-- from one ('resume') and per start over ('restart', note says why). The checkpoint files go when
+-- the trial finishes; these rows stay.
+CREATE TABLE IF NOT EXISTS stages (
+    stage_pk       INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id         INTEGER NOT NULL REFERENCES runs(run_id),
+    idx            INTEGER NOT NULL,
+    attempt        INTEGER NOT NULL,
+    stage          INTEGER NOT NULL,
+    worker_id      INTEGER,
+    time           REAL NOT NULL,
+    rss_bytes      INTEGER,
+    peak_rss_bytes INTEGER,
+    event          TEXT NOT NULL,
+    note           TEXT
+);
+CREATE INDEX IF NOT EXISTS stages_by_trial ON stages (run_id, idx, stage_pk);
 CREATE TABLE IF NOT EXISTS sample_series (
     run_id    INTEGER NOT NULL REFERENCES runs(run_id),
     worker_id INTEGER NOT NULL,
@@ -154,11 +181,13 @@ TABLES = (
     "samples",
     "sample_series",
     "fitted_sizes",
+    "trial_seeds",
+    "stages",
 )
 
 #: Tables added after schema 1 without a version bump: a writer creates them in an older store of
 #: the same version, a reader treats them as empty when absent.
-ADDITIVE_TABLES = ("fitted_sizes",)
+ADDITIVE_TABLES = ("fitted_sizes", "trial_seeds", "stages")
 
 
 def describe_worker_end(reason: str | None, detail: dict[str, Any] | None = None) -> str:

@@ -37,6 +37,7 @@ from trainguard.store._records import (
     RunInfo,
     RunSummary,
     Sample,
+    StageRecord,
     TrialRecord,
     WorkerRecord,
 )
@@ -45,6 +46,7 @@ from trainguard.store._schema import (
     ATTEMPT_STATUSES,
     DDL,
     SCHEMA_VERSION,
+    STAGE_EVENTS,
     TRIAL_STATUSES,
     WORKER_REASONS,
 )
@@ -326,7 +328,10 @@ class Store:
                 if self._check_version(conn, create_if_empty=True):
                     # a store of this version written before an additive table existed
                     for statement in _ddl_statements():
-                        if any(f"EXISTS {table} " in statement for table in ADDITIVE_TABLES):
+                        if any(
+                            f"EXISTS {table} " in statement or f" ON {table} (" in statement
+                            for table in ADDITIVE_TABLES
+                        ):
                             conn.execute(statement)
                 else:
                     for statement in _ddl_statements():
@@ -898,6 +903,7 @@ class Store:
                 " worker_id, duration_s, finished_at FROM trials WHERE run_id=? ORDER BY idx",
                 (run_id,),
             ).fetchall()
+        seeds = self.trial_seeds(run_id)
         return [
             TrialRecord(
                 run_id=r[0],
@@ -911,6 +917,7 @@ class Store:
                 worker_id=r[8],
                 duration_s=r[9],
                 finished_at=r[10],
+                seed=seeds.get(r[1]),
             )
             for r in rows
         ]
@@ -1265,6 +1272,79 @@ class Store:
                     return []
                 raise
         return [FittedSize(*row[:7], _loads(row[7]), row[8]) for row in rows]
+
+    # -- seeds and stages -------------------------------------------------------------------------
+
+    def set_trial_seeds(self, run_id: int, seeds: dict[int, int]) -> None:
+        """Record the seed each trial runs with (``{index: seed}``; replaces earlier values)."""
+        _check_int(run_id, "run_id")
+        rows = [
+            (run_id, _check_int(i, "index", minimum=0), _check_int(s, "seed", minimum=0))
+            for i, s in seeds.items()
+        ]
+        with self._write() as conn:
+            conn.executemany("INSERT OR REPLACE INTO trial_seeds (run_id, idx, seed) VALUES (?, ?, ?)", rows)
+
+    def trial_seeds(self, run_id: int) -> dict[int, int]:
+        """``{index: seed}`` of the run's seeded trials (empty for a run without a seed)."""
+        with self._read() as conn:
+            try:
+                rows = conn.execute("SELECT idx, seed FROM trial_seeds WHERE run_id=?", (run_id,)).fetchall()
+            except sqlite3.OperationalError as err:
+                if "no such table" in str(err):  # a store written before the table existed (reader)
+                    return {}
+                raise
+        return {int(i): int(s) for i, s in rows}
+
+    def add_stage(
+        self,
+        run_id: int,
+        index: int,
+        attempt: int,
+        stage: int,
+        *,
+        event: str,
+        worker_id: int | None = None,
+        rss_bytes: int | None = None,
+        peak_rss_bytes: int | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Record a staged trial's ``checkpoint`` (stage ``stage`` committed), ``resume`` (from
+        stage ``stage``) or ``restart`` (from the beginning; ``note`` says why)."""
+        _check_int(run_id, "run_id")
+        _check_int(index, "index", minimum=0)
+        _check_int(attempt, "attempt", minimum=1)
+        _check_int(stage, "stage", minimum=0)
+        if event not in STAGE_EVENTS:
+            raise ConfigError(f"stage event {event!r} is not one of {', '.join(STAGE_EVENTS)}")
+        now = time.time()
+        with self._write() as conn:
+            self._require_trial(conn, run_id, index)
+            conn.execute(
+                "INSERT INTO stages (run_id, idx, attempt, stage, worker_id, time, rss_bytes, peak_rss_bytes,"
+                " event, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, index, attempt, stage, worker_id, now, rss_bytes, peak_rss_bytes, event, note),
+            )
+            conn.execute("UPDATE runs SET updated_at=? WHERE run_id=?", (now, run_id))
+
+    def stages(self, run_id: int, index: int | None = None) -> list[StageRecord]:
+        """A run's stage history (of one trial when ``index`` is given), in the order written."""
+        query = (
+            "SELECT run_id, idx, attempt, stage, worker_id, time, rss_bytes, peak_rss_bytes, event, note"
+            " FROM stages WHERE run_id=?"
+        )
+        args: tuple[Any, ...] = (run_id,)
+        if index is not None:
+            query += " AND idx=?"
+            args += (index,)
+        with self._read() as conn:
+            try:
+                rows = conn.execute(query + " ORDER BY stage_pk", args).fetchall()
+            except sqlite3.OperationalError as err:
+                if "no such table" in str(err):
+                    return []
+                raise
+        return [StageRecord(*row) for row in rows]
 
 
 _RUN_SELECT = (
