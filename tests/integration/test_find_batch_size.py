@@ -111,6 +111,6 @@ def test_fit_cli_json_and_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "minimum=8 is above the starting batch_size=4" in err and len(err.strip().splitlines()) == 1
     params.write_text(json.dumps({"fits": 0}))
-    assert main([*args, "--no-store"]) == 2
+    assert main([*args, "--no-store"]) == 1  # DoesNotFitError: the search failed (exit 1)
     err = capsys.readouterr().err
     assert "even batch_size=1 does not fit" in err

@@ -47,7 +47,7 @@ EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141
 #: exit code -> what it means; printed by ``trainguard --help`` and documented in the README.
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
-    EXIT_FAILED: "the check failed: a leak found, a trial failed, a run stopped on error",
+    EXIT_FAILED: "the check failed: a leak found, a trial failed, a run stopped on error, no batch size fits",
     EXIT_USAGE: "usage or configuration error: a bad flag, value, unit, params file, function or run name",
     EXIT_INCONCLUSIVE: "the leak check was inconclusive",
     EXIT_STORE: "store error: not a trainguard store, another schema version, cannot be opened or written",

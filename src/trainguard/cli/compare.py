@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 HELP = "compare Keras backends, allocators and thread counts by measurement, each in fresh workers"
@@ -45,6 +44,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainguard.cli._display import say, to_json, visible
     from trainguard.cli.fit import load_one_params
     from trainguard.comparison import compare
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet and not args.json:
 
         def progress(line: str) -> None:
-            print(line, file=sys.stderr, flush=True)
+            say(visible(line), sys.stderr)
 
     result = compare(
         args.fn,
@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
 
         write_comparison(result, args.html)
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(to_json(result.to_dict()))
     else:
-        print(result.table())
+        print(visible(result.table(), keep_newlines=True))
     failed = any(r.failures for r in result.results)
     return 1 if failed or result.baseline is None else 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -101,10 +100,12 @@ def run(args: argparse.Namespace) -> int:
         store=None if args.no_store else args.store,
         **options,
     )
+    from trainguard.cli._display import to_json, visible
+
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(to_json(result.to_dict()))
     elif not args.quiet:
-        print(result.summary())
+        print(visible(result.summary(), keep_newlines=True))
     else:
         print(result.size, file=sys.stdout)
     return 0
