@@ -1,0 +1,156 @@
+"""Benchmark: a 30-trial Optuna study of a Keras objective (TensorFlow backend), in-process vs guarded.
+
+    .venv/bin/python bench/optuna_bench.py               # 30 trials each (about 3 minutes on 2 cores)
+    .venv/bin/python bench/optuna_bench.py --trials 8    # for development
+
+Both studies run in this one run, one after the other, each in its own fresh child process, with
+the same seeded sampler (``TPESampler(seed=0)``) and the same deterministic objective (Keras seed
+fixed, op determinism on): ``trainguard.workloads.keras_fit`` (the seed's model, scaled down, which
+grows about 9.7 MiB per fit on TF) with ``units`` and ``learning_rate`` suggested by the study.
+
+  in-process  ``study.optimize(objective, n_trials)``, Optuna's usual way
+  guarded     ``trainguard.optuna.optimize(study, objective, n_trials, keras_backend="tensorflow")``,
+              default policy (one worker, predictive recycling)
+
+Memory is the RSS summed over the child's process tree (the guarded child's includes its worker),
+sampled from outside at 10 Hz. "One trial's peak" is the in-process study's first trial in its
+fresh process (TensorFlow import included), as in bench/runner_bench.py. Prints a markdown table
+and writes bench/results/optuna_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MIB = 2**20
+HERE = Path(__file__).resolve().parent
+
+
+def objective(trial: Any) -> float:
+    """The study's objective: one deterministic Keras fit whose units and learning rate are tuned."""
+    units = trial.suggest_categorical("units", [256, 384, 512])
+    learning_rate = trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True)
+    import keras
+
+    from trainguard.workloads import keras_fit
+
+    keras.utils.set_random_seed(0)
+    return keras_fit({"units": units, "learning_rate": learning_rate, "seed": 0})["loss"]
+
+
+def _child(mode: str, trials: int) -> None:
+    """A child process: one study, one marked JSON line per finished trial (see trainguard.demo)."""
+    import optuna
+    import psutil
+
+    from trainguard.demo import trial_line
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    proc = psutil.Process()
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
+
+    def report(study: Any, frozen: Any) -> None:
+        value = {"value": frozen.value, "params": frozen.params, "state": frozen.state.name}
+        start, end = frozen.datetime_start.timestamp(), frozen.datetime_complete.timestamp()
+        print(trial_line(frozen.number, start, end, proc.memory_info().rss, value), flush=True)
+
+    if mode == "inprocess":
+        study.optimize(objective, n_trials=trials, callbacks=[report])
+    else:
+        import trainguard.optuna
+
+        trainguard.optuna.optimize(
+            study,
+            objective,
+            n_trials=trials,
+            callbacks=[report],
+            keras_backend="tensorflow",
+        )
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _run(mode: str, trials: int) -> Any:
+    from trainguard.demo import _child_env, run_measured_child
+
+    env = _child_env()
+    env["TF_DETERMINISTIC_OPS"] = "1"  # inherited by the guarded study's worker too
+    return run_measured_child(
+        [sys.executable, str(Path(__file__).resolve()), "--child", mode, str(trials)],
+        trials,
+        mode=mode,
+        env=env,
+    )
+
+
+def _best(half: Any) -> tuple[float, dict[str, Any]]:
+    done = [v for v in half.values if v["state"] == "COMPLETE"]
+    best = min(done, key=lambda v: v["value"])
+    return best["value"], best["params"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=30)
+    args = parser.parse_args()
+    from trainguard.demo import versions
+
+    started = dt.datetime.now(dt.timezone.utc)
+    halves = {}
+    for mode in ("inprocess", "guarded"):
+        print(f"running the {mode} study ({args.trials} trials)...", file=sys.stderr, flush=True)
+        halves[mode] = _run(mode, args.trials)
+    inproc, guarded = halves["inprocess"], halves["guarded"]
+    single = inproc.trial_peak_rss_bytes[0]
+    rows = []
+    for mode, half in halves.items():
+        value, params = _best(half)
+        rows.append(
+            {
+                "mode": mode,
+                "wall_s": half.wall_s,
+                "peak_rss_bytes": half.peak_rss_bytes,
+                "growth_bytes_per_trial": half.growth_bytes_per_trial,
+                "trial_peak_rss_bytes": list(half.trial_peak_rss_bytes),
+                "best_value": value,
+                "best_params": params,
+                "failed": sum(v["state"] != "COMPLETE" for v in half.values),
+                "values": [v["value"] for v in half.values],
+            }
+        )
+    same_best = rows[0]["best_params"] == rows[1]["best_params"] and rows[0]["best_value"] == rows[1]["best_value"]
+    same_all = rows[0]["values"] == rows[1]["values"]
+    print(f"\n{args.trials} trials each, {started:%Y-%m-%d %H:%M} UTC; one trial's peak {single / MIB:.0f} MiB\n")
+    print("| study | wall s | wall / in-process | peak RSS MiB | peak / one trial | growth MiB/trial | best value | best params | failed |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+    for row in rows:
+        growth = row["growth_bytes_per_trial"] or 0.0
+        print(
+            f"| {row['mode']} | {row['wall_s']:.1f} | {row['wall_s'] / rows[0]['wall_s']:.2f} | "
+            f"{row['peak_rss_bytes'] / MIB:.0f} | {row['peak_rss_bytes'] / single:.2f} | {growth / MIB:+.1f} | "
+            f"{row['best_value']:.6f} | {row['best_params']} | {row['failed']} |"
+        )
+    print(f"\nsame best params and value: {same_best}; same value for every trial: {same_all}")
+    print("versions:", json.dumps(versions()))
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "optuna_bench.json").write_text(
+        json.dumps(
+            {"date": started.isoformat(), "single_trial_peak_rss_bytes": single, "rows": rows, "same_best": same_best},
+            indent=1,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[1] == "--child":
+        _child(sys.argv[2], int(sys.argv[3]))
+    sys.exit(main())
