@@ -25,7 +25,6 @@ import datetime as dt
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +106,7 @@ def main() -> int:
     for mode in ("inprocess", "guarded"):
         print(f"running the {mode} study ({args.trials} trials)...", file=sys.stderr, flush=True)
         halves[mode] = _run(mode, args.trials)
-    inproc, guarded = halves["inprocess"], halves["guarded"]
-    single = inproc.trial_peak_rss_bytes[0]
+    single = halves["inprocess"].trial_peak_rss_bytes[0]
     rows = []
     for mode, half in halves.items():
         value, params = _best(half)
@@ -125,10 +123,16 @@ def main() -> int:
                 "values": [v["value"] for v in half.values],
             }
         )
-    same_best = rows[0]["best_params"] == rows[1]["best_params"] and rows[0]["best_value"] == rows[1]["best_value"]
+    same_best = (
+        rows[0]["best_params"] == rows[1]["best_params"] and rows[0]["best_value"] == rows[1]["best_value"]
+    )
     same_all = rows[0]["values"] == rows[1]["values"]
-    print(f"\n{args.trials} trials each, {started:%Y-%m-%d %H:%M} UTC; one trial's peak {single / MIB:.0f} MiB\n")
-    print("| study | wall s | wall / in-process | peak RSS MiB | peak / one trial | growth MiB/trial | best value | best params | failed |")
+    print(
+        f"\n{args.trials} trials each, {started:%Y-%m-%d %H:%M} UTC; one trial's peak {single / MIB:.0f} MiB\n"
+    )
+    print(
+        "| study | wall s | wall / in-process | peak RSS MiB | peak / one trial | growth MiB/trial | best value | best params | failed |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     for row in rows:
         growth = row["growth_bytes_per_trial"] or 0.0
@@ -143,7 +147,12 @@ def main() -> int:
     out.mkdir(exist_ok=True)
     (out / "optuna_bench.json").write_text(
         json.dumps(
-            {"date": started.isoformat(), "single_trial_peak_rss_bytes": single, "rows": rows, "same_best": same_best},
+            {
+                "date": started.isoformat(),
+                "single_trial_peak_rss_bytes": single,
+                "rows": rows,
+                "same_best": same_best,
+            },
             indent=1,
         )
     )
