@@ -239,3 +239,12 @@ def test_bad_arguments_are_one_line_config_errors():
     with pytest.raises(ConfigError, match="workers=0"):
         tgo.isolated(tiny, workers=0)
     assert trainguard.optuna is tgo
+
+
+def test_a_drop_in_objective_left_to_the_garbage_collector_ends_its_workers():
+    study = _study()
+    study.optimize(tgo.isolated(tiny), n_trials=3)  # no with, no close(): the wrapper is unreferenced
+    gc.collect()
+    assert len(study.trials) == 3 and all(t.state == TS.COMPLETE for t in study.trials)
+    assert not [t for t in threading.enumerate() if t.name.startswith("trainguard-optuna")]
+    assert psutil.Process().children(recursive=True) == []
