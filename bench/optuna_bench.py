@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/optuna_bench.py               # 30 trials each (about 3 minutes on 2 cores)
     .venv/bin/python bench/optuna_bench.py --trials 8    # for development
+    .venv/bin/python bench/optuna_bench.py --peak-ratio 1.1   # also a guarded study with Policy(peak_ratio=1.1)
 
 Both studies run in this one run, one after the other, each in its own fresh child process, with
 the same seeded sampler (``TPESampler(seed=0)``) and the same deterministic objective (Keras seed
@@ -56,20 +57,29 @@ def _child(mode: str, trials: int) -> None:
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
 
     def report(study: Any, frozen: Any) -> None:
-        value = {"value": frozen.value, "params": frozen.params, "state": frozen.state.name}
+        value = {
+            "value": frozen.value,
+            "params": frozen.params,
+            "state": frozen.state.name,
+            "study_process_rss_bytes": proc.memory_info().rss,  # this process alone, without workers
+        }
         start, end = frozen.datetime_start.timestamp(), frozen.datetime_complete.timestamp()
         print(trial_line(frozen.number, start, end, proc.memory_info().rss, value), flush=True)
 
     if mode == "inprocess":
         study.optimize(objective, n_trials=trials, callbacks=[report])
     else:
+        import trainguard
         import trainguard.optuna
 
+        _, _, ratio = mode.partition(":")
+        policy = trainguard.Policy(peak_ratio=float(ratio)) if ratio else None
         trainguard.optuna.optimize(
             study,
             objective,
             n_trials=trials,
             callbacks=[report],
+            policy=policy,
             keras_backend="tensorflow",
         )
     sys.stdout.flush()
@@ -98,12 +108,19 @@ def _best(half: Any) -> tuple[float, dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument(
+        "--peak-ratio",
+        type=float,
+        action="append",
+        default=[],
+        help="also run the guarded study with Policy(peak_ratio=R) (repeatable)",
+    )
     args = parser.parse_args()
     from trainguard.demo import versions
 
     started = dt.datetime.now(dt.timezone.utc)
     halves = {}
-    for mode in ("inprocess", "guarded"):
+    for mode in ("inprocess", "guarded", *(f"guarded:{r:g}" for r in args.peak_ratio)):
         print(f"running the {mode} study ({args.trials} trials)...", file=sys.stderr, flush=True)
         halves[mode] = _run(mode, args.trials)
     single = halves["inprocess"].trial_peak_rss_bytes[0]
@@ -121,6 +138,7 @@ def main() -> int:
                 "best_params": params,
                 "failed": sum(v["state"] != "COMPLETE" for v in half.values),
                 "values": [v["value"] for v in half.values],
+                "study_process_peak_rss_bytes": max(v["study_process_rss_bytes"] for v in half.values),
             }
         )
     same_best = (
@@ -138,7 +156,8 @@ def main() -> int:
         growth = row["growth_bytes_per_trial"] or 0.0
         print(
             f"| {row['mode']} | {row['wall_s']:.1f} | {row['wall_s'] / rows[0]['wall_s']:.2f} | "
-            f"{row['peak_rss_bytes'] / MIB:.0f} | {row['peak_rss_bytes'] / single:.2f} | {growth / MIB:+.1f} | "
+            f"{row['peak_rss_bytes'] / MIB:.0f} | {row['peak_rss_bytes'] / single:.2f} | "
+            f"{row['study_process_peak_rss_bytes'] / MIB:.0f} | {growth / MIB:+.1f} | "
             f"{row['best_value']:.6f} | {row['best_params']} | {row['failed']} |"
         )
     print(f"\nsame best params and value: {same_best}; same value for every trial: {same_all}")
