@@ -375,6 +375,11 @@ class IsolatedObjective:
         policy = Policy() if policy is None else policy
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
+        if getattr(policy, "on_oom", None) is not None:
+            raise ConfigError(
+                "Policy(on_oom=...) cannot shrink an Optuna trial's params (the study chooses them): "
+                "leave on_oom out and suggest the batch size in the objective"
+            )
         # retries happen here, by re-enqueueing the trial's params in the study; the Runner only
         # runs slots, and a slot's second attempt would not be the same Optuna trial
         runner = Runner(
