@@ -238,6 +238,10 @@ def test_bad_arguments_are_one_line_config_errors():
         tgo.optimize(_study(), tiny, n_trials=1, timeout="4 potatoes")
     with pytest.raises(ConfigError, match="workers=0"):
         tgo.isolated(tiny, workers=0)
+    from trainguard.runner.policy import Shrink
+
+    with pytest.raises(ConfigError, match="cannot shrink an Optuna trial's params"):
+        tgo.isolated(tiny, policy=Policy(on_oom=Shrink()))
     assert trainguard.optuna is tgo
 
 
