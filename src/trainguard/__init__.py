@@ -48,6 +48,7 @@ _LAZY = {
     "Policy": "trainguard.runner",
     "Shrink": "trainguard.runner",
     "Command": "trainguard.runner",
+    "Device": "trainguard.runner",
     "compare": "trainguard.comparison",
     "Comparison": "trainguard.comparison",
     "find_batch_size": "trainguard.fitting",
@@ -113,5 +114,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed 
     from trainguard.leaks import LeakReport, leakcheck  # noqa: F401
     from trainguard.probes.census import Census, census  # noqa: F401
     from trainguard.probes.host import host_memory, tree_memory  # noqa: F401
-    from trainguard.runner import Command, Policy, Runner, Shrink, TrialResult  # noqa: F401
+    from trainguard.runner import Command, Device, Policy, Runner, Shrink, TrialResult  # noqa: F401
     from trainguard.sampling import Sampler, Timeline  # noqa: F401

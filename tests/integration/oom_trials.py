@@ -46,3 +46,26 @@ def grows(params):
     """Keeps ``mb`` MiB per call (a leak a compare must see under every allocator)."""
     _KEPT.append(bytearray(int(params.get("mb", 4)) * 2**20))
     return len(_KEPT)
+
+
+def device_view(params):
+    """What a trial sees of the device settings: env variables and framework answers."""
+    import keras
+
+    names = ["CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH", "PYTORCH_CUDA_ALLOC_CONF"]
+    names += ["XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"]
+    return {
+        "env": {n: os.environ.get(n) for n in names},
+        "policy": keras.mixed_precision.global_policy().name,
+    }
+
+
+def tf_allocates(params):
+    """Allocates and frees TensorFlow tensors so its allocator has a peak above what is in use."""
+    import tensorflow as tf
+
+    a = tf.random.normal((int(params.get("n", 1500)), int(params.get("n", 1500))))
+    b = tf.matmul(a, a)
+    total = float(tf.reduce_sum(b))
+    del a, b
+    return total

@@ -82,6 +82,7 @@ def test_public_names_are_pinned():
             "Command",
             "Comparison",
             "ConfigError",
+            "Device",
             "DoesNotFitError",
             "FitResult",
             "FrameworkOOMError",

@@ -53,6 +53,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-store", action="store_true", help="do not remember the size")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    from trainguard.cli._device import add_device_arguments
+
+    add_device_arguments(parser)
 
 
 def load_one_params(path: str | None, flag: str = "--params") -> dict[str, Any]:
@@ -85,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
         options["keras_backend"] = args.keras_backend
     if args.threads:
         options["threads"] = args.threads
+    from trainguard.cli._device import device_from_args
+
+    device = device_from_args(args)
+    if device is not None:
+        options["device"] = device
     result = find_batch_size(
         args.fn,
         params,

@@ -106,6 +106,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="which failures are retried: comma-separated crash,memory,timeout,exception",
     )
     parser.add_argument("--stop-on-error", action="store_true", help="stop the run at the first failed trial")
+    from trainguard.cli._device import add_device_arguments
+
+    add_device_arguments(parser)
     parser.add_argument(
         "--on-oom",
         metavar="RULE",
@@ -337,6 +340,8 @@ def run(args: argparse.Namespace) -> int:
         target = args.fn
     params = load_params(args.params, args.max_trials)
     policy = _policy(args)
+    from trainguard.cli._device import device_from_args
+
     runner = Runner(
         workers=args.workers,
         policy=policy,
@@ -348,6 +353,7 @@ def run(args: argparse.Namespace) -> int:
         fresh=args.fresh,
         max_result_bytes=args.max_result_size,
         seed=args.seed,
+        device=device_from_args(args),
     )
     results = []
     show_live = not args.no_progress and not args.quiet and sys.stderr.isatty()

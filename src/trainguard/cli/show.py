@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
         events = store.events(info.run_id, limit=args.events)
         samples = store.samples(info.run_id)
         trial_memory = _trial_memory(store.events(info.run_id, kinds=["trial_stats"]))
+        memory_events = store.events(info.run_id, kinds=MEMORY_EVENT_KINDS)
     assert summary is not None
+    fragmentation, oom = memory_rows(memory_events)
     if args.json:
         payload: dict[str, Any] = {
             "run": dataclasses.asdict(summary),
@@ -62,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
             "trials": [dataclasses.asdict(t) for t in trials],
             "workers": [{**dataclasses.asdict(w), "reason_text": w.reason_text} for w in workers],
             "events": [dataclasses.asdict(e) for e in events],
+            "fragmentation": fragmentation,
+            "out_of_memory": oom,
             "memory": {
                 "samples": len(samples),
                 "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
@@ -74,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         print(to_json(payload, indent=2))
         return 0
     _print_text(args, info, summary, trials, workers, events, samples, trial_memory)
+    _print_memory(fragmentation, oom)
     return 0
 
 
@@ -208,3 +213,68 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
         for e in events:
             et.add_row(when(e.time)[11:], escape(e.kind), escape(e.message))
         out.print(et)
+
+
+#: Events that ``show`` turns into its fragmentation and out-of-memory tables.
+MEMORY_EVENT_KINDS = ("trial_stats", "oom_shrink", "oom_start", "oom_fitted", "oom_give_up")
+
+
+def memory_rows(events) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # noqa: ANN001 - EventRecords
+    """Per-trial fragmentation figures (from ``trial_stats`` events) and the out-of-memory
+    recovery steps (``oom_*`` events), as JSON-ready rows."""
+    fragmentation: list[dict[str, Any]] = []
+    oom: list[dict[str, Any]] = []
+    for e in events:
+        data = e.data or {}
+        if e.kind == "trial_stats":
+            for row in data.get("fragmentation") or []:
+                fragmentation.append({"index": e.index, "worker_id": e.worker_id, **row})
+        else:
+            oom.append({"index": e.index, "kind": e.kind, "message": e.message, **data})
+    return fragmentation, oom
+
+
+def _print_memory(fragmentation: list[dict[str, Any]], oom: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    from trainguard.cli._display import console
+    from trainguard.cli._display import markup_safe as escape
+    from trainguard.units import format_bytes
+
+    out = console(pipe_width=160)
+    if fragmentation:
+        ft = Table(
+            title="fragmentation (allocator held vs in use, where the framework reports it)",
+            title_justify="left",
+        )
+        for name in ("trial", "framework", "device", "held", "in use", "held - in use", "inactive split"):
+            ft.add_column(name, justify="left" if name in ("framework", "device") else "right")
+        for row in fragmentation[-50:]:
+            if row.get("framework") == "torch":
+                held, used = row.get("reserved_bytes"), row.get("allocated_bytes")
+                split = format_bytes(row.get("inactive_split_bytes"))
+            else:  # TensorFlow: the peak since the last trial against what is in use now
+                held, used = row.get("peak_bytes"), row.get("current_bytes")
+                split = "-"
+            gap = None if held is None or used is None else held - used
+            ft.add_row(
+                "-" if row.get("index") is None else str(row["index"]),
+                escape(str(row.get("framework"))),
+                escape(str(row.get("device"))),
+                format_bytes(held) + (" peak" if row.get("framework") == "tensorflow" else " reserved"),
+                format_bytes(used),
+                format_bytes(gap),
+                split,
+            )
+        out.print(ft)
+    if oom:
+        ot = Table(title="out-of-memory recovery", title_justify="left")
+        for name in ("trial", "step", "what happened"):
+            ot.add_column(name, no_wrap=name != "what happened")
+        for row in oom:
+            ot.add_row(
+                "-" if row.get("index") is None else str(row["index"]),
+                escape(str(row["kind"]).removeprefix("oom_")),
+                escape(str(row["message"])),
+            )
+        out.print(ot)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from trainguard.runner._command import Command
 from trainguard.runner._runner import Runner, find_allocator
 from trainguard.runner._supervisor import RunProgress, TrialResult, WorkerProgress, default_run_name
+from trainguard.runner.device import Device
 from trainguard.runner.policy import Policy, Shrink
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Policy",
     "Shrink",
     "Command",
+    "Device",
     "TrialResult",
     "RunProgress",
     "WorkerProgress",

@@ -16,12 +16,13 @@ supervisor -> worker::
 
     {"op": "fn", "key": int, "kind": "module"|"file"|"pickle", "payload": str|bytes}
     {"op": "trial", "index": int, "attempt": int, "key": int, "params": dict,
-     "cleanup": bool, "census": bool}
+     "cleanup": bool, "census": bool, "mixed_precision": bool}
     {"op": "exit"}
 
 worker -> supervisor::
 
-    {"op": "ready", "pid": int, "preload_s": float, "frameworks": [str], "tree": {...}}
+    {"op": "ready", "pid": int, "preload_s": float, "frameworks": [str], "tree": {...},
+     "device": {...}|None}                               # Device settings as the frameworks report them
     {"op": "fatal", "message": str}                      # bootstrap failed; the worker exits
     {"op": "fn_ok", "key": int} | {"op": "fn_error", "key": int, "message": str, "traceback": str}
     {"op": "result", "index": int, "attempt": int, "status": str, "value_json": str|None,
@@ -102,6 +103,7 @@ _SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
         ("preload_s", _NUMBER, False),
         ("frameworks", list, False),
         ("tree", dict, True),
+        ("device", dict, True),
     ],
     "fatal": [("message", str, False)],
     "fn_ok": [("key", int, False)],

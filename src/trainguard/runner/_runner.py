@@ -146,6 +146,8 @@ class Runner:
         cleanup: have workers run ``trainguard.frameworks.cleanup()`` after each trial. Off by
             default: recycling bounds memory, and per-trial ``clear_session()`` costs ~0.4 s on TF.
         start_timeout: how long a new worker may take to import and load ``fn``.
+        device: a :class:`trainguard.Device`: GPU visibility and framework memory settings applied in
+            each worker before any framework initialises, read back and recorded as a ``device`` event.
         fresh: run every trial even when the store holds a run of the same name: that run is kept,
             renamed ``NAME.replaced-<time>``, and a new one starts. Without it, a run of the same
             name resumes and reuses its stored results (a :class:`FunctionChangedWarning` says so
@@ -191,6 +193,7 @@ class Runner:
         max_result_bytes: str | int = "16MiB",
         tree_tracking: str = "auto",
         seed: int | None = None,
+        device: Any = None,
     ) -> None:
         from trainguard._nesting import refuse_nested
 
@@ -225,6 +228,16 @@ class Runner:
                 raise ConfigError(
                     "gpus=[] gives no device: pass None to leave CUDA_VISIBLE_DEVICES, or '' to hide GPUs"
                 )
+        if device is not None:
+            from trainguard.runner.device import Device
+
+            if not isinstance(device, Device):
+                raise ConfigError(f"device must be a trainguard.Device(...), not {type(device).__name__}")
+            if gpus is not None and device.visible_devices is not None:
+                raise ConfigError(
+                    "gpus= and Device(visible_devices=) both set CUDA_VISIBLE_DEVICES: give only one"
+                )
+            device.check()
         allocator_path = find_allocator(allocator) if allocator is not None else None
         trim = parse_size(malloc_trim_threshold, name="malloc_trim_threshold", allow_none=True)
         if env is not None and (
@@ -284,6 +297,8 @@ class Runner:
         if allocator_path is not None:
             previous = base_env.get("LD_PRELOAD", "")
             base_env["LD_PRELOAD"] = f"{allocator_path}:{previous}" if previous else allocator_path
+        if device is not None:
+            base_env.update(device.env())
         if env:
             base_env.update(env)
         base_env.pop("PYTHONSTARTUP", None)
@@ -321,6 +336,7 @@ class Runner:
                 "sample_interval_s": float(interval),
                 "max_result_bytes": int(result_cap),
                 "tree_tracking": tree_tracking,
+                "device": device.worker_settings() if device is not None else None,
             },
         )
 

@@ -578,6 +578,7 @@ class Session:
                 "capture_dir": self._tmpdir,
                 "max_result_bytes": self.config.max_result_bytes,
                 "cgroup": cgroup.path if cgroup is not None else None,
+                "device": self.config.worker_config.get("device"),
             }
         )
         try:
@@ -749,6 +750,15 @@ class Session:
                 return  # it died after saying ready; the EOF on its pipe reports the death
             with self._lock:
                 worker.state = "loading"
+            if self.run_id is not None and msg.get("device") is not None:
+                self.store.add_event(
+                    self.run_id,
+                    "device",
+                    f"worker {worker.worker_id} device settings, as its frameworks report them: "
+                    f"{json.dumps(msg['device'], sort_keys=True)}",
+                    data=msg["device"],
+                    worker_id=worker.worker_id,
+                )
             if self.run_id is not None and msg.get("preload_s", 0) > 0.05:
                 self.store.add_event(
                     self.run_id,
@@ -799,7 +809,11 @@ class Session:
             }
         stats = msg.get("stats") or {}
         if self.run_id is not None and (
-            "census" in stats or stats.get("cleanup_s") or "tfjs" in stats or "node" in stats
+            "census" in stats
+            or stats.get("cleanup_s")
+            or "tfjs" in stats
+            or "node" in stats
+            or "fragmentation" in stats
         ):
             self.store.add_event(
                 self.run_id,

@@ -88,8 +88,15 @@ def _frameworks() -> list[str]:
 
 
 def _framework_stats() -> dict[str, Any]:
-    """Cheap allocator figures of frameworks already imported; never imports one."""
+    """Cheap allocator figures of frameworks already imported; never imports one.
+
+    ``fragmentation`` holds, where the framework reports it, what its allocator holds against what
+    is in use: torch's reserved vs allocated bytes and inactive split blocks (``memory_stats``),
+    TensorFlow's peak vs current bytes per device (``get_memory_info``; on the CPU only with
+    ``TF_CPU_ALLOCATOR_USE_BFC=true``, the default CPU allocator reports zeros).
+    """
     stats: dict[str, Any] = {}
+    fragmentation: list[dict[str, Any]] = []
     torch = sys.modules.get("torch")
     if torch is not None:
         try:
@@ -97,9 +104,45 @@ def _framework_stats() -> dict[str, Any]:
                 stats["torch_cuda_allocated_bytes"] = int(torch.cuda.memory_allocated())
                 stats["torch_cuda_reserved_bytes"] = int(torch.cuda.memory_reserved())
                 stats["torch_cuda_peak_bytes"] = int(torch.cuda.max_memory_allocated())
+                for index in range(torch.cuda.device_count()):
+                    raw = torch.cuda.memory_stats(index)
+                    if not raw:
+                        continue
+                    fragmentation.append(
+                        {
+                            "framework": "torch",
+                            "device": f"cuda:{index}",
+                            "reserved_bytes": int(raw.get("reserved_bytes.all.current", 0)),
+                            "allocated_bytes": int(raw.get("allocated_bytes.all.current", 0)),
+                            "inactive_split_bytes": int(raw.get("inactive_split_bytes.all.current", 0)),
+                            "peak_reserved_bytes": int(raw.get("reserved_bytes.all.peak", 0)),
+                            "peak_allocated_bytes": int(raw.get("allocated_bytes.all.peak", 0)),
+                        }
+                    )
                 torch.cuda.reset_peak_memory_stats()
         except Exception:  # noqa: BLE001 - stats are best effort and must never fail a trial
             pass
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and hasattr(tf, "config"):
+        try:
+            devices = [d.name.split("device:")[-1] for d in tf.config.list_logical_devices("GPU")]
+            if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("1", "true"):
+                devices.append("CPU:0")
+            for name in devices:
+                info = tf.config.experimental.get_memory_info(name)
+                fragmentation.append(
+                    {
+                        "framework": "tensorflow",
+                        "device": name,
+                        "current_bytes": int(info.get("current", 0)),
+                        "peak_bytes": int(info.get("peak", 0)),
+                    }
+                )
+                tf.config.experimental.reset_memory_stats(name)
+        except Exception:  # noqa: BLE001 - see above
+            pass
+    if fragmentation:
+        stats["fragmentation"] = fragmentation
     return stats
 
 
@@ -327,6 +370,17 @@ def main(argv: list[str]) -> None:
     threads = config.get("threads")
     max_result_bytes = config.get("max_result_bytes")
     start = time.perf_counter()
+    device_report = None
+    if config.get("device"):
+        try:
+            from trainguard.runner.device import apply_in_worker
+
+            device_report = apply_in_worker(config["device"])
+        except BaseException as exc:  # noqa: BLE001
+            write_message(
+                outbox, {"op": "fatal", "message": f"device settings failed: {type(exc).__name__}: {exc}"}
+            )
+            _end_tree_and_exit(3)
     try:
         _preload(list(config.get("preload", [])), threads)
     except BaseException as exc:  # noqa: BLE001
@@ -342,6 +396,7 @@ def main(argv: list[str]) -> None:
             "preload_s": time.perf_counter() - start,
             "frameworks": _frameworks(),
             "tree": tree,
+            "device": device_report,
         },
     )
     functions: dict[int, Any] = {}
