@@ -433,3 +433,10 @@ def test_gpu_runner_test_skips_where_torch_has_no_cuda(tmp_path):
     assert proc.returncode in (0, 5), proc.stdout[-3000:]  # 5: everything skipped / nothing collected
     assert "failed" not in proc.stdout and "error" not in proc.stdout.lower(), proc.stdout[-3000:]
     assert "skipped" in proc.stdout and "sees no CUDA device" in proc.stdout
+
+
+def test_doctor_shows_environment_values_escaped(monkeypatch, capsys):
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2\x1b[2J\x1b]0;owned\x07")
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert ESC not in out and "MALLOC_ARENA_MAX=2\\x1b[2J" in out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 HELP = "show the environment (frameworks, GPUs, memory, allocator, threads) and what in it is known to leak"
 
@@ -22,7 +21,9 @@ def run(args: argparse.Namespace) -> int:
 
     report = diagnose(deep=args.deep)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2, sort_keys=False, default=str))
+        from trainguard.cli._display import to_json
+
+        print(to_json(report.to_dict(), indent=2, sort_keys=False, default=str))
         return 0
     _print_text(report)
     return 0
@@ -32,14 +33,15 @@ def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
     from rich.console import Console
     from rich.table import Table
 
+    from trainguard.cli._display import markup_safe as safe
     from trainguard.units import format_bytes
 
     console = Console()
     table = Table(title="trainguard doctor", show_header=False, title_justify="left")
     table.add_column("item", style="bold")
     table.add_column("value")
-    table.add_row("Python", f"{report.python} ({report.python_executable})")
-    table.add_row("OS", report.os)
+    table.add_row("Python", safe(f"{report.python} ({report.python_executable})"))
+    table.add_row("OS", safe(report.os))
     quota = f", quota {report.cpu_quota:g}" if report.cpu_quota else ""
     table.add_row("CPUs", f"{report.cpus} ({report.cpus_usable} usable{quota})")
     table.add_row(
@@ -56,7 +58,7 @@ def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
         table.add_row("cgroup", "none readable")
     for name, version in report.frameworks.items():
         table.add_row(name, version or "[dim]not installed[/dim]")
-    table.add_row("Keras backend", report.keras_backend or "-")
+    table.add_row("Keras backend", safe(report.keras_backend or "-"))
     if report.gpus:
         for gpu in report.gpus:
             table.add_row(
@@ -65,19 +67,19 @@ def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
             )
     else:
         table.add_row("GPUs", "none (NVML unavailable)" if not report.nvml_available else "none")
-    table.add_row("allocator", report.allocator)
+    table.add_row("allocator", safe(report.allocator))
     threads = ", ".join(f"{k}={v}" for k, v in report.threads.items() if v) or "no thread variables set"
-    table.add_row("threads", threads)
+    table.add_row("threads", safe(threads))
     env = ", ".join(f"{k}={v}" for k, v in report.environment.items() if v) or "-"
-    table.add_row("memory env", env)
+    table.add_row("memory env", safe(env))
     if report.deep:
         for key, value in report.deep.items():
             if value not in ({}, None):
-                table.add_row(key, str(value))
+                table.add_row(safe(key), safe(value))
     console.print(table)
     if report.warnings:
         console.print(f"[bold yellow]{len(report.warnings)} warning(s):[/bold yellow]")
         for i, text in enumerate(report.warnings, 1):
-            console.print(f"{i}. {text}", highlight=False)
+            console.print(f"{i}. {safe(text)}", highlight=False)
     else:
         console.print("[green]no known leaking configuration found[/green]")
