@@ -35,10 +35,11 @@ import numpy as np
 from scipy import stats as sps
 
 from trainguard.leaks import stats as S
+from trainguard.leaks._plan import LEAK_GATE_ITERATIONS
 
 MB = 1024.0 * 1024.0
 N_MAX = 200
-GATE_TARGET = 120  # trainguard.leaks._run._LEAK_GATE_ITERATIONS
+GATE_TARGET = LEAK_GATE_ITERATIONS  # the gate leakcheck itself uses
 REGIMES = {"fast": (200, 120), "1.2s": (100, 60), "2.4s": (50, 30)}  # calls in budget, leak gate
 
 

@@ -10,11 +10,9 @@ Fast steps are batched: a reading costs a ``gc.collect()`` (milliseconds to tens
 heap), so when a step is much faster than that, several calls share one reading and the slope is
 still reported per call.
 
-When to call a leak (``min_iterations=None``): allocator pools, kernel and tracing caches grow for
-50-80 iterations and then level off, and over such a window a significant slope is no evidence of
-a leak. ``no_leak`` and ``plateau`` may come after 10 calls, ``leak`` only after 120 calls, or,
-for steps too slow for 120 calls in 60 % of ``max_time``, after what fits, and then only under
-the strict test (``stats.decide(strong=True)``: the most recent third must grow on its own).
+The decisions (batching, the look schedule, the gates before a verdict, each look and the final
+verdict) are the pure functions of :mod:`trainguard.leaks._plan`; this module calls the step,
+takes the readings and assembles the report.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from trainguard.exceptions import ConfigError
-from trainguard.leaks import stats
+from trainguard.leaks import _plan, stats
 from trainguard.leaks._report import KindGrowth, LeakReport, StepError
 from trainguard.leaks.stats import Verdict
 from trainguard.units import format_bytes, parse_duration, parse_size
@@ -44,19 +42,6 @@ __all__ = ["LeakCheckConfig", "make_config", "run_loop", "call_plan", "METRICS"]
 logger = logging.getLogger(__name__)
 
 METRICS = ("auto", "rss", "uss", "pss")
-#: Calls before a ``leak`` verdict when the budget allows (min_iterations=None): allocator pools,
-#: kernel and tracing caches grow for 50-80 iterations and then level off, and the sequential test
-#: calls such a ramp a leak long before the level is reached (the check that growth persists in
-#: the recent half needs the window to reach past the ramp's end).
-_LEAK_GATE_ITERATIONS = 120
-#: The share of ``max_time`` that waiting for ``_LEAK_GATE_ITERATIONS`` may take; slower steps get
-#: a lower gate and a stricter leak test (``stats.decide(strong=True)``).
-_LEAK_GATE_BUDGET_SHARE = 0.6
-#: Calls before a ``no_leak`` or ``plateau`` verdict when min_iterations is None.
-_BASE_MIN_ITERATIONS = 10
-#: Reading overhead aimed at, as a share of the time spent in the step itself.
-_OVERHEAD_TARGET = 0.025
-_MAX_CALLS_PER_MEASUREMENT = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,16 +282,6 @@ class _Meter:
         }
 
 
-def _auto_tolerance(step_time_s: float) -> float:
-    # The rate of 1 MiB per minute of step time (under 1.4 GB a day of continuous running), and
-    # at least 1 KiB per call: a step that keeps a float per call in a history list grows RSS by
-    # 200-360 B per call (the floats plus allocator fragmentation), which nobody calls a leak.
-    # That floor is capped at 64 MiB per minute of step time, so that a very fast step (50 us)
-    # keeping 200 B per call, 240 MB a minute, is still a leak.
-    per_minute = step_time_s / 60.0
-    return max(1024.0 * 1024.0 * per_minute, min(1024.0, 64 * 1024.0 * 1024.0 * per_minute))
-
-
 def _analysis_dict(d: stats.Decision) -> dict[str, Any]:
     s = d.slope
     return {
@@ -344,276 +319,262 @@ def run_loop(
     gc.collect()
     gc.freeze()
     try:
-        return _loop(step, call, config, progress, isolated, on_reading)
+        return _Loop(call, config, progress, isolated, on_reading).run()
     finally:
         gc.unfreeze()
 
 
-def _loop(
-    step: Callable[..., Any],
-    call: Callable[[], Any],
-    config: LeakCheckConfig,
-    progress: Callable[[dict[str, Any]], None] | None,
-    isolated: bool,
-    on_reading: Callable[[dict[str, Any]], None] | None = None,
-) -> LeakReport:
-    from trainguard.leaks.attribution import (
-        CensusPoint,
-        TracemallocProbe,
-        framework_hints,
-        growth_by_kind,
-        take_census,
-    )
+class _Loop:
+    """One leak check's state and its phases: blocks of calls, readings, calibration, looks, the
+    final verdict and the report. The decisions themselves are the pure functions of
+    :mod:`trainguard.leaks._plan`."""
 
-    meter = _Meter(config.metric, config.trim)
-    probe = TracemallocProbe() if config.tracemalloc else None
-    if probe is not None:
-        probe.start()
-    series: list[dict[str, Any]] = []
-    census_points: list[CensusPoint] = []
-    step_times: list[float] = []
-    error: StepError | None = None
-    iterations = 0
-    meter.read()  # first use imports the probes; keep that out of the timed loop
-    start = time.perf_counter()
-    measure_cost = 0.0
-    k = config.calls_per_measurement or 1
-    calibrated = False
-    schedule: tuple[int, ...] = ()
-    alpha_look = config.alpha
-    tolerance = config.tolerance_bytes_per_iter
-    decision: stats.Decision | None = None
-    gpu_decision: stats.Decision | None = None
-    gpu_key: str | None = None
-    tracemalloc_marked = False
-    last_progress = 0.0
-    base_gate = config.min_iterations or _BASE_MIN_ITERATIONS
-    leak_gate = config.min_iterations or _LEAK_GATE_ITERATIONS
+    def __init__(
+        self,
+        call: Callable[[], Any],
+        config: LeakCheckConfig,
+        progress: Callable[[dict[str, Any]], None] | None,
+        isolated: bool,
+        on_reading: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        from trainguard.leaks.attribution import TracemallocProbe
 
-    def measure() -> None:
-        nonlocal measure_cost
-        t0 = time.perf_counter()
-        row = meter.read()
-        measure_cost = time.perf_counter() - t0
-        row["iteration"] = iterations
-        row["elapsed_s"] = round(time.perf_counter() - start, 4)
-        series.append(row)
-        if on_reading is not None:
-            on_reading(row)
-        idx = len(series) - 1
-        if config.attribution and (idx < 12 or idx in schedule_set or idx % 10 == 0):
-            try:
-                census_points.append(take_census(iterations))
-            except Exception as err:
-                logger.warning("census failed, attribution disabled: %s", err)
+        self.call, self.config, self.progress = call, config, progress
+        self.isolated, self.on_reading = isolated, on_reading
+        self.meter = _Meter(config.metric, config.trim)
+        self.probe = TracemallocProbe() if config.tracemalloc else None
+        self.series: list[dict[str, Any]] = []
+        self.census_points: list[Any] = []
+        self.step_times: list[float] = []
+        self.error: StepError | None = None
+        self.iterations = 0
+        self.measure_cost = 0.0
+        self.plan: _plan.Plan | None = None
+        self.last_look: _plan.LookResult | None = None
+        self.last_progress = 0.0
+        self.start = 0.0
 
-    def strong_needed(done: int) -> bool:
-        # fewer calls than a warm-up can last: a leak must also show in the most recent readings
-        return config.min_iterations is None and done < _LEAK_GATE_ITERATIONS
+    # -- calls and readings ------------------------------------------------------------------
 
-    def host_key(final: bool) -> str:
-        # metric auto: PSS of the tree once it has children, if enough PSS readings exist
-        if config.metric == "auto" and meter.children_seen:
-            have = sum(1 for r in series if r.get("pss_bytes") is not None)
-            if have >= 8 or not final:
-                return "pss_bytes"
-        return "bytes"
+    def run(self) -> LeakReport:
+        if self.probe is not None:
+            self.probe.start()
+        self.meter.read()  # first use imports the probes; keep that out of the timed loop
+        self.start = time.perf_counter()
+        self.measure()
+        while True:
+            if not self.call_block():
+                if self.iterations > int(self.series[-1]["iteration"]):
+                    self.measure()
+                break
+            self.measure()
+            if self.plan is None and len(self.series) >= 3:
+                self.calibrate()
+            if self.after_reading():
+                break
+        return self.report()
 
-    schedule_set: set[int] = set()
-    measure()
-    while True:
-        # one block of calls
-        block = k
-        if config.max_iterations is not None:
-            block = min(block, config.max_iterations - iterations)
-        failed = False
-        t_block = time.perf_counter()
+    def call_block(self) -> bool:
+        """Call the step ``k`` times; False when it raised (the error is kept)."""
+        block = self.plan.calls_per_measurement if self.plan else (self.config.calls_per_measurement or 1)
+        if self.config.max_iterations is not None:
+            block = min(block, self.config.max_iterations - self.iterations)
         for _ in range(block):
             t0 = time.perf_counter()
             try:
-                call()
+                self.call()
             except Exception as exc:
-                error = StepError(
-                    iteration=iterations + 1,
+                self.error = StepError(
+                    iteration=self.iterations + 1,
                     exc_type=type(exc).__name__,
                     message=str(exc).splitlines()[0] if str(exc) else "",
                     traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
                 )
-                failed = True
-                break
-            step_times.append(time.perf_counter() - t0)
-            iterations += 1
-        block_time = time.perf_counter() - t_block
-        if failed:
-            if iterations > int(series[-1]["iteration"]):
-                measure()
-            break
-        measure()
-        n = len(series)
-        step_time = float(np.median(step_times[-50:])) if step_times else block_time
-        if not calibrated and n >= 3:
-            # batch calls so that reading costs about _OVERHEAD_TARGET of the time in the step
-            want = config.calls_per_measurement or math.ceil(
-                measure_cost / max(_OVERHEAD_TARGET * step_time, 1e-9)
-            )
-            cap = _MAX_CALLS_PER_MEASUREMENT
-            if config.max_iterations is not None:
-                cap = max(1, min(cap, (config.max_iterations - iterations) // 40))
-            if config.max_time_s is not None:
-                # the statistics need readings: accept more overhead rather than fewer than ~40
-                calls_left = (config.max_time_s - (time.perf_counter() - start)) / max(step_time, 1e-9)
-                cap = max(1, min(cap, int(calls_left // 40)))
-            if config.max_growth_bytes:
-                grown = max(series[-1]["bytes"] - series[1]["bytes"], 0)
-                per_call = grown / max(iterations - int(series[1]["iteration"]), 1)
-                if per_call > 0:
-                    cap = max(1, min(cap, int(config.max_growth_bytes / 60 / per_call)))
-            k = int(min(max(1, want), cap)) if config.calls_per_measurement is None else want
-            calibrated = True
-            if tolerance is None:
-                tolerance = _auto_tolerance(step_time)
-            planned = config.max_measurements
-            if config.max_iterations is not None:
-                planned = min(planned, n + math.ceil((config.max_iterations - iterations) / k))
-            if config.max_time_s is not None:
-                per_reading = k * step_time + measure_cost
-                left = config.max_time_s - (time.perf_counter() - start)
-                planned = min(planned, n + max(0, int(left / max(per_reading, 1e-9))))
-            planned = max(planned, config.min_measurements)
-            schedule = stats.look_schedule(config.min_measurements, max(planned, config.min_measurements))
-            schedule_set.update(schedule)
-            alpha_look = stats.alpha_per_look(config.alpha, len(schedule) + 1)
-            gpu_series = [r.get("gpu_allocated_bytes") for r in series]
-            nvml_series = [r.get("gpu_nvml_bytes") for r in series]
-            if any(v is not None for v in gpu_series):
-                gpu_key = "gpu_allocated_bytes"
-            elif any(v is not None for v in nvml_series):
-                gpu_key = "gpu_nvml_bytes"
-            if gpu_key is not None:
-                alpha_look /= 2
-            if probe is not None and not tracemalloc_marked:
-                probe.mark(iterations)
-                tracemalloc_marked = True
+                return False
+            self.step_times.append(time.perf_counter() - t0)
+            self.iterations += 1
+        return True
+
+    def measure(self) -> None:
+        t0 = time.perf_counter()
+        row = self.meter.read()
+        self.measure_cost = time.perf_counter() - t0
+        row["iteration"] = self.iterations
+        row["elapsed_s"] = round(time.perf_counter() - self.start, 4)
+        self.series.append(row)
+        if self.on_reading is not None:
+            self.on_reading(row)
+        idx = len(self.series) - 1
+        schedule = self.plan.schedule if self.plan else ()
+        if self.config.attribution and (idx < 12 or idx in schedule or idx % 10 == 0):
+            from trainguard.leaks.attribution import take_census
+
+            try:
+                self.census_points.append(take_census(self.iterations))
+            except Exception as err:
+                logger.warning("census failed, attribution disabled: %s", err)
+
+    def step_time(self) -> float:
+        return float(np.median(self.step_times[-50:])) if self.step_times else 0.0
+
+    def calibrate(self) -> None:
+        self.plan = _plan.calibrate(
+            self.config,
+            self.series,
+            iterations=self.iterations,
+            measure_cost_s=self.measure_cost,
+            step_time_s=self.step_time(),
+            elapsed_s=time.perf_counter() - self.start,
+        )
+        if self.probe is not None:
+            self.probe.mark(self.iterations)
+
+    # -- looks ---------------------------------------------------------------------------------
+
+    def after_reading(self) -> bool:
+        """Progress, and a look when the schedule says so; True when the loop must stop."""
+        elapsed = time.perf_counter() - self.start
+        k = self.plan.calls_per_measurement if self.plan else 1
+        final = _plan.out_of_budget(
+            self.config,
+            self.series,
+            iterations=self.iterations,
+            elapsed_s=elapsed,
+            next_block_s=k * self.step_time() + self.measure_cost,
+        )
+        looks_now = final or (self.plan is not None and len(self.series) in self.plan.schedule)
+        self.report_progress(elapsed, k, looks_now)
+        if not looks_now or self.plan is None:
+            return final
+        self.last_look = _plan.look(
+            self.config,
+            self.plan,
+            self.series,
+            iterations=self.iterations,
+            elapsed_s=elapsed,
+            step_time_s=self.step_time(),
+            final=final,
+            key=self.host_key(final),
+        )
+        return self.last_look.stop
+
+    def host_key(self, final: bool) -> str:
+        return _plan.host_key(self.config, self.series, self.meter.children_seen, final)
+
+    def report_progress(self, elapsed: float, k: int, looks_now: bool) -> None:
+        if self.progress is None or (time.perf_counter() - self.last_progress <= 0.5 and not looks_now):
+            return
+        self.last_progress = time.perf_counter()
+        n = len(self.series)
+        ys = [r["bytes"] for r in self.series[-60:]]
+        xs = [r["iteration"] for r in self.series[-60:]]
+        self.progress(
+            {
+                "iteration": self.iterations,
+                "measurements": n,
+                "bytes": ys[-1],
+                "elapsed_s": elapsed,
+                "slope_bytes_per_iter": stats.theil_sen(ys, xs) if n >= 3 else None,
+                "calls_per_measurement": k,
+            }
+        )
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def final_decisions(self) -> tuple[stats.Decision, stats.Decision | None, float, float]:
+        """The decisions reported, with the tolerance and per-look alpha they used: the last
+        look's, or a final look now when there was none, it did not decide, or the step raised."""
+        plan = self.plan
+        tolerance = plan.tolerance_bytes_per_iter if plan else None
         if tolerance is None:
-            tolerance = _auto_tolerance(step_time)
+            median = float(np.median(self.step_times)) if self.step_times else 0.0
+            tolerance = self.config.tolerance_bytes_per_iter or _plan.auto_tolerance(median)
+        alpha = plan.alpha_per_look if plan else self.config.alpha
+        look = self.last_look
+        if look is not None and look.decision.verdict is not None and self.error is None:
+            return look.decision, look.gpu_decision, tolerance, alpha
+        strong = _plan.strong_needed(self.config, self.iterations)
+        args = (alpha, tolerance, True, True, True, strong)
+        decision = _plan.decide_series(self.series, self.host_key(True), *args)
+        gpu = _plan.decide_series(self.series, plan.gpu_key, *args) if plan and plan.gpu_key else None
+        return decision, gpu, tolerance, alpha
 
-        elapsed = time.perf_counter() - start
-        out_of_iterations = config.max_iterations is not None and iterations >= config.max_iterations
-        next_block = k * step_time + measure_cost
-        out_of_time = config.max_time_s is not None and elapsed + next_block > config.max_time_s
-        out_of_readings = n >= config.max_measurements
-        out_of_memory = bool(config.max_growth_bytes) and series[-1]["bytes"] - series[0]["bytes"] > (
-            config.max_growth_bytes or 0
+    def reported_series(self) -> tuple[str, list[dict[str, Any]]]:
+        """The metric name and the series decided on: metric auto reports PSS rows only (RSS kept
+        alongside) once the tree had children."""
+        if self.config.metric != "auto":
+            return self.config.metric, self.series
+        if self.host_key(True) != "pss_bytes":
+            return "rss", self.series
+        rows = [
+            {**r, "bytes": r["pss_bytes"], "rss_bytes": r["bytes"], "untrimmed_bytes": None}
+            for r in self.series
+            if r.get("pss_bytes") is not None
+        ]
+        return "pss", rows
+
+    def attribution(self, warm_iter: int) -> tuple[tuple[KindGrowth, ...], tuple[str, ...]]:
+        from trainguard.leaks.attribution import framework_hints, growth_by_kind, take_census
+
+        growth: tuple[KindGrowth, ...] = ()
+        hints: tuple[str, ...] = ()
+        if self.config.attribution and self.census_points:
+            try:
+                if int(self.census_points[-1].iteration) != self.iterations:
+                    self.census_points.append(take_census(self.iterations))
+                growth = growth_by_kind(self.census_points, from_iteration=warm_iter)
+                hints = framework_hints(growth)
+            except Exception as err:
+                logger.warning("attribution failed: %s", err)
+        if self.probe is not None:
+            try:
+                growth = growth + self.probe.growth(self.iterations)
+            finally:
+                self.probe.stop()
+        return growth, hints
+
+    def report(self) -> LeakReport:
+        elapsed = time.perf_counter() - self.start
+        decision, gpu_decision, tolerance, alpha = self.final_decisions()
+        metric, series = self.reported_series()
+        verdict, reason = _plan.final_verdict(
+            decision,
+            gpu_decision,
+            self.error,
+            iterations=self.iterations,
+            readings=len(series),
+            step_times=self.step_times,
         )
-        final = out_of_iterations or out_of_time or out_of_readings or out_of_memory
-        looks_now = n in schedule_set or final
-        if progress is not None and (time.perf_counter() - last_progress > 0.5 or looks_now):
-            last_progress = time.perf_counter()
-            ys = [r["bytes"] for r in series]
-            xs = [r["iteration"] for r in series]
-            progress(
-                {
-                    "iteration": iterations,
-                    "measurements": n,
-                    "bytes": ys[-1],
-                    "elapsed_s": elapsed,
-                    "slope_bytes_per_iter": stats.theil_sen(ys[-60:], xs[-60:]) if n >= 3 else None,
-                    "calls_per_measurement": k,
-                }
-            )
-        if looks_now and calibrated:
-            if config.min_iterations is None:
-                # recomputed at each look from the recent step time: a leaking step often slows
-                # down as it leaks (a Keras TF fit loop: 0.6 s, then over 1 s), and the verdict
-                # should still come within the budget's share, not at its end
-                fits = math.inf
-                if config.max_time_s is not None:
-                    left = _LEAK_GATE_BUDGET_SHARE * config.max_time_s - elapsed
-                    fits = iterations + max(0.0, left) / max(step_time, 1e-9)
-                if config.max_iterations is not None:
-                    fits = min(fits, config.max_iterations)
-                leak_gate = int(max(base_gate, min(_LEAK_GATE_ITERATIONS, fits)))
-            gates = (iterations >= base_gate, iterations >= leak_gate, strong_needed(iterations))
-            decision = _decide(series, host_key(final), alpha_look, tolerance, final or False, *gates)
-            if gpu_key is not None:
-                gpu_decision = _decide(series, gpu_key, alpha_look, tolerance, final or False, *gates)
-            verdicts = [decision.verdict] + ([gpu_decision.verdict] if gpu_decision is not None else [])
-            if final:
-                break
-            if Verdict.LEAK in verdicts:
-                break
-            if all(v is not None for v in verdicts):
-                break
-        elif final:
-            break
-
-    elapsed = time.perf_counter() - start
-    if tolerance is None:
-        tolerance = _auto_tolerance(float(np.median(step_times)) if step_times else 0.0)
-    if decision is None or decision.verdict is None or error is not None:
-        strong = strong_needed(iterations)
-        decision = _decide(series, host_key(True), alpha_look, tolerance, True, True, True, strong)
-        if gpu_key is not None:
-            gpu_decision = _decide(series, gpu_key, alpha_look, tolerance, True, True, True, strong)
-    metric = config.metric
-    if metric == "auto":
-        metric = "rss"
-        if host_key(True) == "pss_bytes":
-            # the report's series is the one decided on: PSS rows only, RSS kept alongside
-            metric = "pss"
-            series = [
-                {**r, "bytes": r["pss_bytes"], "rss_bytes": r["bytes"], "untrimmed_bytes": None}
-                for r in series
-                if r.get("pss_bytes") is not None
-            ]
-
-    verdict = decision.verdict or Verdict.INCONCLUSIVE
-    reason = decision.reason
-    if gpu_decision is not None and gpu_decision.verdict is Verdict.LEAK and verdict is not Verdict.LEAK:
-        verdict, reason = Verdict.LEAK, f"GPU memory: {gpu_decision.reason}"
-    if error is not None:
-        if verdict is Verdict.LEAK:
-            reason += f"; then the step raised {error.exc_type} at iteration {error.iteration}"
-        else:
-            verdict = Verdict.INCONCLUSIVE
-            reason = f"the step raised {error.exc_type} at iteration {error.iteration}: {error.message}" + (
-                f" (after {iterations} iterations: {reason})" if iterations else ""
-            )
-    elif iterations < 3 or len(series) < 4:
-        verdict = Verdict.INCONCLUSIVE
-        reason = (
-            f"only {iterations} iterations fit in the budget (one takes "
-            f"{np.median(step_times) if step_times else float('nan'):.2f} s): raise max_time or max_iterations"
+        return _build_report(
+            self, series, metric, verdict, reason, decision, gpu_decision, tolerance, alpha, elapsed
         )
 
+
+def _build_report(
+    loop: _Loop,
+    series: list[dict[str, Any]],
+    metric: str,
+    verdict: Verdict,
+    reason: str,
+    decision: stats.Decision,
+    gpu_decision: stats.Decision | None,
+    tolerance: float,
+    alpha: float,
+    elapsed: float,
+) -> LeakReport:
+    """Assemble the LeakReport: slopes over the settled part, attribution, retention, GPU."""
     xs = np.array([r["iteration"] for r in series], dtype=float)
     ys = np.array([r["bytes"] for r in series], dtype=float)
-    warm = decision.warmup_index if decision.slope is not None else 0
-    warm_iter = int(xs[warm]) if len(xs) else 0
     slope = decision.slope
+    warm = decision.warmup_index if slope is not None else 0
+    warm_iter = int(xs[warm]) if len(xs) else 0
     lsq = stats.least_squares_slope(ys[warm:], xs[warm:]) if len(ys) - warm >= 2 else None
-
-    growth: tuple[KindGrowth, ...] = ()
-    hints: tuple[str, ...] = ()
-    if config.attribution and census_points:
-        try:
-            if int(census_points[-1].iteration) != iterations:
-                census_points.append(take_census(iterations))
-            growth = growth_by_kind(census_points, from_iteration=warm_iter)
-            hints = framework_hints(growth)
-        except Exception as err:
-            logger.warning("attribution failed: %s", err)
-    if probe is not None:
-        try:
-            growth = growth + probe.growth(iterations)
-        finally:
-            probe.stop()
-
-    retention = _retention(series, warm, alpha_look, tolerance, decision)
-    gpu = None
-    if gpu_decision is not None:
-        gpu = {"source": gpu_key, **_analysis_dict(gpu_decision)}
-
+    growth, hints = loop.attribution(warm_iter)
+    gpu = (
+        {"source": loop.plan.gpu_key, **_analysis_dict(gpu_decision)} if gpu_decision and loop.plan else None
+    )
+    look = loop.last_look
+    plan = loop.plan
     return LeakReport(
         verdict=verdict,
         reason=reason,
@@ -622,60 +583,33 @@ def _loop(
         ci_low_bytes_per_iter=slope.ci_low if slope and math.isfinite(slope.ci_low) else None,
         ci_high_bytes_per_iter=slope.ci_high if slope and math.isfinite(slope.ci_high) else None,
         least_squares_bytes_per_iter=lsq,
-        iterations=iterations,
+        iterations=loop.iterations,
         warmup_iterations=warm_iter,
         measurements=len(series),
-        calls_per_measurement=k,
+        calls_per_measurement=plan.calls_per_measurement
+        if plan
+        else (loop.config.calls_per_measurement or 1),
         tolerance_bytes_per_iter=float(tolerance),
         elapsed_s=elapsed,
-        step_time_s=float(np.median(step_times)) if step_times else None,
+        step_time_s=float(np.median(loop.step_times)) if loop.step_times else None,
         series=tuple(series),
         growth_by_kind=growth,
         hints=hints,
         gpu=gpu,
-        retention=retention,
-        error=error,
-        isolated=isolated,
+        retention=_retention(series, warm, alpha, tolerance, decision),
+        error=loop.error,
+        isolated=loop.isolated,
         extra={
-            "alpha": config.alpha,
-            "alpha_per_look": alpha_look,
-            "looks": len(schedule) + 1,
-            "metric_requested": config.metric,
-            "min_iterations_for_leak": leak_gate,
+            "alpha": loop.config.alpha,
+            "alpha_per_look": alpha,
+            "looks": len(plan.schedule) + 1 if plan else 1,
+            "metric_requested": loop.config.metric,
+            "min_iterations_for_leak": look.leak_gate
+            if look
+            else (loop.config.min_iterations or _plan.LEAK_GATE_ITERATIONS),
             "python": sys.version.split()[0],
         },
     )
-
-
-def _decide(
-    series: list[dict[str, Any]],
-    key: str,
-    alpha: float,
-    tolerance: float,
-    final: bool,
-    early_ok: bool,
-    leak_ok: bool = True,
-    strong: bool = False,
-) -> stats.Decision:
-    pairs = [(r["iteration"], r[key]) for r in series if r.get(key) is not None]
-    xs = [p[0] for p in pairs]
-    ys = [p[1] for p in pairs]
-    d = stats.decide(ys, xs, alpha=alpha, tolerance=tolerance, final=final, strong=strong)
-    held = not early_ok or (d.verdict is Verdict.LEAK and not leak_ok)
-    if held and not final and d.verdict is not None:
-        return stats.Decision(
-            None,
-            "below min_iterations"
-            if not early_ok
-            else "growing; waiting for enough iterations to rule out a warm-up",
-            d.warmup_index,
-            d.slope,
-            d.recent_slope,
-            d.step_indices,
-            d.noise_bytes,
-            d.alpha,
-        )
-    return d
 
 
 def _retention(

@@ -1,0 +1,301 @@
+"""The decisions of the leak loop, as pure functions over its readings.
+
+The loop in :mod:`trainguard.leaks._run` calls the step, takes readings and asks this module four
+questions, each answerable without a process: how to batch calls and when to look
+(:func:`calibrate`), how many calls a ``leak`` verdict must wait for (:func:`leak_gate`), what one
+look says (:func:`look`), and what the final verdict is once the loop has stopped
+(:func:`final_verdict`). Tests drive these with synthetic readings, so the gates tested are the
+ones the loop uses.
+
+When to call a leak (``min_iterations=None``): allocator pools, kernel and tracing caches grow for
+50-80 iterations and then level off, and over such a window a significant slope is no evidence of
+a leak. ``no_leak`` and ``plateau`` may come after 10 calls, ``leak`` only after 120 calls, or,
+for steps too slow for 120 calls in 60 % of ``max_time``, after what fits, and then only under
+the strict test (``stats.decide(strong=True)``: the most recent third must grow on its own).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainguard.leaks import stats
+from trainguard.leaks.stats import Verdict
+
+__all__ = [
+    "LEAK_GATE_ITERATIONS",
+    "Plan",
+    "LookResult",
+    "calibrate",
+    "leak_gate",
+    "strong_needed",
+    "host_key",
+    "out_of_budget",
+    "look",
+    "decide_series",
+    "final_verdict",
+    "auto_tolerance",
+]
+
+#: Calls before a ``leak`` verdict when the budget allows (min_iterations=None): allocator pools,
+#: kernel and tracing caches grow for 50-80 iterations and then level off, and the sequential test
+#: calls such a ramp a leak long before the level is reached (the check that growth persists in
+#: the recent half needs the window to reach past the ramp's end).
+LEAK_GATE_ITERATIONS = 120
+#: The share of ``max_time`` that waiting for ``LEAK_GATE_ITERATIONS`` may take; slower steps get
+#: a lower gate and a stricter leak test (``stats.decide(strong=True)``).
+LEAK_GATE_BUDGET_SHARE = 0.6
+#: Calls before a ``no_leak`` or ``plateau`` verdict when min_iterations is None.
+BASE_MIN_ITERATIONS = 10
+#: Reading overhead aimed at, as a share of the time spent in the step itself.
+OVERHEAD_TARGET = 0.025
+MAX_CALLS_PER_MEASUREMENT = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What calibration decided after the first readings.
+
+    Attributes:
+        calls_per_measurement: calls between two readings.
+        tolerance_bytes_per_iter: growth below this is not a leak.
+        schedule: reading counts at which the sequential test looks.
+        alpha_per_look: each look's false-positive level (the budget split over looks and series).
+        gpu_key: the row key of the GPU series also decided on, or None.
+    """
+
+    calls_per_measurement: int
+    tolerance_bytes_per_iter: float
+    schedule: tuple[int, ...]
+    alpha_per_look: float
+    gpu_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LookResult:
+    """One look: the host and GPU decisions, whether to stop, and the leak gate it used."""
+
+    decision: stats.Decision
+    gpu_decision: stats.Decision | None
+    stop: bool
+    leak_gate: int
+
+
+def auto_tolerance(step_time_s: float) -> float:
+    """The default tolerance: 1 MiB per minute of step time, and at least 1 KiB per call.
+
+    Under 1.4 GB a day of continuous running is not a leak anyone acts on; a step that keeps a
+    float per call in a history list grows RSS by 200-360 B per call (the floats plus allocator
+    fragmentation), which nobody calls a leak either. The 1 KiB floor is capped at 64 MiB per
+    minute of step time, so that a very fast step (50 us) keeping 200 B per call, 240 MB a
+    minute, is still a leak.
+    """
+    per_minute = step_time_s / 60.0
+    return max(1024.0 * 1024.0 * per_minute, min(1024.0, 64 * 1024.0 * 1024.0 * per_minute))
+
+
+def _batch_size(
+    config: Any,
+    series: list[dict[str, Any]],
+    iterations: int,
+    measure_cost_s: float,
+    step_time_s: float,
+    elapsed_s: float,
+) -> int:
+    """Calls per reading so that reading costs about OVERHEAD_TARGET of the time in the step,
+    capped so that the budget still holds about 40 readings and a fast leak cannot outrun
+    ``max_growth`` in fewer than 60 readings."""
+    if config.calls_per_measurement is not None:
+        return int(config.calls_per_measurement)
+    want = math.ceil(measure_cost_s / max(OVERHEAD_TARGET * step_time_s, 1e-9))
+    cap = MAX_CALLS_PER_MEASUREMENT
+    if config.max_iterations is not None:
+        cap = max(1, min(cap, (config.max_iterations - iterations) // 40))
+    if config.max_time_s is not None:
+        # the statistics need readings: accept more overhead rather than fewer than ~40
+        calls_left = (config.max_time_s - elapsed_s) / max(step_time_s, 1e-9)
+        cap = max(1, min(cap, int(calls_left // 40)))
+    if config.max_growth_bytes:
+        grown = max(series[-1]["bytes"] - series[1]["bytes"], 0)
+        per_call = grown / max(iterations - int(series[1]["iteration"]), 1)
+        if per_call > 0:
+            cap = max(1, min(cap, int(config.max_growth_bytes / 60 / per_call)))
+    return int(min(max(1, want), cap))
+
+
+def calibrate(
+    config: Any,
+    series: list[dict[str, Any]],
+    *,
+    iterations: int,
+    measure_cost_s: float,
+    step_time_s: float,
+    elapsed_s: float,
+) -> Plan:
+    """Decide batching, tolerance and the look schedule from the first (at least 3) readings.
+
+    ``config`` is a :class:`~trainguard.leaks._run.LeakCheckConfig`.
+    """
+    k = _batch_size(config, series, iterations, measure_cost_s, step_time_s, elapsed_s)
+    tolerance = config.tolerance_bytes_per_iter
+    if tolerance is None:
+        tolerance = auto_tolerance(step_time_s)
+    n = len(series)
+    planned = config.max_measurements
+    if config.max_iterations is not None:
+        planned = min(planned, n + math.ceil((config.max_iterations - iterations) / k))
+    if config.max_time_s is not None:
+        per_reading = k * step_time_s + measure_cost_s
+        left = config.max_time_s - elapsed_s
+        planned = min(planned, n + max(0, int(left / max(per_reading, 1e-9))))
+    planned = max(planned, config.min_measurements)
+    schedule = stats.look_schedule(config.min_measurements, planned)
+    alpha_look = stats.alpha_per_look(config.alpha, len(schedule) + 1)
+    gpu_key = None
+    if any(r.get("gpu_allocated_bytes") is not None for r in series):
+        gpu_key = "gpu_allocated_bytes"
+    elif any(r.get("gpu_nvml_bytes") is not None for r in series):
+        gpu_key = "gpu_nvml_bytes"
+    if gpu_key is not None:
+        alpha_look /= 2  # two series decided on: the budget is split between them
+    return Plan(k, float(tolerance), schedule, alpha_look, gpu_key)
+
+
+def leak_gate(config: Any, *, iterations: int, elapsed_s: float, step_time_s: float) -> int:
+    """Calls a ``leak`` verdict waits for at this look.
+
+    ``min_iterations`` when given; otherwise LEAK_GATE_ITERATIONS, lowered to what
+    LEAK_GATE_BUDGET_SHARE of ``max_time`` (or ``max_iterations``) allows. Recomputed at each look
+    from the recent step time: a leaking step often slows down as it leaks (a Keras TF fit loop:
+    0.6 s, then over 1 s), and the verdict should still come within the budget's share.
+    """
+    if config.min_iterations is not None:
+        return int(config.min_iterations)
+    fits = math.inf
+    if config.max_time_s is not None:
+        left = LEAK_GATE_BUDGET_SHARE * config.max_time_s - elapsed_s
+        fits = iterations + max(0.0, left) / max(step_time_s, 1e-9)
+    if config.max_iterations is not None:
+        fits = min(fits, config.max_iterations)
+    return int(max(BASE_MIN_ITERATIONS, min(LEAK_GATE_ITERATIONS, fits)))
+
+
+def strong_needed(config: Any, iterations: int) -> bool:
+    """Fewer calls than a warm-up can last: a leak must also show in the most recent readings."""
+    return config.min_iterations is None and iterations < LEAK_GATE_ITERATIONS
+
+
+def host_key(config: Any, series: list[dict[str, Any]], children_seen: bool, final: bool) -> str:
+    """The row key decided on: metric auto reads the tree's PSS once it has had children (if
+    enough PSS readings exist by the end), otherwise the metric's bytes."""
+    if config.metric == "auto" and children_seen:
+        have = sum(1 for r in series if r.get("pss_bytes") is not None)
+        if have >= 8 or not final:
+            return "pss_bytes"
+    return "bytes"
+
+
+def out_of_budget(
+    config: Any, series: list[dict[str, Any]], *, iterations: int, elapsed_s: float, next_block_s: float
+) -> bool:
+    """Whether the loop must stop: iterations, time, readings or the growth cap are spent."""
+    if config.max_iterations is not None and iterations >= config.max_iterations:
+        return True
+    if config.max_time_s is not None and elapsed_s + next_block_s > config.max_time_s:
+        return True
+    if len(series) >= config.max_measurements:
+        return True
+    grown = series[-1]["bytes"] - series[0]["bytes"]
+    return bool(config.max_growth_bytes) and grown > config.max_growth_bytes
+
+
+def decide_series(
+    series: list[dict[str, Any]],
+    key: str,
+    alpha: float,
+    tolerance: float,
+    final: bool,
+    early_ok: bool,
+    leak_ok: bool = True,
+    strong: bool = False,
+) -> stats.Decision:
+    """:func:`stats.decide` on one key of the rows, with the gates applied: a verdict before
+    ``early_ok`` (min_iterations), or a leak before ``leak_ok`` (the leak gate), is held back
+    (verdict None) unless this is the final look."""
+    pairs = [(r["iteration"], r[key]) for r in series if r.get(key) is not None]
+    xs = [p[0] for p in pairs]
+    ys = [p[1] for p in pairs]
+    d = stats.decide(ys, xs, alpha=alpha, tolerance=tolerance, final=final, strong=strong)
+    held = not early_ok or (d.verdict is Verdict.LEAK and not leak_ok)
+    if held and not final and d.verdict is not None:
+        why = (
+            "below min_iterations"
+            if not early_ok
+            else "growing; waiting for enough iterations to rule out a warm-up"
+        )
+        return stats.Decision(
+            None, why, d.warmup_index, d.slope, d.recent_slope, d.step_indices, d.noise_bytes, d.alpha
+        )
+    return d
+
+
+def look(
+    config: Any,
+    plan: Plan,
+    series: list[dict[str, Any]],
+    *,
+    iterations: int,
+    elapsed_s: float,
+    step_time_s: float,
+    final: bool,
+    key: str,
+) -> LookResult:
+    """One look of the sequential test at the readings so far.
+
+    Stops on a leak (host or GPU), when every series decided, or at the final look.
+    """
+    base_gate = config.min_iterations or BASE_MIN_ITERATIONS
+    gate = leak_gate(config, iterations=iterations, elapsed_s=elapsed_s, step_time_s=step_time_s)
+    gates = (iterations >= base_gate, iterations >= gate, strong_needed(config, iterations))
+    alpha, tol = plan.alpha_per_look, plan.tolerance_bytes_per_iter
+    decision = decide_series(series, key, alpha, tol, final, *gates)
+    gpu_decision = None
+    if plan.gpu_key is not None:
+        gpu_decision = decide_series(series, plan.gpu_key, alpha, tol, final, *gates)
+    verdicts = [decision.verdict] + ([gpu_decision.verdict] if gpu_decision is not None else [])
+    stop = final or Verdict.LEAK in verdicts or all(v is not None for v in verdicts)
+    return LookResult(decision, gpu_decision, stop, gate)
+
+
+def final_verdict(
+    decision: stats.Decision,
+    gpu_decision: stats.Decision | None,
+    error: Any,
+    *,
+    iterations: int,
+    readings: int,
+    step_times: list[float],
+) -> tuple[Verdict, str]:
+    """The verdict and reason reported: the host decision, a GPU leak over a host non-leak, a
+    step error (inconclusive unless a leak was already clear), or too few iterations."""
+    verdict = decision.verdict or Verdict.INCONCLUSIVE
+    reason = decision.reason
+    if gpu_decision is not None and gpu_decision.verdict is Verdict.LEAK and verdict is not Verdict.LEAK:
+        verdict, reason = Verdict.LEAK, f"GPU memory: {gpu_decision.reason}"
+    if error is not None:
+        if verdict is Verdict.LEAK:
+            return verdict, reason + f"; then the step raised {error.exc_type} at iteration {error.iteration}"
+        after = f" (after {iterations} iterations: {reason})" if iterations else ""
+        return Verdict.INCONCLUSIVE, (
+            f"the step raised {error.exc_type} at iteration {error.iteration}: {error.message}" + after
+        )
+    if iterations < 3 or readings < 4:
+        median = float(np.median(step_times)) if step_times else float("nan")
+        return Verdict.INCONCLUSIVE, (
+            f"only {iterations} iterations fit in the budget (one takes {median:.2f} s): "
+            "raise max_time or max_iterations"
+        )
+    return verdict, reason

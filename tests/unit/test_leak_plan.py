@@ -1,0 +1,121 @@
+"""The leak loop's decisions (trainguard.leaks._plan) driven with synthetic readings.
+
+These are the functions the loop itself calls, so the gates tested here are the real ones: no copy
+of the 120-call gate lives in the tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainguard.leaks import _plan
+from trainguard.leaks._report import StepError
+from trainguard.leaks._run import make_config
+from trainguard.leaks.stats import Verdict
+
+MB = 1024.0 * 1024.0
+
+
+def rows(ys: np.ndarray, k: int = 1) -> list[dict]:
+    return [{"iteration": i * k, "bytes": float(y), "elapsed_s": 0.0} for i, y in enumerate(ys)]
+
+
+def run_looks(ys: np.ndarray, config, *, step_time_s: float, k: int = 1) -> tuple[Verdict, int]:
+    """Feed readings one at a time exactly as the loop does: calibrate after 3, look on the
+    schedule or when the budget is spent; return the verdict and the calls it came at."""
+    series: list[dict] = []
+    plan = None
+    for i, y in enumerate(ys):
+        series.append({"iteration": i * k, "bytes": float(y)})
+        iterations = i * k
+        elapsed = iterations * step_time_s
+        if plan is None and len(series) >= 3:
+            plan = _plan.calibrate(
+                config,
+                series,
+                iterations=iterations,
+                measure_cost_s=0.001,
+                step_time_s=step_time_s,
+                elapsed_s=elapsed,
+            )
+        final = i == len(ys) - 1 or _plan.out_of_budget(
+            config, series, iterations=iterations, elapsed_s=elapsed, next_block_s=step_time_s
+        )
+        if plan is None or not (final or len(series) in plan.schedule):
+            continue
+        res = _plan.look(
+            config,
+            plan,
+            series,
+            iterations=iterations,
+            elapsed_s=elapsed,
+            step_time_s=step_time_s,
+            final=final,
+            key="bytes",
+        )
+        if res.stop:
+            return res.decision.verdict or Verdict.INCONCLUSIVE, iterations
+    raise AssertionError("the final look always stops")
+
+
+def test_leak_gate_is_120_calls_when_the_budget_allows_and_lower_for_slow_steps() -> None:
+    config = make_config(max_time="2m")
+    assert _plan.leak_gate(config, iterations=5, elapsed_s=0.05, step_time_s=0.01) == 120
+    # 2 s a call: 60 % of 120 s is 36 calls
+    assert _plan.leak_gate(config, iterations=5, elapsed_s=10.0, step_time_s=2.0) == 36
+    assert (
+        _plan.leak_gate(
+            make_config(max_iterations=50, max_time=None), iterations=5, elapsed_s=0, step_time_s=1
+        )
+        == 50
+    )
+    assert _plan.leak_gate(make_config(min_iterations=7), iterations=0, elapsed_s=0, step_time_s=1) == 7
+    assert _plan.strong_needed(config, 119) and not _plan.strong_needed(config, 120)
+
+
+def test_a_steady_leak_waits_for_the_real_gate_then_is_called() -> None:
+    rng = np.random.default_rng(0)
+    ys = 500 * MB + 1 * MB * np.arange(201) + rng.normal(0, 1 * MB, 201)
+    verdict, calls = run_looks(ys, make_config(max_iterations=200, max_time=None), step_time_s=0.01)
+    assert verdict is Verdict.LEAK
+    assert calls >= _plan.LEAK_GATE_ITERATIONS
+
+
+def test_a_linear_ramp_of_80_calls_is_not_a_leak_with_the_real_gate() -> None:
+    # a warm-up that grows linearly for 80 calls and then stops, with no slowing down to warn
+    t = np.arange(201.0)
+    config = make_config(max_iterations=200, max_time=None)
+    verdicts = []
+    for s in range(30):
+        ys = 500 * MB + 0.5 * MB * np.minimum(t, 80) + np.random.default_rng(s).normal(0, 2 * MB, t.size)
+        verdicts.append(run_looks(ys, config, step_time_s=0.01)[0])
+    assert sum(v is Verdict.LEAK for v in verdicts) <= 1, verdicts
+
+
+def test_calibration_batches_fast_steps_and_plans_the_looks() -> None:
+    config = make_config(max_time="2m")
+    series = rows(np.full(3, 500 * MB))
+    plan = _plan.calibrate(
+        config, series, iterations=2, measure_cost_s=0.01, step_time_s=0.0001, elapsed_s=0.1
+    )
+    # reading costs 10 ms, a call 0.1 ms: 2.5 % overhead needs 4000 calls per reading
+    assert plan.calls_per_measurement == 4000
+    assert plan.schedule[0] == config.min_measurements
+    assert plan.tolerance_bytes_per_iter == pytest.approx(_plan.auto_tolerance(0.0001))
+    assert plan.gpu_key is None
+    series[0]["gpu_allocated_bytes"] = 10
+    assert _plan.calibrate(
+        config, series, iterations=2, measure_cost_s=0.01, step_time_s=0.0001, elapsed_s=0.1
+    ).gpu_key
+
+
+def test_final_verdict_step_error_and_too_few_iterations() -> None:
+    rng = np.random.default_rng(1)
+    d = _plan.decide_series(rows(500 * MB + rng.normal(0, 1e5, 30)), "bytes", 0.001, 1024, True, True)
+    err = StepError(iteration=7, exc_type="ValueError", message="boom", traceback="")
+    verdict, reason = _plan.final_verdict(d, None, err, iterations=6, readings=30, step_times=[0.1])
+    assert verdict is Verdict.INCONCLUSIVE and "ValueError at iteration 7" in reason
+    verdict, reason = _plan.final_verdict(d, None, None, iterations=2, readings=3, step_times=[0.1])
+    assert verdict is Verdict.INCONCLUSIVE and "only 2 iterations" in reason
+    assert _plan.final_verdict(d, None, None, iterations=30, readings=30, step_times=[0.1])[0] is d.verdict
