@@ -59,3 +59,10 @@ def write_garbage(params):
 
 def memory_error(params):
     raise MemoryError("out of memory in the trial")
+
+
+def prints(params):
+    """Print while it works, as training loops do (a closed output pipe must not fail it)."""
+    time.sleep(0.2)
+    print("training step", params.get("x"), flush=True)
+    return params.get("x")

@@ -49,7 +49,7 @@ class Cli:
     argv: str
     code: int
     pattern: str
-    checks: str = ""  # space-separated "unchanged:{store}", "absent:{fresh}", "json", "stored:NAME=STATUS"
+    checks: str = ""  # space-separated "unchanged:{store}", "absent:{fresh}", "json", "stored:NAME=STATUS", "alltrials:NAME=STATUS"
     stdin: str | None = None
     usage: bool = False  # an argparse error: one line that points to --help
     subprocess: bool = False
@@ -159,6 +159,7 @@ CLI_CASES: list[Cli] = [
     C("stop-on-error", "run {t}:fails_then_ok --params {d}/three.json --store {fresh} --name f --stop-on-error --workers 1", 1, r"on_error='stop'"),
     C("run-locked", "run {t}:echo --params {p} --store {locked} --name held", 7, r"being run by another supervisor \(pid \d+"),
     C("broken-pipe-keeps-run", "run {t}:echo --params {d}/three.json --store {fresh} --name piped", 0, r"", "stored:piped=completed", subprocess=True),
+    C("broken-pipe-printing-trials", "run {t}:prints --params {d}/six.json --store {fresh} --name piped", 0, r"", "stored:piped=completed alltrials:piped=ok", subprocess=True),
 ]
 
 # -- the API --------------------------------------------------------------------------------------------
@@ -328,7 +329,7 @@ def _format(text: str, env: Env, fresh: str) -> str:
 
 def _run_subprocess(case: Cli, argv_text: str) -> tuple[int, str, str]:
     command = f"{shlex.quote(sys.executable)} -m trainguard {argv_text}"
-    if case.id == "broken-pipe-keeps-run":
+    if case.id.startswith("broken-pipe-"):
         # `2>&1 | head -1`: the reader goes away after one line while trials still run
         proc = subprocess.Popen(
             ["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -404,6 +405,13 @@ def test_cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monke
                 assert run.status == status or any(t.status == status for t in store.trials(run.run_id)), (
                     run.status
                 )
+        elif kind == "alltrials":
+            name, _, status = arg.partition("=")
+            with Store(fresh, readonly=True) as store:
+                trials = store.trials(store.get_run(name).run_id)
+                assert trials and all(t.status == status for t in trials), [
+                    (t.status, t.error) for t in trials
+                ]
         else:
             raise AssertionError(f"unknown check {check}")
 

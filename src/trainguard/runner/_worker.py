@@ -347,8 +347,59 @@ def _load_fn(msg: dict[str, Any], max_result_bytes: int | None = None) -> Any:
         return load(kind, payload)
 
 
+class _PipeSafe:
+    """A worker's stdout or stderr: a closed pipe silences it instead of failing the trial.
+
+    Workers write to the supervisor's stderr; with ``trainguard run ... 2>&1 | head -5`` the reader
+    goes away while trials still run, and a trial's ``print()`` would raise ``BrokenPipeError``.
+    The descriptor is pointed at /dev/null instead, and the trial goes on.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _silence(self) -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._silence()
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):
+                return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._silence()
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str]) -> None:
     read_fd, write_fd = int(argv[1]), int(argv[2])
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _PipeSafe):
+            setattr(sys, name, _PipeSafe(stream))
     config = json.loads(os.environ.pop(WORKER_CONFIG_ENV, "{}"))
     from trainguard import _nesting, proctree
 
