@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from trainguard.exceptions import ConfigError
-from trainguard.runner.policy import OOM_STATUSES, Policy, Shrink, params_without, resize, shrink_step
+from trainguard.runner.policy import (
+    OOM_STATUSES,
+    Policy,
+    Shrink,
+    params_without,
+    resize,
+    shrink_step,
+    start_at,
+)
 
 
 def test_shrink_halves_and_keeps_the_effective_batch_with_accumulate():
@@ -59,6 +67,14 @@ def test_resize_and_params_without():
     assert resize(rule, {"batch_size": 64}, 48) == {"batch_size": 48, "acc": 2}  # rounded up: 96 >= 64
     assert params_without({"b": 1, "batch_size": 3, "acc": 2}, ["batch_size", "acc"]) == '{"b":1}'
     assert set(OOM_STATUSES) == {"framework_oom", "os_oom", "killed_memory", "killed_gpu_memory"}
+
+
+def test_a_remembered_size_keeps_the_effective_batch_exact():
+    rule = Shrink("batch_size", accumulate="grad_accum")
+    # find_batch_size remembered 3200; 8192 x 1 is started at 2048 x 4 (3200 does not divide 8192)
+    assert start_at(rule, {"batch_size": 8192}, 3200) == {"batch_size": 2048, "grad_accum": 4}
+    assert start_at(Shrink("batch_size"), {"batch_size": 8192}, 3200) == {"batch_size": 3200}
+    assert start_at(Shrink("batch_size", minimum=8), {"batch_size": 64}, 2) == {"batch_size": 8}
 
 
 def test_cli_text_parses_and_policy_accepts_it():

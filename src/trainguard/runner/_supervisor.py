@@ -49,9 +49,9 @@ from trainguard.runner.policy import (
     classify_end,
     decide_recycle,
     params_without,
-    resize,
     should_retry,
     shrink_step,
+    start_at,
 )
 from trainguard.units import format_bytes
 
@@ -959,8 +959,8 @@ class Session:
         asked = int(run.params[rule.key])
         if size is None or size >= asked:
             return
-        size = max(size, rule.minimum)
-        run.attempt_params = resize(rule, run.params, size)
+        run.attempt_params = start_at(rule, run.params, size)
+        size = int(run.attempt_params[rule.key])
         sized = self._sized_keys(run.attempt_params)
         words = ", ".join(f"{k}={v}" for k, v in sized.items())
         self._event(

@@ -43,6 +43,7 @@ __all__ = [
     "shrink_step",
     "params_without",
     "resize",
+    "start_at",
     "RecycleDecision",
     "KillDecision",
     "WorkerHistory",
@@ -253,6 +254,19 @@ def resize(rule: Shrink, params: dict[str, Any], size: int) -> dict[str, Any]:
         effective = old * acc
         out[rule.accumulate] = max(1, -(-effective // int(size)))
     return out
+
+
+def start_at(rule: Shrink, params: dict[str, Any], size: int) -> dict[str, Any]:
+    """``params`` started at a remembered ``size``: with ``accumulate``, the largest divisor of the
+    effective batch at or under ``size`` (not under ``minimum``), so the effective batch stays exact."""
+    size = max(int(size), rule.minimum)
+    acc = _accumulation(rule, params)
+    if acc is not None:
+        effective = int(params[rule.key]) * acc
+        divisors = [d for d in range(min(size, effective), rule.minimum - 1, -1) if effective % d == 0]
+        if divisors:
+            size = divisors[0]
+    return resize(rule, params, size)
 
 
 def shrink_step(
