@@ -198,6 +198,8 @@ class Runner:
         from trainguard._nesting import refuse_nested
 
         refuse_nested("Runner")
+        if not isinstance(fresh, bool):
+            raise ConfigError(f"fresh={fresh!r} must be True or False")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"workers={workers!r} must be a whole number >= 1, such as 2")
         if policy is None:
