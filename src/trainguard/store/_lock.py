@@ -25,7 +25,7 @@ import socket
 import time
 from pathlib import Path
 
-from trainguard.exceptions import RunLockedError
+from trainguard.exceptions import RunLockedError, StoreError
 
 __all__ = ["RunLock", "lock_folder"]
 
@@ -68,12 +68,18 @@ class RunLock:
         """
         folder = self.path.parent
         for _ in range(50):
-            with contextlib.suppress(FileExistsError):
-                folder.mkdir(mode=0o755)
             try:
+                with contextlib.suppress(FileExistsError):
+                    folder.mkdir(mode=0o755)
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             except FileNotFoundError:  # the folder was removed meanwhile by a releasing holder
                 continue
+            except OSError as err:
+                raise StoreError(
+                    f"cannot lock run {self.name!r} of store {self._shown}: {self.path}: {err.strerror}: "
+                    "the store's folder must be writable",
+                    path=self._shown,
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
