@@ -453,3 +453,20 @@ def test_bad_arguments(db: Path) -> None:
             )
         with pytest.raises(StoreError, match="no run with id 99"):
             store.finish_run(99, "completed")
+
+
+def test_sample_envelope_keeps_each_workers_peak_and_bounds_the_count(tmp_path):
+    with Store(tmp_path / "s.db", max_samples_per_worker=100_000) as store:
+        run = store.begin_run("env", "m:f", [{}], {})
+        rows = [(1000.0 + k / 10, 100 + (k % 50), None, None) for k in range(20_000)]
+        rows[12_345] = (rows[12_345][0], 9_999, 7, 3)
+        store.add_samples(run.run_id, 0, rows)
+        store.add_samples(run.run_id, 1, [(1000.0 + k, 200, None, None) for k in range(10)])
+        env = store.sample_envelope(run.run_id, buckets=100)
+    zero = [s for s in env if s.worker_id == 0]
+    assert len(zero) <= 200
+    peak = max(zero, key=lambda s: s.rss_bytes)
+    assert (peak.time, peak.rss_bytes, peak.uss_bytes, peak.gpu_bytes) == (rows[12_345][0], 9_999, 7, 3)
+    assert min(s.rss_bytes for s in zero) == 100
+    assert [s.time for s in env] == sorted(s.time for s in env)
+    assert {s.rss_bytes for s in env if s.worker_id == 1} == {200}

@@ -1210,6 +1210,43 @@ class Store:
             Sample(time=r[0], worker_id=r[1], rss_bytes=r[2], uss_bytes=r[3], gpu_bytes=r[4]) for r in rows
         ]
 
+    def sample_envelope(self, run_id: int, *, buckets: int = 2000) -> list[Sample]:
+        """The run's samples pooled into ``buckets`` equal stretches of its time span, per worker:
+        each stretch gives the reading with its highest RSS (at its own time, with the stretch's
+        highest USS and GPU bytes) and, when lower, its lowest RSS (at the stretch's first time).
+
+        For drawing a long run: the highest reading of every worker is always kept, and at most
+        ``2 * buckets`` samples per worker come back however long the run was.
+        """
+        _check_int(buckets, "buckets", minimum=1)
+        with self._read() as conn:
+            t_min, t_max = conn.execute(
+                "SELECT min(time), max(time) FROM samples WHERE run_id=?", (run_id,)
+            ).fetchone()
+            if t_min is None:
+                return []
+            width = max((t_max - t_min) / buckets, 1e-9)
+            key = "worker_id, CAST((time - ?) / ? AS INTEGER)"
+            # SQLite takes the bare column `time` from the row holding max(rss_bytes)
+            highs = conn.execute(
+                f"SELECT {key}, time, max(rss_bytes), max(uss_bytes), max(gpu_bytes)"
+                f" FROM samples WHERE run_id=? GROUP BY {key}",
+                (t_min, width, run_id, t_min, width),
+            ).fetchall()
+            lows = conn.execute(
+                f"SELECT {key}, min(time), min(rss_bytes) FROM samples WHERE run_id=? GROUP BY {key}",
+                (t_min, width, run_id, t_min, width),
+            ).fetchall()
+        low_by_key = {(w, b): (t, rss) for w, b, t, rss in lows}
+        out = []
+        for w, b, t, rss, uss, gpu in highs:
+            t_low, rss_low = low_by_key.get((w, b), (t, rss))
+            if rss_low < rss and t_low != t:
+                out.append(Sample(time=t_low, worker_id=w, rss_bytes=rss_low, uss_bytes=None, gpu_bytes=None))
+            out.append(Sample(time=t, worker_id=w, rss_bytes=rss, uss_bytes=uss, gpu_bytes=gpu))
+        out.sort(key=lambda s: (s.time, s.worker_id))
+        return out
+
     # -- fitted sizes ----------------------------------------------------------------------------
 
     def remember_size(
