@@ -334,6 +334,35 @@ def test_compare_cli_html_in_chromium(browser, tmp_path: Path, capsys) -> None:
     page.context.close()
 
 
+def test_a_peak_survives_downsampling_into_the_chart(tmp_path: Path) -> None:
+    """An hour at 10 Hz with one 0.1 s spike: the store buckets it, the report pools it to ~2
+    readings per pixel column, and the chart's highest point is still the spike."""
+    db = tmp_path / "long.db"
+    spike = 1_900 * 2**20
+    with Store(db) as store:
+        run = store.begin_run("long", "train.py:fit", [{"i": 0}], {"workers": 1, "policy": {}})
+        store.start_worker(run.run_id, 0, 1, {"slot": 0})
+        t0 = run.created_at
+        rows = [(t0 + k / 10, 600 * 2**20 + (k % 600) * 2**17, None, None) for k in range(36_000)]
+        rows[23_456] = (rows[23_456][0], spike, None, None)
+        for start in range(0, len(rows), 3_000):
+            store.add_samples(run.run_id, 0, rows[start : start + 3_000])
+        store.finish_run(run.run_id, "completed")
+    out = tmp_path / "long.html"
+    assert main(["report", "long", "--store", str(db), "-o", str(out)]) == 0
+    page = out.read_text()
+    svg = re.search(r'<svg[^>]*id="slot-0"[^>]*>', page).group(0)
+    y_min, y_max, top, height = (
+        float(re.search(rf'{k}="([^"]+)"', svg).group(1))
+        for k in ("data-y-min", "data-y-max", "data-plot-top", "data-plot-height")
+    )
+    path = re.search(r'<path class="series rss" d="([^"]+)"', page).group(1)
+    ys = [float(y) for y in re.findall(r"[ML]-?[\d.]+ (-?[\d.]+)", path)]
+    assert len(ys) <= 2 * 1_800 + 10  # downsampled: about two readings per pixel column
+    highest = y_min + (top + height - min(ys)) / height * (y_max - y_min)
+    assert abs(highest - spike) < 0.01 * spike, (highest, spike)
+
+
 # -- bad input -----------------------------------------------------------------------------------
 
 

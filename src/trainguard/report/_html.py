@@ -283,6 +283,6 @@ if(input)input.addEventListener("input",function(){shown=limit;render();});
 if(select)select.addEventListener("change",function(){shown=limit;render();});
 render();host.setAttribute("data-ready","1");}
 Array.prototype.forEach.call(document.querySelectorAll("[data-table]"),build);
-document.body.setAttribute("data-ready","1");
+window.tgReadyMs=performance.now();document.body.setAttribute("data-ready","1");
 })();
 """

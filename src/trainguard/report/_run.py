@@ -33,6 +33,7 @@ ATTEMPT_WORDS = {
 _KILL_REASONS = {"killed_memory", "killed_gpu_memory", "killed_timeout", "os_oom", "crashed"}
 _STATUS_COLOUR = {"ok": "#7cc595", "running": "#f3d27a", "interrupted": "#c9cfd8"}
 _MAX_TEXT = 400
+_CHART_BUCKETS = 1800
 _GROWTH_STATUSES = {"ok", "exception", "not_serializable", "framework_oom"}
 _MAX_EVENTS = 5000
 
@@ -132,16 +133,19 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
     attempts = store.attempts(run_id)
     workers = store.workers(run_id)
     events = store.events(run_id, limit=_MAX_EVENTS, kinds=None)
-    samples = store.samples(run_id)
+    # about two readings per pixel column of a chart, each stretch's highest kept: peaks survive
+    samples = store.sample_envelope(run_id, buckets=_CHART_BUCKETS)
     env_events = [e for e in events if e.kind == "environment" and isinstance(e.data, dict)]
     if not env_events:
         env_events = [e for e in store.events(run_id, kinds=["environment"]) if isinstance(e.data, dict)]
     in_progress = info.status == "running"
     now = time.time()
-    t0 = info.created_at
+    # samples and attempts normally follow the run's creation; a store written by another clock
+    # (or a synthetic one) must not push them off the chart
+    t0 = min([info.created_at] + [s.time for s in samples[:1]] + [a.started_at for a in attempts])
     t_end = max(
         [info.finished_at or 0.0, info.updated_at]
-        + [s.time for s in samples]
+        + [s.time for s in samples[-1:]]
         + [a.finished_at or 0.0 for a in attempts]
     )
     if in_progress:
@@ -251,7 +255,16 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
             )
             if trial is not None:
                 tip += f"; params {_short(trial.params, 120)}"
-            spans.append(_svg.Span(a.started_at - t0, max(end, a.started_at) - t0, colour, tip))
+            spans.append(
+                _svg.Span(
+                    a.started_at - t0,
+                    max(end, a.started_at) - t0,
+                    colour,
+                    tip,
+                    label=f"trial {a.index}",
+                    group=ATTEMPT_WORDS.get(a.status, a.status),
+                )
+            )
         hlines = []
         if limit:
             hlines.append(_svg.HLine(float(limit), f"memory limit {fmt_bytes(limit)}"))

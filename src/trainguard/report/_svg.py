@@ -84,13 +84,54 @@ class HLine:
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """A stretch of the x axis drawn as a strip under the plot (one trial's attempt) or a shade."""
+    """A stretch of the x axis drawn as a strip under the plot (one trial's attempt) or a shade.
+
+    ``label`` names it briefly ("trial 12") and ``group`` says what it was ("ok"): neighbours of the
+    same group closer than a pixel are drawn as one box, so 10,000 trials stay a small file."""
 
     x0: float
     x1: float
     colour: str
     tooltip: str
     css_class: str = "trial"
+    label: str = ""
+    group: str = ""
+
+
+def _merge_spans(spans: Sequence[Span], px) -> list[Span]:  # noqa: ANN001 - px: float -> float
+    out: list[Span] = []
+    run: list[Span] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        if len(run) == 1:
+            out.append(run[0])
+        else:
+            first, last = run[0], run[-1]
+            out.append(
+                Span(
+                    first.x0,
+                    max(s.x1 for s in run),
+                    first.colour,
+                    f"{len(run)} attempts, {first.label} to {last.label}: {first.group}",
+                    first.css_class,
+                    first.label,
+                    first.group,
+                )
+            )
+        run.clear()
+
+    for s in sorted(spans, key=lambda s: s.x0):
+        if run and (
+            s.group != run[-1].group
+            or not s.group
+            or px(s.x1) - px(run[0].x0) > 6.0  # merged boxes stay under 6 px wide
+        ):
+            flush()
+        run.append(s)
+    flush()
+    return out
 
 
 @dataclass(slots=True)
@@ -133,9 +174,13 @@ def _n(v: float) -> str:
 def minmax_downsample(points: Sequence[tuple[float, float]], x_min: float, x_max: float, columns: int):
     """Reduce ``points`` (sorted by x) to at most two per column: each column's lowest and highest y,
     in the order they occurred. The highest value of the whole series is always kept."""
-    if len(points) <= 2 * columns or columns <= 0:
+    if columns <= 0 or len(points) <= 2:
         return list(points)
     span = (x_max - x_min) or 1.0
+    first = int((points[0][0] - x_min) / span * columns)
+    last = int((points[-1][0] - x_min) / span * columns)
+    if len(points) <= 2 * (last - first + 1):  # already at most two points per column it covers
+        return list(points)
     out: list[tuple[float, float]] = []
     current = None
     lo = hi = None
@@ -254,7 +299,8 @@ def line_chart(
     ident = f' id="{text(chart_id)}"' if chart_id else ""
     p.append(
         f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {frame.width} {frame.height}"'
-        f' role="img"{ident}{label} preserveAspectRatio="xMinYMin meet">'
+        f' role="img"{ident}{label} preserveAspectRatio="xMinYMin meet" data-y-min="{frame.y_min:.6g}"'
+        f' data-y-max="{frame.y_max:.6g}" data-plot-top="{frame.top}" data-plot-height="{_n(frame.plot_h)}">'
     )
     if title:
         p.append(f"<title>{text(title)}</title>")
@@ -326,6 +372,8 @@ def line_chart(
             f'<rect x="{_n(x - 4)}" y="{frame.top}" width="8" height="{_n(frame.plot_h)}" fill="transparent"/></g>'
         )
     if spans:
+        if len(spans) > frame.plot_w / 4:  # more boxes than can be told apart
+            spans = _merge_spans(spans, frame.px)
         y0 = frame.top + frame.plot_h + 3
         p.append('<g class="trials">')
         for s in spans:
