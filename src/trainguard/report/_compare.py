@@ -198,7 +198,7 @@ def render_comparison(comparison: dict[str, Any]) -> str:
             + "</div>"
         )
         parts.append(
-            "<h3>Peak RSS of each trial</h3>"
+            f"<h3>{text(comparison.get('series_label') or 'Peak RSS of each trial')}</h3>"
             + legend
             + _svg.line_chart(
                 lines=lines,

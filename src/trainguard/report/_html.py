@@ -102,6 +102,8 @@ def fmt_seconds(value: float | None) -> str:
 
     if value is None:
         return "-"
+    if 0 < value < 1e-3:
+        return f"{value * 1e6:.0f} µs"
     return format_duration(value)
 
 
@@ -233,7 +235,7 @@ function bytes(v){if(v===null||v===undefined||v==="")return "-";var a=Math.abs(v
 while(a>=KIB&&i<UNITS.length-1){a/=KIB;i++;}var s=(v<0?-a:a);
 return (i===0?String(Math.round(s)):s.toFixed(a>=100?0:1))+" "+UNITS[i];}
 function sbytes(v){if(v===null||v===undefined)return "-";return (v>0?"+":"")+bytes(v);}
-function secs(v){if(v===null||v===undefined)return "-";if(v<1)return (v*1000).toFixed(0)+" ms";
+function secs(v){if(v===null||v===undefined)return "-";if(v<0.001)return (v*1e6).toFixed(0)+" \u00b5s";if(v<1)return (v*1000).toFixed(0)+" ms";
 if(v<60)return v.toFixed(v<10?2:1)+" s";var m=Math.floor(v/60),s=Math.round(v-60*m);
 if(m<60)return m+"m"+(s<10?"0":"")+s+"s";var h=Math.floor(m/60);m=m-60*h;return h+"h"+(m<10?"0":"")+m+"m";}
 function show(kind,v){if(kind==="bytes")return bytes(v);if(kind==="sbytes")return sbytes(v);

@@ -439,7 +439,11 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
         ("trainguard", env.get("trainguard") or "-"),
         ("Python", env.get("python") or "-"),
         ("frameworks", versions),
-        ("Keras backend", config.get("keras_backend") or env.get("keras_backend") or "-"),
+        (
+            "Keras backend",
+            config.get("keras_backend")
+            or (f"not set ({env['keras_backend']} by default)" if env.get("keras_backend") else "-"),
+        ),
         ("workers", config.get("workers", "-")),
         ("threads per worker", config.get("threads", "-")),
     ]

@@ -244,6 +244,17 @@ def format_seconds(seconds: float) -> str:
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
 
 
+def format_seconds_short(seconds: float) -> str:
+    """A duration with its unit: ``'450 µs'``, ``'12 ms'``, ``'1.21 s'``, ``'2:05'``."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    return format_seconds(seconds)
+
+
 def _time_ticks(lo: float, hi: float) -> list[float]:
     span = hi - lo
     steps = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
@@ -441,12 +452,22 @@ class Interval:
     colour: str = PALETTE[0]
 
 
+def _label_width(labels: Sequence[str]) -> int:
+    """Room for the longest label (about 7.2 px a character at 11 px), between 120 and 380 px."""
+    return int(min(380, max(120, 16 + 7.2 * max((len(x) for x in labels), default=0))))
+
+
+def _cut(label: str, width: int) -> str:
+    room = int((width - 16) / 7.2)
+    return label if len(label) <= room else label[: max(1, room - 1)] + "…"
+
+
 def interval_plot(
     rows: Sequence[Interval], *, width: int = 960, unit_kind: str = "bytes", title: str = ""
 ) -> str:
     """One row per estimate: a dot and its interval as a bar, with a zero line (a forest plot)."""
     row_h = 22
-    label_w = 170
+    label_w = _label_width([r.label for r in rows])
     height = 30 + row_h * max(1, len(rows))
     values = [v for r in rows for v in (r.value, r.low, r.high) if v is not None and math.isfinite(v)]
     lo = min([0.0, *values])
@@ -478,7 +499,9 @@ def interval_plot(
     for i, r in enumerate(rows):
         y = 18 + i * row_h
         p.append(f'<g class="interval"><title>{text(r.tooltip)}</title>')
-        p.append(f'<text x="{label_w - 8}" y="{y + 4}" text-anchor="end" class="lbl">{text(r.label)}</text>')
+        p.append(
+            f'<text x="{label_w - 8}" y="{y + 4}" text-anchor="end" class="lbl">{text(_cut(r.label, label_w))}</text>'
+        )
         if r.low is not None and r.high is not None and math.isfinite(r.low) and math.isfinite(r.high):
             p.append(
                 f'<line x1="{_n(px(r.low))}" x2="{_n(px(r.high))}" y1="{y}" y2="{y}" stroke="{r.colour}"'
@@ -501,7 +524,7 @@ def bar_chart(
 ) -> str:
     """Horizontal bars: (label, value, tooltip) per row, one scale, an optional limit rule."""
     row_h = 22
-    label_w = 170
+    label_w = _label_width([r[0] for r in rows])
     height = 30 + row_h * max(1, len(rows))
     values = [v for _, v, _ in rows if v is not None]
     hi = max([*values, limit or 0.0, 1.0]) * 1.05
@@ -512,7 +535,7 @@ def bar_chart(
         if unit_kind == "bytes":
             return format_axis_bytes(v, factor, unit)
         if unit_kind == "seconds":
-            return f"{v:,.3g} s"
+            return format_seconds_short(v)
         return f"{v:,.4g}"
 
     p = [
@@ -524,7 +547,9 @@ def bar_chart(
     for i, (label, value, tooltip) in enumerate(rows):
         y = 10 + i * row_h
         p.append(f'<g class="bar"><title>{text(tooltip)}</title>')
-        p.append(f'<text x="{label_w - 8}" y="{y + 12}" text-anchor="end" class="lbl">{text(label)}</text>')
+        p.append(
+            f'<text x="{label_w - 8}" y="{y + 12}" text-anchor="end" class="lbl">{text(_cut(label, label_w))}</text>'
+        )
         if value is not None:
             w = max(1.0, value / hi * plot_w)
             colour = PALETTE[i % len(PALETTE)]
