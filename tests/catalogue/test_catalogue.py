@@ -148,6 +148,10 @@ CLI_CASES: list[Cli] = [
     C("show-junk-store", "show base --store {junk}", 4, r"not a trainguard store", "unchanged:{junk}"),
     C("show-ok-json-strict", "show base --store {store} --json", 0, r'"name": "base"', "json " + U),
     C("runs-ok-json-strict", "runs --store {store} --json", 0, r'"base"', "json " + U),
+    # -- report ------------------------------------------------------------------------------------------
+    C("report-junk-store", "report base --store {junk} -o {d}/r.html", 4, r"not a trainguard store", "unchanged:{junk}"),
+    C("report-unknown-escape-name", "report 'e\x1b[2Jx' --store {store} -o {d}/r.html", 2, r"no run named 'e\\x1b\[2Jx'", U),
+    C("report-output-is-a-folder", "report base --store {store} -o {d}", 2, r"is a folder", U),
     # -- leakcheck ---------------------------------------------------------------------------------------
     C("leakcheck-missing-file", "leakcheck missing.py:step", 2, r"missing\.py"),
     C("leakcheck-no-colon", "leakcheck {t}", 2, r"must be FILE\.py:FUNCTION"),
