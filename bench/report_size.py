@@ -211,10 +211,11 @@ def main() -> None:
                 t = time.perf_counter()
                 with Store(db, readonly=True) as store:
                     html, info = render_run_html(store, name)
-                    stored = len(store.samples(info.run_id))
-                    kept = spike in {s.rss_bytes for s in store.samples(info.run_id)}
                 out = write_html(Path(folder) / f"r{trials}.html", html)
                 render_s = time.perf_counter() - t
+                with Store(db, readonly=True) as store:
+                    rss = [s.rss_bytes for s in store.samples(info.run_id)]
+                    stored, kept = len(rss), spike in rss
                 loads = []
                 for _ in range(3):
                     opened = open_file(browser, out)
