@@ -178,6 +178,8 @@ CLI_CASES: list[Cli] = [
     C("stop-on-error", "run {t}:fails_then_ok --params {d}/three.json --store {fresh} --name f --stop-on-error --workers 1", 1, r"on_error='stop'"),
     C("run-locked", "run {t}:echo --params {p} --store {locked} --name held", 7, r"being run by another supervisor \(pid \d+"),
     C("broken-pipe-keeps-run", "run {t}:echo --params {d}/three.json --store {fresh} --name piped", 0, r"", "stored:piped=completed", subprocess=True),
+    C("closed-stdout-show", "show base --store {store} | true; exit ${{PIPESTATUS[0]}}", 141, r"^$", U, subprocess=True),
+    C("closed-stdout-doctor", "doctor | true; exit ${{PIPESTATUS[0]}}", 141, r"^$", subprocess=True),
     C("broken-pipe-printing-trials", "run {t}:prints --params {d}/six.json --store {fresh} --name piped", 0, r"", "stored:piped=completed alltrials:piped=ok", subprocess=True),
 ]
 

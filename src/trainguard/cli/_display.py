@@ -187,8 +187,13 @@ def console(*, stderr: bool = False, pipe_width: int = 120):
 
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit 1 ("the check failed"); cli.main() exits 141 quietly instead
+            raise BrokenPipeError
+
     stream = sys.stderr if stderr else sys.stdout
     # rich assumes 80 columns when not on a terminal; tables of runs read better a little wider in
     # files and pipes, and a terminal's own width still wins.
     width = None if getattr(stream, "isatty", lambda: False)() else pipe_width
-    return Console(file=stream, highlight=False, soft_wrap=False, width=width)
+    return _Console(file=stream, highlight=False, soft_wrap=False, width=width)

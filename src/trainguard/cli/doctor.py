@@ -30,13 +30,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
-    from rich.console import Console
     from rich.table import Table
 
+    from trainguard.cli._display import console as _console
     from trainguard.cli._display import markup_safe as safe
     from trainguard.units import format_bytes
 
-    console = Console()
+    console = _console(pipe_width=80)
     table = Table(title="trainguard doctor", show_header=False, title_justify="left")
     table.add_column("item", style="bold")
     table.add_column("value")

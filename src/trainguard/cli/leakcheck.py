@@ -112,13 +112,13 @@ class _Progress:
 
 
 def _table(report: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from trainguard.cli._display import console as _console
     from trainguard.cli._display import markup_safe, visible
     from trainguard.units import format_bytes, format_duration
 
-    console = Console()
+    console = _console(pipe_width=80)
     colour = {"leak": "red", "no_leak": "green", "plateau": "yellow", "inconclusive": "magenta"}[
         report.verdict.value
     ]
