@@ -79,7 +79,7 @@ def test_run_cli_device_flags(tmp_path, capsys):
 
     params = tmp_path / "p.json"
     params.write_text("[{}]")
-    base = ["run", f"{OOM_TRIALS}:device_view", "--params", str(params), "--store", str(tmp_path / "c.db")]
+    base = ["run", f"{OOM_TRIALS}:env_view", "--params", str(params), "--store", str(tmp_path / "c.db")]
     code = main([*base, "--visible-devices", "", "--torch-alloc-conf", "expandable_segments:True", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert (
@@ -109,7 +109,8 @@ def test_tensorflow_peak_against_in_use_is_recorded_and_shown(tmp_path, capsys):
 
 def test_mixed_precision_is_an_opt_in_oom_step_before_shrinking(tmp_path):
     policy = Policy(on_oom=Shrink("batch_size", mixed_precision=True), peak_ratio=None)
-    with Runner(policy=policy, store=tmp_path / "m.db", keras_backend="tensorflow") as runner:
+    # the torch backend: Keras's dtype policy without a TensorFlow import in each fresh worker
+    with Runner(policy=policy, store=tmp_path / "m.db", keras_backend="torch") as runner:
         (result,) = runner.map(f"{OOM_TRIALS}:keras_policy", [{"batch_size": 64}], name="mp")
         events = runner.store.events(runner.store.get_run("mp").run_id)
     assert result.ok and result.attempts == 2

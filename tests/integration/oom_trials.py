@@ -69,3 +69,9 @@ def tf_allocates(params):
     total = float(tf.reduce_sum(b))
     del a, b
     return total
+
+
+def env_view(params):
+    """The device environment variables a trial sees (imports no framework)."""
+    names = ["CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH", "PYTORCH_CUDA_ALLOC_CONF"]
+    return {"env": {n: os.environ.get(n) for n in names}}
