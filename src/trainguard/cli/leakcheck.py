@@ -1,5 +1,7 @@
 """``trainguard leakcheck FILE.py:step``: a leak verdict for one training step, in a fresh process.
 
+``trainguard leakcheck train.js:step`` does the same for a JavaScript (TensorFlow.js) step in Node.
+
 Exit codes: 0 no leak or plateau, 1 leak, 3 inconclusive (also when the fresh process is killed by
 a signal: the report names it and keeps the series so far), 2 usage error.
 """
@@ -17,7 +19,10 @@ EXIT = {"no_leak": 0, "plateau": 0, "leak": 1, "inconclusive": 3}
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "target", metavar="FILE.py:STEP", help="a Python file and the name of its step function"
+        "target",
+        metavar="FILE.py:STEP",
+        help="a Python file and the name of its step function, or a JavaScript file (train.js:step) "
+        "whose exported step runs in Node (TensorFlow.js)",
     )
     parser.add_argument(
         "--setup",
@@ -188,11 +193,27 @@ def run(args: argparse.Namespace) -> int:
         from trainguard.report import check_output_path
 
         check_output_path(args.html, flag="--html")
+    from trainguard._node import is_js_file
+
+    if is_js_file(path) and args.tracemalloc:
+        from trainguard.exceptions import ConfigError
+
+        raise ConfigError(
+            "--tracemalloc traces Python allocations: a JavaScript step has none; drop the flag"
+        )
     progress = _Progress(enabled=not args.quiet)
     try:
-        report = run_isolated(
-            {"kind": "file", "path": path, "step": step_name, "setup": args.setup}, config, progress=progress
-        )
+        if is_js_file(path):
+            # a TF.js (or any Node) step: looped in Node under --expose-gc, decided here
+            from trainguard.leaks._node import run_node
+
+            report = run_node(path, step_name, args.setup, config, progress=progress)
+        else:
+            report = run_isolated(
+                {"kind": "file", "path": path, "step": step_name, "setup": args.setup},
+                config,
+                progress=progress,
+            )
     finally:
         progress.close()
     if args.plot:

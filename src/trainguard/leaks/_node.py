@@ -1,0 +1,473 @@
+"""``trainguard leakcheck train.js:step``: the leak check of a TensorFlow.js (or any Node) step.
+
+The step runs in a Node process started with ``--expose-gc`` (``js/trainguard/lib/leakcheck.js``);
+this module drives it with the same loop decisions as a Python step (:mod:`trainguard.leaks._plan`:
+batching, the look schedule, the leak gate, the sequential test, the final verdict), one command at
+a time: "call the step k times", "read". Each reading is taken after ``global.gc()``: the Node
+process's RSS (its process tree, read from here), and from inside it ``process.memoryUsage()``
+and ``tf.memory()``. Attribution comes from those inside readings: tensors and ``numBytes`` per
+iteration from ``tf.memory()``, and growth outside tensors called out as JS heap or native.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainguard.exceptions import ConfigError
+from trainguard.leaks import _plan, stats
+from trainguard.leaks._report import KindGrowth, LeakReport, StepError
+from trainguard.leaks.stats import Verdict
+from trainguard.units import format_bytes
+
+__all__ = ["run_node", "node_attribution"]
+
+logger = logging.getLogger(__name__)
+
+#: The reading decided on besides RSS when TF.js is loaded: tf.memory().numBytes.
+TENSOR_KEY = "tf_num_bytes"
+_GPU_WORDS = "GPU memory: "
+
+
+class _Died(Exception):
+    """The Node process ended without answering."""
+
+
+class _Driver:
+    """The Node leak-check process: started, asked, stopped."""
+
+    def __init__(self, path: str, step: str, setup: str | None, *, limit_s: float | None) -> None:
+        from trainguard._node import find_node, is_js_file, js_script
+
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"{path}: no such file: give the path of a JavaScript file, e.g. train.js:step")
+        if not is_js_file(path):
+            raise ConfigError(
+                f"{path}: not a .js, .mjs or .cjs file: give a JavaScript file, e.g. train.js:step"
+            )
+        node = find_node()
+        read_fd, write_fd = os.pipe()
+        os.set_inheritable(read_fd, False)
+        try:
+            stdout = sys.stderr.fileno()  # the step's own prints must never reach a --json stdout
+        except (AttributeError, OSError, ValueError):
+            stdout = None
+        try:
+            self.proc = subprocess.Popen(
+                [node, "--expose-gc", js_script("leakcheck.js"), str(write_fd), str(file), step, setup or ""],
+                stdin=subprocess.PIPE,
+                stdout=stdout,
+                pass_fds=(write_fd,),
+                start_new_session=True,  # its children die with it (killpg)
+            )
+        finally:
+            os.close(write_fd)
+        self._events = os.fdopen(read_fd, "rb")
+        self._watchdog = None
+        if limit_s is not None:
+            # the loop stops itself at max_time; this only catches a step that never returns
+            self._watchdog = threading.Timer(limit_s, self.kill)
+            self._watchdog.daemon = True
+            self._watchdog.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def event(self) -> dict[str, Any]:
+        line = self._events.readline()
+        if not line:
+            raise _Died
+        return json.loads(line)
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(command) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise _Died from None
+        return self.event()
+
+    def kill(self) -> None:
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> int | None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(b'{"op":"exit"}\n')
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()  # whatever the step started must not outlive the check
+        rc = self.proc.wait()
+        self._events.close()
+        return rc
+
+
+def _read_tree(pid: int, metric: str) -> tuple[int, int]:
+    from trainguard.probes.host import tree_memory
+
+    tree = tree_memory(pid, detail=metric in ("uss", "pss"))
+    value = tree.rss_bytes if metric in ("auto", "rss") else getattr(tree, f"{metric}_bytes")
+    if value is None:
+        raise ConfigError(
+            f"metric={metric!r} cannot be read here (needs /proc/PID/smaps_rollup access): use metric='rss'"
+        )
+    return int(value), len(tree.pids)
+
+
+def run_node(
+    path: str,
+    step: str,
+    setup: str | None,
+    config: Any,
+    *,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> LeakReport:
+    """Leak-check ``step`` of the JavaScript file ``path`` in a Node process. See :func:`trainguard.leakcheck`.
+
+    Raises:
+        ConfigError: the file, the step or the setup does not exist or does not load, or setup threw.
+        MissingDependencyError: ``node`` is not installed (the message says how to install it).
+    """
+    limit = config.max_time_s * 1.5 + 120 if config.max_time_s is not None else None
+    driver = _Driver(path, step, setup, limit_s=limit)
+    rows: list[dict[str, Any]] = []
+    try:
+        try:
+            ready = driver.event()
+        except _Died:
+            rc = driver.close()
+            raise ConfigError(
+                f"{path}: node exited with code {rc} before the step could run; see its output above"
+            ) from None
+        if ready.get("event") == "error":
+            raise ConfigError(str(ready.get("message") or "the step could not be loaded"))
+        loop = _NodeLoop(driver, config, progress, ready, rows)
+        try:
+            return loop.run()
+        except _Died:
+            rc = driver.close()
+            from trainguard.leaks._child import died_report
+
+            return died_report(rc, rows, config)
+    finally:
+        driver.close()
+
+
+class _NodeLoop:
+    """The leak loop over a Node step: the same phases as the Python loop, commands instead of calls."""
+
+    def __init__(
+        self,
+        driver: _Driver,
+        config: Any,
+        progress: Callable[[dict[str, Any]], None] | None,
+        ready: dict[str, Any],
+        series: list[dict[str, Any]],
+    ) -> None:
+        self.driver, self.config, self.progress, self.ready = driver, config, progress, ready
+        self.series = series
+        self.step_times: list[float] = []
+        self.error: StepError | None = None
+        self.iterations = 0
+        self.measure_cost = 0.0
+        self.plan: _plan.Plan | None = None
+        self.last_look: _plan.LookResult | None = None
+        self.last_progress = 0.0
+        self.start = 0.0
+
+    def run(self) -> LeakReport:
+        self.start = time.perf_counter()
+        self.measure()
+        while True:
+            if not self.call_block():
+                if self.iterations > int(self.series[-1]["iteration"]):
+                    self.measure()
+                break
+            self.measure()
+            if self.plan is None and len(self.series) >= 3:
+                plan = _plan.calibrate(
+                    self.config,
+                    self.series,
+                    iterations=self.iterations,
+                    measure_cost_s=self.measure_cost,
+                    step_time_s=self.step_time(),
+                    elapsed_s=time.perf_counter() - self.start,
+                )
+                if any(r.get(TENSOR_KEY) is not None for r in self.series):
+                    # TF.js's own count of tensor bytes is decided on as a second series, as GPU
+                    # allocator bytes are for Python: the false-positive budget is split between them
+                    plan = dataclasses.replace(
+                        plan, gpu_key=TENSOR_KEY, alpha_per_look=plan.alpha_per_look / 2
+                    )
+                self.plan = plan
+            if self.after_reading():
+                break
+        return self.report()
+
+    def step_time(self) -> float:
+        return float(np.median(self.step_times[-50:])) if self.step_times else 0.0
+
+    def call_block(self) -> bool:
+        block = self.plan.calls_per_measurement if self.plan else (self.config.calls_per_measurement or 1)
+        if self.config.max_iterations is not None:
+            block = min(block, self.config.max_iterations - self.iterations)
+        answer = self.driver.ask({"op": "calls", "n": int(block)})
+        self.step_times.extend(float(t) for t in answer.get("step_times", ()))
+        if answer.get("event") == "step_error":
+            self.iterations = int(answer["iteration"]) - 1
+            self.error = StepError(
+                iteration=int(answer["iteration"]),
+                exc_type=str(answer.get("type") or "Error"),
+                message=str(answer.get("message") or ""),
+                traceback=str(answer.get("stack") or ""),
+            )
+            return False
+        self.iterations = int(answer["iterations"])
+        return True
+
+    def measure(self) -> None:
+        t0 = time.perf_counter()
+        inside = self.driver.ask({"op": "read"})
+        if inside.get("event") != "reading":
+            raise _Died
+        value, processes = _read_tree(self.driver.pid, self.config.metric)
+        self.measure_cost = time.perf_counter() - t0
+        row: dict[str, Any] = {
+            "bytes": value,
+            "untrimmed_bytes": None,
+            "gpu_allocated_bytes": None,
+            "gpu_nvml_bytes": None,
+            "processes": processes,
+            "heap_used_bytes": inside.get("heap_used"),
+            "heap_total_bytes": inside.get("heap_total"),
+            "external_bytes": inside.get("external"),
+            "array_buffers_bytes": inside.get("array_buffers"),
+            "node_rss_bytes": inside.get("rss"),
+        }
+        for key in ("tf_num_tensors", "tf_num_bytes", "tf_num_data_buffers", "tf_num_variables"):
+            if inside.get(key) is not None:
+                row[key] = inside[key]
+        row["iteration"] = self.iterations
+        row["elapsed_s"] = round(time.perf_counter() - self.start, 4)
+        self.series.append(row)
+
+    def after_reading(self) -> bool:
+        elapsed = time.perf_counter() - self.start
+        k = self.plan.calls_per_measurement if self.plan else 1
+        final = _plan.out_of_budget(
+            self.config,
+            self.series,
+            iterations=self.iterations,
+            elapsed_s=elapsed,
+            next_block_s=k * self.step_time() + self.measure_cost,
+        )
+        looks_now = final or (self.plan is not None and len(self.series) in self.plan.schedule)
+        if self.progress is not None and (time.perf_counter() - self.last_progress > 0.5 or looks_now):
+            self.last_progress = time.perf_counter()
+            ys = [r["bytes"] for r in self.series[-60:]]
+            xs = [r["iteration"] for r in self.series[-60:]]
+            self.progress(
+                {
+                    "iteration": self.iterations,
+                    "measurements": len(self.series),
+                    "bytes": ys[-1],
+                    "elapsed_s": elapsed,
+                    "slope_bytes_per_iter": stats.theil_sen(ys, xs) if len(ys) >= 3 else None,
+                    "calls_per_measurement": k,
+                }
+            )
+        if not looks_now or self.plan is None:
+            return final
+        self.last_look = _plan.look(
+            self.config,
+            self.plan,
+            self.series,
+            iterations=self.iterations,
+            elapsed_s=elapsed,
+            step_time_s=self.step_time(),
+            final=final,
+            key="bytes",
+        )
+        return self.last_look.stop
+
+    def report(self) -> LeakReport:
+        elapsed = time.perf_counter() - self.start
+        plan = self.plan
+        median = float(np.median(self.step_times)) if self.step_times else 0.0
+        tolerance = plan.tolerance_bytes_per_iter if plan else None
+        if tolerance is None:
+            tolerance = self.config.tolerance_bytes_per_iter or _plan.auto_tolerance(median)
+        alpha = plan.alpha_per_look if plan else self.config.alpha
+        look = self.last_look
+        tensor_key = plan.gpu_key if plan else None
+        if look is not None and look.decision.verdict is not None and self.error is None:
+            decision, tensor_decision = look.decision, look.gpu_decision
+        else:
+            strong = _plan.strong_needed(self.config, self.iterations)
+            args = (alpha, tolerance, True, True, True, strong)
+            decision = _plan.decide_series(self.series, "bytes", *args)
+            tensor_decision = _plan.decide_series(self.series, tensor_key, *args) if tensor_key else None
+        verdict, reason = _plan.final_verdict(
+            decision,
+            tensor_decision,
+            self.error,
+            iterations=self.iterations,
+            readings=len(self.series),
+            step_times=self.step_times,
+        )
+        if reason.startswith(_GPU_WORDS):  # the second series is TF.js's tensors here, not a GPU
+            reason = "TF.js tensors (tf.memory().numBytes): " + reason[len(_GPU_WORDS) :]
+        xs = np.array([r["iteration"] for r in self.series], dtype=float)
+        ys = np.array([r["bytes"] for r in self.series], dtype=float)
+        warm = decision.warmup_index if decision.slope is not None else 0
+        warm_iter = int(xs[warm]) if len(xs) else 0
+        slope = decision.slope
+        lsq = stats.least_squares_slope(ys[warm:], xs[warm:]) if len(ys) - warm >= 2 else None
+        growth, hints = node_attribution(
+            self.series, warm, slope.slope if slope else None, tolerance, verdict
+        )
+        return LeakReport(
+            verdict=verdict,
+            reason=reason,
+            metric="rss" if self.config.metric == "auto" else self.config.metric,
+            slope_bytes_per_iter=slope.slope if slope else None,
+            ci_low_bytes_per_iter=slope.ci_low if slope and math.isfinite(slope.ci_low) else None,
+            ci_high_bytes_per_iter=slope.ci_high if slope and math.isfinite(slope.ci_high) else None,
+            least_squares_bytes_per_iter=lsq,
+            iterations=self.iterations,
+            warmup_iterations=warm_iter,
+            measurements=len(self.series),
+            calls_per_measurement=plan.calls_per_measurement if plan else 1,
+            tolerance_bytes_per_iter=float(tolerance),
+            elapsed_s=elapsed,
+            step_time_s=median if self.step_times else None,
+            series=tuple(self.series),
+            growth_by_kind=growth,
+            hints=hints,
+            error=self.error,
+            isolated=True,
+            extra={
+                "alpha": self.config.alpha,
+                "alpha_per_look": alpha,
+                "looks": len(plan.schedule) + 1 if plan else 1,
+                "metric_requested": self.config.metric,
+                "runtime": "node",
+                "node": self.ready.get("node"),
+                "tfjs": self.ready.get("tfjs"),
+                "setup_s": self.ready.get("setup_s"),
+                "tfjs_tensors": None if tensor_decision is None else _analysis(tensor_decision),
+            },
+        )
+
+
+def _analysis(d: stats.Decision) -> dict[str, Any]:
+    s = d.slope
+    return {
+        "source": TENSOR_KEY,
+        "verdict": d.verdict.value if d.verdict else None,
+        "reason": d.reason,
+        "slope_bytes_per_iter": s.slope if s else None,
+        "ci_low_bytes_per_iter": s.ci_low if s and math.isfinite(s.ci_low) else None,
+        "ci_high_bytes_per_iter": s.ci_high if s and math.isfinite(s.ci_high) else None,
+    }
+
+
+def _slope(rows: list[dict[str, Any]], key: str) -> float | None:
+    pairs = [(r["iteration"], r[key]) for r in rows if r.get(key) is not None]
+    if len(pairs) < 3 or pairs[-1][0] == pairs[0][0]:
+        return None
+    return float(stats.theil_sen([p[1] for p in pairs], [p[0] for p in pairs]))
+
+
+def node_attribution(
+    series: list[dict[str, Any]],
+    warm: int,
+    slope: float | None,
+    tolerance: float,
+    verdict: Verdict,
+) -> tuple[tuple[KindGrowth, ...], tuple[str, ...]]:
+    """What grows in a Node step, per iteration over the settled part of the series.
+
+    ``tf.memory()``'s tensors and numBytes, and the memory that grows outside tensors: the JS heap
+    (``heapUsed``) and the rest of RSS (native: ArrayBuffers, TF.js native backends, code), each
+    a robust (Theil-Sen) slope of the readings the Node process reported.
+    """
+    rows = series[warm:] if len(series) - warm >= 3 else series
+    growth: list[KindGrowth] = []
+    hints: list[str] = []
+    tensors = _slope(rows, "tf_num_tensors")
+    tf_bytes = _slope(rows, "tf_num_bytes") or 0.0
+    if tensors is not None and (abs(tensors) >= 0.05 or abs(tf_bytes) >= 1.0):
+        growth.append(KindGrowth("tfjs tensors", tensors, tf_bytes, "tf.memory() numTensors and numBytes"))
+    variables = _slope(rows, "tf_num_variables")
+    if variables is not None and abs(variables) >= 0.05:
+        growth.append(
+            KindGrowth("tfjs variables", variables, 0.0, "registered variables: model weights not disposed")
+        )
+    heap = _slope(rows, "heap_used_bytes") or 0.0
+    buffers = _slope(rows, "array_buffers_bytes") or 0.0
+    meaningful = max(tolerance, 1024.0)
+    if slope is not None and verdict in (Verdict.LEAK, Verdict.INCONCLUSIVE) or abs(heap) > meaningful:
+        if abs(heap) > meaningful:
+            growth.append(
+                KindGrowth("JS heap", 0.0, heap, "process.memoryUsage().heapUsed after global.gc()")
+            )
+        if slope is not None:
+            native = slope - heap - max(tf_bytes, 0.0)
+            if native > meaningful:
+                growth.append(
+                    KindGrowth(
+                        "native memory",
+                        0.0,
+                        native,
+                        "RSS growth outside TF.js tensors and the JS heap"
+                        + (
+                            f"; ArrayBuffers {format_bytes(buffers, signed=True)}/iter"
+                            if abs(buffers) > meaningful
+                            else ""
+                        ),
+                    )
+                )
+    if tensors is not None and tensors >= 0.5:
+        hints.append(
+            f"tf.memory() counts {tensors:+.1f} tensors per iteration ({format_bytes(tf_bytes, signed=True)} numBytes): "
+            "dispose what each iteration creates (model.dispose(), tf.dispose(), tf.tidy(), or trainguard's "
+            "scope() around an async step)"
+        )
+    elif verdict is Verdict.LEAK and slope is not None:
+        where = (
+            "the JS heap" if heap > 0.5 * slope else "native memory (outside the JS heap and TF.js tensors)"
+        )
+        hints.append(
+            f"RSS grows {format_bytes(slope, signed=True)}/iter while tf.memory() is flat: the growth is in {where}"
+        )
+    growth.sort(key=lambda g: -abs(g.bytes_per_iter or g.count_per_iter))
+    return tuple(growth), tuple(hints)

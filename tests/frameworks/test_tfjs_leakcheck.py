@@ -1,0 +1,84 @@
+"""``trainguard leakcheck train.js:step`` with real @tensorflow/tfjs: the first source document's
+loop of many small models, leaking and disposed, and bad input in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tfjs_support import SEED_LOOP, needs_tfjs
+
+pytestmark = needs_tfjs
+
+# A budget in iterations, not seconds, so the verdict does not depend on how busy the machine is.
+# The tolerance sits above the ~10 KiB of RSS that TF.js keeps per model built even when every
+# tensor is disposed (measured: README, "TensorFlow.js"); a forgotten model and its data are 268 KiB.
+BUDGET = ["--max-iterations", "130", "--max-time", "10m", "--tolerance", "32KB", "--json"]
+
+
+def _leakcheck(
+    target: str, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "trainguard", "leakcheck", target, *extra],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=600,
+    )
+
+
+def test_models_never_disposed_leak_with_tensors_per_iteration_named():
+    out = _leakcheck(f"{SEED_LOOP}:step_leaky", "--setup", "setup", *BUDGET)
+    assert out.returncode == 1, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    assert report["verdict"] == "leak"
+    assert "tf.memory().numBytes" in report["reason"]
+    growth = {g["kind"]: g for g in report["growth_by_kind"]}
+    # per model: 4 weights and the optimizer's learning rate; its data: xs [1024, 64] and ys [1024, 1]
+    assert growth["tfjs tensors"]["count_per_iter"] == 7
+    assert growth["tfjs tensors"]["bytes_per_iter"] == (64 * 32 + 32 + 32 + 1 + 1 + 1024 * 65) * 4
+    assert "+7.0 tfjs tensors/iter, +268.3 KiB/iter" in growth["tfjs tensors"]["text"]
+    assert growth["tfjs variables"]["count_per_iter"] == 4
+    assert any("dispose" in h for h in report["hints"])
+    assert report["extra"]["runtime"] == "node"
+    assert report["iterations"] >= 120  # a leak verdict waits past warm-ups, as for Python
+
+
+def test_the_same_loop_with_everything_disposed_does_not_leak():
+    out = _leakcheck(f"{SEED_LOOP}:step_disposed", "--setup", "setup", *BUDGET)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    assert report["verdict"] in ("no_leak", "plateau"), report["reason"]
+    assert report["extra"]["tfjs_tensors"]["verdict"] == "no_leak"
+    assert report["extra"]["tfjs_tensors"]["slope_bytes_per_iter"] == 0
+    assert not any(g["kind"] == "tfjs tensors" for g in report["growth_by_kind"])
+
+
+def test_bad_input_one_line_each(tmp_path):
+    missing = _leakcheck(str(tmp_path / "nope.js") + ":step")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    no_step = _leakcheck(f"{SEED_LOOP}:stepp", "--setup", "setup")
+    assert no_step.returncode == 2
+    assert 'exports no step "stepp" (it exports: ' in no_step.stderr
+    assert len(no_step.stderr.strip().splitlines()) == 1
+    no_setup = _leakcheck(f"{SEED_LOOP}:step_leaky", "--setup", "prepare")
+    assert no_setup.returncode == 2 and 'exports no setup "prepare"' in no_setup.stderr
+    no_node = _leakcheck(f"{SEED_LOOP}:step_leaky", env={"PATH": str(tmp_path)})
+    assert no_node.returncode == 6  # a missing dependency
+    assert "install Node.js 18 or newer" in no_node.stderr and "apt-get install nodejs" in no_node.stderr
+    assert len(no_node.stderr.strip().splitlines()) == 1
+
+
+def test_step_throwing_on_the_first_call_is_inconclusive_with_the_error():
+    out = _leakcheck(f"{SEED_LOOP}:step_throws", "--setup", "setup", "--json")
+    assert out.returncode == 3, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["verdict"] == "inconclusive"
+    assert report["reason"].startswith("the step raised TypeError at iteration 1: xs is undefined")
+    assert report["error"]["iteration"] == 1
+    assert "seed_loop.js" in report["error"]["traceback"]
