@@ -19,8 +19,10 @@ run $PY bench/census_speed.py
 run $PY bench/supervisor_overhead.py
 run $PY bench/leak_detection.py --runs 1000
 run $PY bench/leakcheck_overhead.py
+run $PY bench/oom_recovery.py
 if [ "${1:-}" != quick ]; then
   run $PY bench/leak_corpus_run.py
   run $PY bench/runner_bench.py
+  run $PY bench/compare_backends.py --json bench/results/compare.json
 fi
 echo "results: $out"
