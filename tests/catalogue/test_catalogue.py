@@ -53,6 +53,7 @@ class Cli:
     stdin: str | None = None
     usage: bool = False  # an argparse error: one line that points to --help
     subprocess: bool = False
+    env: str = ""  # "NAME=value ..." set for a subprocess row
 
 
 def C(id: str, argv: str, code: int, pattern: str, checks: str = "", **kw: Any) -> Cli:  # noqa: A002
@@ -180,6 +181,7 @@ CLI_CASES: list[Cli] = [
     C("broken-pipe-keeps-run", "run {t}:echo --params {d}/three.json --store {fresh} --name piped", 0, r"", "stored:piped=completed", subprocess=True),
     C("closed-stdout-show", "show base --store {store} | true; exit ${{PIPESTATUS[0]}}", 141, r"^$", U, subprocess=True),
     C("closed-stdout-doctor", "doctor | true; exit ${{PIPESTATUS[0]}}", 141, r"^$", subprocess=True),
+    C("temp-files-private-and-gone", "run {t}:echo --params {p} --store {fresh} && test -z \"$(ls -A {d}/tmp)\"", 0, r"1 ran now", subprocess=True, env="TMPDIR={d}/tmp"),
     C("broken-pipe-printing-trials", "run {t}:prints --params {d}/six.json --store {fresh} --name piped", 0, r"", "stored:piped=completed alltrials:piped=ok", subprocess=True),
 ]
 
@@ -306,6 +308,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
     (d / "latin1.json").write_bytes(b'[{"name": "\xff\xfe caf\xe9"}]')
     (d / "junk.db").write_bytes(b"this is not a database, it is a shopping list\n" * 40)
     (d / "empty.db").write_bytes(b"")
+    (d / "tmp").mkdir()
     with Store(e.store) as store:
         run = store.begin_run("base", f"{TRIALS}:echo", [{"x": 1}], {})
         store.finish_run(run.run_id, "completed")
@@ -335,7 +338,7 @@ def _snapshot(path: str) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _format(text: str, env: Env, fresh: str) -> str:
+def _format(text: str, env: Env, fresh: str = "") -> str:
     return text.format(
         d=env.d,
         t=env.t,
@@ -349,8 +352,8 @@ def _format(text: str, env: Env, fresh: str) -> str:
     )
 
 
-def _run_subprocess(case: Cli, argv_text: str) -> tuple[int, str, str]:
-    command = f"{shlex.quote(sys.executable)} -m trainguard {argv_text}"
+def _run_subprocess(case: Cli, argv_text: str, env: Env) -> tuple[int, str, str]:
+    command = f"{_format(case.env, env)} {shlex.quote(sys.executable)} -m trainguard {argv_text}"
     if case.id.startswith("broken-pipe-"):
         # `2>&1 | head -1`: the reader goes away after one line while trials still run
         proc = subprocess.Popen(
@@ -379,7 +382,7 @@ def test_cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monke
     start = time.monotonic()
     try:
         if case.subprocess:
-            code, out, err = _run_subprocess(case, argv_text)
+            code, out, err = _run_subprocess(case, argv_text, env)
         else:
             if case.stdin is not None:
                 monkeypatch.setattr(sys, "stdin", io.StringIO(case.stdin))
