@@ -440,3 +440,15 @@ def test_doctor_shows_environment_values_escaped(monkeypatch, capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert ESC not in out and "MALLOC_ARENA_MAX=2\\x1b[2J" in out
+
+
+def test_log_lines_show_control_characters_too(tmp_path):
+    db = tmp_path / "s.db"
+    params = _params(tmp_path)
+    argv = [sys.executable, "-m", "trainguard", "-v", "run", f"{TRIALS}:echo", "--params", str(params)]
+    argv += ["--store", str(db), "--name", "log\x1b[2Jname", "--fresh"]
+    for _ in range(2):  # the second replaces the first and logs both names at INFO
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    assert "INFO" in proc.stderr and "log\\x1b[2Jname" in proc.stderr
+    assert ESC not in proc.stderr

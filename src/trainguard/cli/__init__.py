@@ -128,7 +128,8 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
-        if type(handler.formatter) is logging.Formatter or handler.formatter is None:
+        # the handler basicConfig made (a plain StreamHandler), not one a host program or pytest added
+        if type(handler) is logging.StreamHandler and not isinstance(handler.formatter, _VisibleFormatter):
             handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
 
 
