@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from trainguard.exceptions import ConfigError, LeakError
 from trainguard.probes.census import CensusEntry
-from trainguard.units import format_bytes, format_duration, parse_duration, parse_size
+from trainguard.units import format_bytes, format_bytes_apart, format_duration, parse_duration, parse_size
 
 __all__ = ["scope", "Scope", "ScopeReport", "Survivor"]
 
@@ -525,14 +525,16 @@ class Scope:
         )
         if self.max_survivor_bytes is not None and report.survivor_bytes > self.max_survivor_bytes:
             violations.append(
-                f"survivors hold {format_bytes(report.survivor_bytes)} > max_survivor_bytes "
-                f"{format_bytes(self.max_survivor_bytes)}: free or keep= them, or raise the limit"
+                "survivors hold {} > max_survivor_bytes {}: free or keep= them, or raise the limit".format(
+                    *format_bytes_apart(report.survivor_bytes, self.max_survivor_bytes)
+                )
             )
         if self.max_rss_growth_bytes is not None and report.rss_delta_bytes > self.max_rss_growth_bytes:
             violations.append(
-                f"RSS grew {format_bytes(report.rss_delta_bytes)} > max_rss_growth "
-                f"{format_bytes(self.max_rss_growth_bytes)}: see the survivors above, run each trial in a "
-                "recycled worker (trainguard run), or raise the limit"
+                "RSS grew {} > max_rss_growth {}: see the survivors above, run each trial in a "
+                "recycled worker (trainguard run), or raise the limit".format(
+                    *format_bytes_apart(report.rss_delta_bytes, self.max_rss_growth_bytes)
+                )
             )
         if violations:
             report = _replace(report, limit_violations=tuple(violations))

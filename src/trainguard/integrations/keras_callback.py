@@ -23,7 +23,7 @@ import warnings
 from typing import Any
 
 from trainguard.exceptions import ConfigError, MemoryLimitError
-from trainguard.units import format_bytes, parse_size
+from trainguard.units import format_bytes, format_bytes_apart, parse_size
 
 __all__ = ["MemoryCallback", "ACTIONS"]
 
@@ -202,8 +202,8 @@ class MemoryCallback(_keras.callbacks.Callback):
             self._act(
                 epoch,
                 "limit",
-                f"RSS {format_bytes(rss)} is past the limit {format_bytes(self.limit_bytes)} "
-                f"(epoch {epoch}, batch {batch})",
+                "RSS {} is past the limit {} ".format(*format_bytes_apart(rss, self.limit_bytes))
+                + f"(epoch {epoch}, batch {batch})",
             )
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
@@ -240,8 +240,10 @@ class MemoryCallback(_keras.callbacks.Callback):
                 self._act(
                     epoch,
                     "limit",
-                    f"RSS {format_bytes(reading['peak_rss_bytes'])} is past the limit "
-                    f"{format_bytes(self.limit_bytes)} after epoch {epoch}",
+                    "RSS {} is past the limit {} ".format(
+                        *format_bytes_apart(reading["peak_rss_bytes"], self.limit_bytes)
+                    )
+                    + f"after epoch {epoch}",
                 )
                 return
             if self.predict and estimate is not None and estimate.ci_low > 0:
