@@ -62,6 +62,7 @@ WORKER_RESULT_STATUSES = frozenset(
 MESSAGE_OVERHEAD_BYTES = 4 << 20
 
 _HEADER = 4
+_CHUNK = 64 << 10
 
 
 class ProtocolError(Exception):
@@ -181,8 +182,12 @@ class MessageReader:
         """
         eof = False
         while True:
+            if len(self._buf) >= _HEADER and int.from_bytes(self._buf[:_HEADER], "big") > self.max_bytes:
+                break  # do not read (and hold) more of a frame that will be refused anyway
             try:
-                chunk = os.read(self._fd, 1 << 20)
+                # a pipe gives at most its capacity (64 KiB) a read; a larger buffer would only cost
+                # an mmap and an munmap per read (glibc's threshold is 128 KiB)
+                chunk = os.read(self._fd, _CHUNK)
             except BlockingIOError:
                 break
             except InterruptedError:
@@ -191,10 +196,8 @@ class MessageReader:
                 eof = True
                 break
             self._buf += chunk
-            if len(chunk) < 1 << 20:
+            if len(chunk) < _CHUNK:
                 break  # drained: a further read would only say so (EOF shows at the next wake-up)
-            if len(self._buf) >= _HEADER and int.from_bytes(self._buf[:_HEADER], "big") > self.max_bytes:
-                break  # do not read (and hold) more of a frame that will be refused anyway
         out: list[dict[str, Any]] = []
         buf = self._buf
         while len(buf) >= _HEADER:
