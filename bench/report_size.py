@@ -197,7 +197,7 @@ def main() -> None:
     )
     print()
     print(
-        "| trials | workers | run length | samples stored | store write s | render s | HTML size | open in Chromium s (median of 3) | spike kept |"
+        "| trials | workers | run length | samples stored | store write s | render s | HTML size | open in Chromium s (median of 3) | spike in the charts' series |"
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     try:
@@ -214,8 +214,9 @@ def main() -> None:
                 out = write_html(Path(folder) / f"r{trials}.html", html)
                 render_s = time.perf_counter() - t
                 with Store(db, readonly=True) as store:
-                    rss = [s.rss_bytes for s in store.samples(info.run_id)]
-                    stored, kept = len(rss), spike in rss
+                    stored = len(store.samples(info.run_id))
+                    # what the charts draw from (tests check the chart keeps its highest point)
+                    kept = spike in {s.rss_bytes for s in store.sample_envelope(info.run_id, buckets=1800)}
                 loads = []
                 for _ in range(3):
                     opened = open_file(browser, out)

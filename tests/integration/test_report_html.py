@@ -417,8 +417,10 @@ def test_run_in_progress_is_reported_and_marked(tmp_path: Path, capsys) -> None:
         run = store.begin_run("live", "train.py:fit", [{"i": 0}, {"i": 1}], {"workers": 1, "policy": {}})
         store.start_worker(run.run_id, 0, os.getpid(), {"slot": 0})
         t0 = time.time()
-        store.add_samples(
-            run.run_id, 0, [(t0 + k / 10, 50_000_000 + k * 1_000_000, None, None) for k in range(20)]
+        store.add_samples(  # USS and GPU bytes too, as Runner(uss=True) and NVML record them
+            run.run_id,
+            0,
+            [(t0 + k / 10, 50_000_000 + k * 1_000_000, 40_000_000 + k, 2_000_000 * k) for k in range(20)],
         )
         store.start_attempt(run.run_id, 0, 1, 0)
     out = tmp_path / "live.html"
@@ -427,5 +429,7 @@ def test_run_in_progress_is_reported_and_marked(tmp_path: Path, capsys) -> None:
     assert "still in progress" in captured.err and "\n" not in captured.err.strip()
     page = out.read_text()
     assert 'id="in-progress"' in page and "In progress." in page
+    assert page.count('class="series rss"') == page.count('class="series uss"') == 1
+    assert page.count('class="series gpu"') == 1
     rows = _data(out)["tables"]["trials"]["rows"]
     assert [r[1] for r in rows] == ["running", "pending"]

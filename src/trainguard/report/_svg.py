@@ -454,7 +454,7 @@ class Interval:
 
 def _label_width(labels: Sequence[str]) -> int:
     """Room for the longest label (about 7.2 px a character at 11 px), between 120 and 380 px."""
-    return int(min(380, max(120, 16 + 7.2 * max((len(x) for x in labels), default=0))))
+    return int(min(380, max(120, 24 + 7.2 * max((len(x) for x in labels), default=0))))
 
 
 def _cut(label: str, width: int) -> str:
