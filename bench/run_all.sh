@@ -21,6 +21,7 @@ run $PY bench/leak_detection.py --runs 1000
 run $PY bench/leakcheck_overhead.py
 run $PY bench/oom_recovery.py
 run $PY bench/report_size.py
+run $PY bench/node_dispatch.py
 if [ "${1:-}" != quick ]; then
   run $PY bench/leak_corpus_run.py
   run $PY bench/runner_bench.py

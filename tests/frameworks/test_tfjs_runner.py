@@ -97,3 +97,10 @@ def test_bad_js_targets_one_line_before_any_trial(tmp_path, monkeypatch):
         trainguard.Runner(store=None).map(TRIALS, [{}])
     with pytest.raises(MissingDependencyError, match="apt-get install nodejs"):
         trainguard.Command(["node", "train.js"])
+
+
+def test_node_command_trial_reads_params_and_prints_its_result_with_the_helpers(tmp_path):
+    command = trainguard.Command(["node", str(FIXTURES / "command.js")])
+    with trainguard.Runner(workers=1, store=tmp_path / "c.db") as runner:
+        results = runner.map(command, [{"x": 1}, {"x": 5}], name="node-cmd")
+    assert [r.value for r in results] == [{"doubled": 2, "tfjs": None}, {"doubled": 10, "tfjs": None}]

@@ -88,6 +88,8 @@ def test_command_bad_input_before_any_work(tmp_path):
         trainguard.Command([])
     with pytest.raises(ConfigError, match="does not exist"):
         trainguard.Command(["./missing.sh"])
+    with pytest.raises(ConfigError, match="script 'missing_train.py' does not exist"):
+        trainguard.Command([sys.executable, "missing_train.py"])
 
 
 def test_cli_run_cmd(tmp_path):

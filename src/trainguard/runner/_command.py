@@ -45,6 +45,8 @@ PARAMS_FILE_ENV = "TRAINGUARD_PARAMS_FILE"
 #: Output a program writes besides its result line that is passed on to the terminal per trial;
 #: past it the rest is counted and dropped (a flooding program must not flood the supervisor).
 FORWARD_CAP_BYTES = 1 << 20
+#: A command's first argument with one of these endings is a script that must exist.
+_SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".py", ".sh", ".rb", ".pl", ".r", ".jl", ".lua")
 #: How many of the program's last stderr lines a failure message keeps.
 STDERR_TAIL_LINES = 20
 
@@ -104,7 +106,17 @@ class Command:
         self.check()
 
     def check(self) -> None:
-        """The program exists (before any work starts)."""
+        """The program exists, and so does the script it is given (before any work starts)."""
+        self._check_program()
+        script = self.argv[1] if len(self.argv) > 1 else ""
+        if script.lower().endswith(_SCRIPT_SUFFIXES) and not script.startswith("-"):
+            path = script if os.path.isabs(script) or self.cwd is None else os.path.join(self.cwd, script)
+            if not os.path.isfile(path):
+                raise ConfigError(
+                    f"the command's script {script!r} does not exist (looked in {self.cwd or os.getcwd()})"
+                )
+
+    def _check_program(self) -> None:
         program = self.argv[0]
         if os.sep in program or "/" in program:
             path = program if os.path.isabs(program) or self.cwd is None else os.path.join(self.cwd, program)
