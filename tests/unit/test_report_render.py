@@ -89,6 +89,41 @@ def test_leak_report_markup_keeps_untrusted_text_as_text():
     assert data["tables"]["attribution"]["rows"][0][0].startswith("<script>")
 
 
+def test_leak_report_shows_holders_and_count_evidence_when_reported():
+    from trainguard.report._leak import render_leak
+
+    report = {
+        "verdict": "leak",
+        "reason": "grows",
+        "series": [{"iteration": i, "bytes": 1e8 + i} for i in range(5)],
+        "growth_by_kind": [
+            {
+                "kind": "numpy.ndarray",
+                "count_per_iter": 1.0,
+                "bytes_per_iter": 8e3,
+                "holder": "KEPT[-1] in step.py",
+            }
+        ],
+        "bytes_note": "the kinds above hold +8 KiB/iter of the growth",
+        "counts": {
+            "status": "supports_leak",
+            "note": "numpy.ndarray rose at every census",
+            "kinds": [{"kind": "numpy.ndarray", "trend": {"status": "leak", "count_per_iter": 1.0}}],
+        },
+    }
+    page = render_leak(report)
+    data = json.loads(re.search(r'id="tg-data">(.*?)</script>', page, re.S).group(1))
+    attribution = data["tables"]["attribution"]
+    assert (
+        attribution["columns"][-1]["label"] == "holder"
+        and attribution["rows"][0][-1] == "KEPT[-1] in step.py"
+    )
+    counts = data["tables"]["counts"]
+    assert [c["label"] for c in counts["columns"]] == ["kind", "trend status", "trend count per iter"]
+    assert counts["rows"] == [["numpy.ndarray", "leak", 1.0]]
+    assert "Count evidence: supports_leak" in page and "the kinds above hold" in page
+
+
 def test_comparison_bad_input_is_one_line():
     from trainguard.report._compare import render_comparison
 

@@ -163,6 +163,7 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
         "verdict": verdict,
         "tables": {"attribution": {"filter": len(rows) > 12, "columns": columns, "rows": rows}},
     }
+    counts_html = _counts_section(d.get("counts"), data["tables"])
 
     def b(v: float | None) -> str:
         return fmt_bytes(v, signed=True) if v is not None else "-"
@@ -195,6 +196,9 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
         ("fresh process", "yes" if d.get("isolated") else "no"),
     ]
     extras = ""
+    if isinstance(d.get("bytes_note"), str) and d["bytes_note"]:
+        extras += f'<p class="note">{text(d["bytes_note"])}</p>'
+    extras += counts_html
     hints = [h for h in d.get("hints") or [] if h]
     if hints:
         extras += '<h3>Hints</h3><ul class="plain">' + "".join(f"<li>{text(h)}</li>" for h in hints) + "</ul>"
@@ -236,3 +240,45 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
         + f"{extras}</section></div></main>"
     )
     return page(title=f"{heading} · {verdict} · trainguard", body=body, data=data, kind="leak")
+
+
+def _flat(item: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Scalar fields of ``item``, nested dicts one level down as ``outer inner``."""
+    out: dict[str, Any] = {}
+    for key, value in item.items():
+        label = f"{prefix}{key}".replace("_", " ")
+        if isinstance(value, dict) and not prefix:
+            out.update(_flat(value, prefix=f"{key} "))
+        elif value is None or isinstance(value, (str, int, float, bool)):
+            out[label] = value
+    return out
+
+
+def _counts_section(counts: Any, tables: dict[str, Any]) -> str:
+    """The count evidence (exact counts of live objects, when the leak check reports them): its
+    status and note in words, and the kinds that rose as a table of their scalar fields."""
+    if not isinstance(counts, dict) or not counts:
+        return ""
+    html = f"<h3>Count evidence: {text(counts.get('status', '-'))}</h3>"
+    if counts.get("note"):
+        html += f"<p>{text(counts['note'])}</p>"
+    kinds = [_flat(k) for k in counts.get("kinds") or [] if isinstance(k, dict)]
+    if kinds:
+        keys: list[str] = []
+        for k in kinds:
+            keys.extend(key for key in k if key not in keys)
+        tables["counts"] = {
+            "filter": False,
+            "columns": [
+                {
+                    "label": key,
+                    "kind": "num" if all(isinstance(k.get(key), (int, float)) for k in kinds) else "text",
+                }
+                for key in keys
+            ],
+            "rows": [
+                [clean(k[key]) if isinstance(k.get(key), str) else k.get(key) for key in keys] for k in kinds
+            ],
+        }
+        html += '<div data-table="counts"></div>'
+    return html
