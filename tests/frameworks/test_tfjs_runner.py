@@ -70,7 +70,7 @@ def test_leaking_node_training_stays_flat_by_recycling_where_one_process_grows(t
     assert memory["29"]["tfjs"]["numTensors"] == tensors[-1]
 
 
-def test_js_trial_errors_fail_their_trial_and_the_run_goes_on(tmp_path):
+def test_js_trial_errors_fail_their_trial_and_the_run_goes_on(tmp_path, capfd):
     params = [{"throw": True}, {"huge": 3_000_000}, {"bigint": True}, {}]
     with trainguard.Runner(workers=1, store=tmp_path / "r.db", max_result_bytes="1MiB") as runner:
         results = runner.map(TRIALS, params, name="errors")
@@ -84,6 +84,8 @@ def test_js_trial_errors_fail_their_trial_and_the_run_goes_on(tmp_path):
     with Store(tmp_path / "r.db", readonly=True) as store:
         statuses = [t.status for t in store.trials(store.get_run("errors").run_id)]
     assert statuses == ["failed", "failed", "failed", "ok"]
+    # TF.js's start-up banner is dropped in trainguard's Node workers, as TensorFlow's in Python ones
+    assert "looks like you are running TensorFlow.js" not in capfd.readouterr().err
 
 
 def test_bad_js_targets_one_line_before_any_trial(tmp_path, monkeypatch):

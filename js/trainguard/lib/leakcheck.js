@@ -19,6 +19,8 @@ const readline = require('readline');
 const { loadModule, pick, firstLine } = require('./load');
 const { tfMemory, tfVersion } = require('./memory');
 
+require('./quiet').install();
+
 const outFd = Number(process.argv[2]);
 const [file, stepName, setupName] = process.argv.slice(3);
 const fs = require('fs');

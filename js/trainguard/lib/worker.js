@@ -17,6 +17,8 @@ const { readMessages, writeMessage } = require('./frames');
 const { loadFunction, firstLine } = require('./load');
 const { tfMemory, nodeMemory, procStatusBytes, resetPeak } = require('./memory');
 
+require('./quiet').install();
+
 const CONFIG_ENV = 'TRAINGUARD_WORKER_CONFIG';
 
 function dieWithParent(parentPid) {
@@ -116,16 +118,6 @@ function main() {
     }
   }
   const started = process.hrtime.bigint();
-  // preload: modules to require before the first trial (e.g. "@tensorflow/tfjs"), resolved from
-  // the working directory as the trial's own require() would be
-  for (const name of config.node_preload || []) {
-    try {
-      require(require.resolve(name, { paths: [process.cwd()] }));
-    } catch (err) {
-      writeMessage(writeFd, { op: 'fatal', message: `preload of ${name} failed: ${firstLine(err)}` });
-      process.exit(3);
-    }
-  }
   writeMessage(writeFd, {
     op: 'ready',
     pid: process.pid,
