@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import (
+    CheckpointError,
     ConfigError,
     DoesNotFitError,
     FrameworkOOMError,
@@ -19,6 +20,7 @@ from trainguard.exceptions import (
     MemoryLimitError,
     MissingDependencyError,
     SchemaVersionError,
+    SharedDataError,
     StoreError,
     TrainguardError,
     TrialError,
@@ -55,6 +57,9 @@ _LAZY = {
     "FitResult": "trainguard.fitting",
     "probing": "trainguard.fitting",
     "TrialResult": "trainguard.runner",
+    "share": "trainguard.runner",
+    "SharedData": "trainguard.runner",
+    "TrialContext": "trainguard.runner",
 }
 
 # Imported eagerly (they are light): the submodule trainguard.scope would otherwise shadow the
@@ -67,6 +72,8 @@ __all__ = [
     "__version__",
     "ConfigError",
     "DoesNotFitError",
+    "CheckpointError",
+    "SharedDataError",
     "FrameworkOOMError",
     "FunctionChangedWarning",
     "LeakError",

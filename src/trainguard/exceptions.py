@@ -17,7 +17,9 @@
     │   └── TrialTimeoutError         trainguard killed it at the trial timeout
     ├── TrialError                    the trial function raised; carries the remote traceback
     ├── FrameworkOOMError             the framework reported out-of-memory (TF, torch, MemoryError)
-    └── DoesNotFitError               find_batch_size: even the smallest size did not fit under the limit
+    ├── DoesNotFitError               find_batch_size: even the smallest size did not fit under the limit
+    ├── SharedDataError               share(): no room for the arrays in /dev/shm nor the temporary folder
+    └── CheckpointError               a staged trial's ctx.checkpoint/restore cannot do what was asked
 
     TrainguardWarning (UserWarning)   warnings.warn() categories, filterable with the warnings module
     └── FunctionChangedWarning        a resumed run reuses results stored by another version of its function
@@ -47,6 +49,8 @@ __all__ = [
     "TrialError",
     "FrameworkOOMError",
     "DoesNotFitError",
+    "SharedDataError",
+    "CheckpointError",
     "TrainguardWarning",
     "FunctionChangedWarning",
 ]
@@ -146,6 +150,14 @@ class FrameworkOOMError(TrainguardError):
 
 class DoesNotFitError(TrainguardError):
     """Even the smallest size probed did not fit: ``key``, ``size``, ``peak_bytes``, ``limit_bytes``."""
+
+
+class SharedDataError(TrainguardError):
+    """``share()`` found no room: ``needed_bytes`` and ``free_bytes`` (by folder) say how much."""
+
+
+class CheckpointError(TrainguardError):
+    """A staged trial's checkpoint cannot be written (state not picklable) or restored (none yet)."""
 
 
 class TrainguardWarning(UserWarning):

@@ -79,6 +79,11 @@ def test_public_names_are_pinned():
         [
             "__version__",
             "Census",
+            "CheckpointError",
+            "SharedData",
+            "SharedDataError",
+            "TrialContext",
+            "share",
             "Command",
             "Comparison",
             "ConfigError",

@@ -17,7 +17,9 @@ the run goes on. Every result goes to the store, so the same named run resumes w
 from __future__ import annotations
 
 from trainguard.runner._command import Command
+from trainguard.runner._context import TrialContext
 from trainguard.runner._runner import Runner, find_allocator
+from trainguard.runner._shared import SharedData, share
 from trainguard.runner._supervisor import RunProgress, TrialResult, WorkerProgress, default_run_name
 from trainguard.runner.device import Device
 from trainguard.runner.policy import Policy, Shrink
@@ -33,4 +35,7 @@ __all__ = [
     "WorkerProgress",
     "default_run_name",
     "find_allocator",
+    "share",
+    "SharedData",
+    "TrialContext",
 ]

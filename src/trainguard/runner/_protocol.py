@@ -18,6 +18,7 @@ supervisor -> worker::
     {"op": "trial", "index": int, "attempt": int, "key": int, "params": dict,
      "cleanup": bool, "census": bool, "mixed_precision": bool}
     {"op": "exit"}
+    {"op": "stage_reply", "go_on": bool}                 # the answer to a "stage" message
 
 worker -> supervisor::
 
@@ -25,6 +26,8 @@ worker -> supervisor::
      "device": {...}|None}                               # Device settings as the frameworks report them
     {"op": "fatal", "message": str}                      # bootstrap failed; the worker exits
     {"op": "fn_ok", "key": int} | {"op": "fn_error", "key": int, "message": str, "traceback": str}
+    {"op": "stage", "index": int, "attempt": int, "stage": int, "rss_bytes": int}
+                                    # a staged trial committed checkpoint "stage"; waits for stage_reply
     {"op": "result", "index": int, "attempt": int, "status": str, "value_json": str|None,
      "error": dict|None, "duration_s": float, "rss_bytes": int, "hwm_bytes": int|None,
      "stats": dict}
@@ -55,7 +58,7 @@ WORKER_CONFIG_ENV = "TRAINGUARD_WORKER_CONFIG"
 
 #: What a worker may report as a trial's status (the supervisor adds deaths and kills).
 WORKER_RESULT_STATUSES = frozenset(
-    {"ok", "exception", "framework_oom", "not_serializable", "result_too_large"}
+    {"ok", "exception", "framework_oom", "not_serializable", "result_too_large", "staged"}
 )
 
 #: Room above the result cap for the rest of a result message (traceback, stats, census).
@@ -113,6 +116,12 @@ _SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
         ("message", str, False),
         ("traceback", str, True),
         ("nested", str, True),
+    ],
+    "stage": [
+        ("index", int, False),
+        ("attempt", int, False),
+        ("stage", int, False),
+        ("rss_bytes", int, False),
     ],
     "result": [
         ("index", int, False),

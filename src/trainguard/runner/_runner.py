@@ -367,6 +367,8 @@ class Runner:
         fn: Callable[[dict[str, Any]], Any] | str,
         params_list: Iterable[Mapping[str, Any]],
         name: str | None = None,
+        *,
+        data: Any = None,
     ) -> Iterator[TrialResult]:
         """Run ``fn(params)`` for every params in workers; yield each :class:`TrialResult` as it finishes.
 
@@ -380,6 +382,10 @@ class Runner:
             params_list: one dict per trial.
             name: the run's name in the store; default ``<function>-<hash of fn and params>``, so
                 the same call resumes.
+            data: data every trial reads, prepared once: a :class:`~trainguard.SharedData` from
+                :func:`trainguard.share` (kept until you close it), or a numpy array or dict of them,
+                shared for this run and removed when it ends. A trial ``def train(params, ctx)``
+                reads it as ``ctx.data`` (read-only memory maps, no copy).
 
         Raises:
             ConfigError: a bad fn or params (before any worker starts; with ``on_oom``, a params
@@ -389,6 +395,14 @@ class Runner:
         """
         spec = prepare(fn)
         params = _check_params(params_list)
+        if data is not None:
+            from trainguard.runner._shared import SharedData, _check_arrays
+
+            if isinstance(data, SharedData):
+                if data.closed:
+                    raise ConfigError(f"data={data!r} is closed: share the arrays again")
+            else:
+                _check_arrays(data)
         if self.policy.on_oom is not None:
             for i, trial_params in enumerate(params):
                 self.policy.on_oom.check_params(trial_params, f"params[{i}]")
@@ -400,7 +414,7 @@ class Runner:
             return iter(())
         store = self._open_store()
         self._last_run = name
-        session = Session(self._config, self.policy, store, spec, params, name)
+        session = Session(self._config, self.policy, store, spec, params, name, data=data)
         return self._drive(session)
 
     def _drive(self, session: Session) -> Iterator[TrialResult]:
@@ -417,6 +431,8 @@ class Runner:
         fn: Callable[[dict[str, Any]], Any] | str,
         params_list: Iterable[Mapping[str, Any]],
         name: str | None = None,
+        *,
+        data: Any = None,
     ) -> list[TrialResult]:
         """Like :meth:`imap`, but return all results in input order.
 
@@ -425,7 +441,7 @@ class Runner:
         """
         results: list[TrialResult] = []
         try:
-            for result in self.imap(fn, params_list, name=name):
+            for result in self.imap(fn, params_list, name=name, data=data):
                 results.append(result)
         except TrialError as err:
             err.results = sorted(results, key=lambda r: r.index)  # type: ignore[attr-defined]

@@ -194,6 +194,12 @@ class _Worker:
     cur_rss: int | None = None
     trial_peak_rss: int = 0
     trial_peak_gpu: int | None = None
+    # staged trials: this worker's stages (RSS after each checkpoint, peak during each stage)
+    stages_done: int = 0
+    stage_rss_after: list[int] = field(default_factory=list)
+    stage_peaks: list[int] = field(default_factory=list)
+    stage_peak_rss: int = 0
+    stage_exit: RecycleDecision | None = None
     kill: KillDecision | None = None
     fatal: str | None = None
     protocol_error: str | None = None
@@ -291,6 +297,7 @@ class Session:
         fn: FnSpec,
         params: list[dict[str, Any]],
         name: str,
+        data: Any = None,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -326,6 +333,14 @@ class Session:
             env=config.base_env,
         )
         self._lock_handle: Any = None
+        # shared data (trainguard.share): the run's handle, whether this session owns it (arrays
+        # given to map directly), and whether workers are charged private memory (USS) for it
+        from trainguard.runner._shared import SharedData, active_shares, share
+
+        self._owns_data = data is not None and not isinstance(data, SharedData)
+        self._data = share(data) if self._owns_data else data
+        self._private = self._data is not None or bool(active_shares())
+        self._checkpoints: Any = None
         self._tmpdir: str | None = None
         self._end_reason: str | None = None
 
@@ -423,6 +438,9 @@ class Session:
             # with a second live supervisor those are running right now
             self._lock_handle = self.store.lock_run(self.name)
         self._tmpdir = tempfile.mkdtemp(prefix="trainguard-run-")  # 0700, a fresh name
+        from trainguard.runner._shared import sweep_stale
+
+        sweep_stale()  # shared data left by a supervisor that was killed
         self._replaced: str | None = None
         old = None
         if self.persistent:
@@ -453,6 +471,13 @@ class Session:
                     data={"replaced": self._replaced},
                 )
             self._record_environment()
+            if self._private:
+                self._event(
+                    "memory_accounting",
+                    "shared data is in use: each worker is charged its private memory (USS), so the shared "
+                    "pages do not count once per worker against the limits",
+                    data={"metric": "uss", "shared": self._data.path if self._data is not None else None},
+                )
             if self.config.seed is not None:
                 self.store.set_trial_seeds(
                     info.run_id, {i: self._seed_of(i) for i in range(len(self.params))}
@@ -487,6 +512,10 @@ class Session:
             pending = list(enumerate(self.params))
         for index, params in pending:
             self._queue.append(_Running(index, params, attempts_by_index.get(index, 0) + 1, 1))
+        from trainguard.runner._stages import CheckpointFolders
+
+        store_path = getattr(self.store, "path", None) if self.persistent else None
+        self._checkpoints = CheckpointFolders(store_path, self.run_id)
 
     def _seed_of(self, index: int) -> int | None:
         if self.config.seed is None:
@@ -650,6 +679,7 @@ class Session:
                 worker.kill = None
             if self.run_id is not None:
                 self.store.start_attempt(self.run_id, run.index, run.attempt, worker.worker_id)
+            staged = self._stage_message(worker, run)
             try:
                 self._send(
                     worker,
@@ -661,12 +691,136 @@ class Session:
                         "params": run.sent_params,
                         "mixed_precision": run.mixed_precision,
                         "seed": self._seed_of(run.index),
+                        **staged,
                         "cleanup": self.config.cleanup,
                         "census": self.config.census,
                     },
                 )
             except OSError:
                 pass  # it died; the EOF on its pipe reports the death with this trial attached
+
+    def _stage_message(self, worker: _Worker, run: _Running) -> dict[str, Any]:
+        """The shared data and checkpoint folder a trial message carries; a staged trial's resume
+        (or its start over when its checkpoint was deleted) is recorded here."""
+        from trainguard.runner._stages import data_message, prepare_resume
+
+        out: dict[str, Any] = {"data": data_message(self._data)}
+        if self.fn.kind in ("command", "node") or self._checkpoints is None:
+            return out
+        out["checkpoint_dir"] = self._checkpoints.trial_dir(run.index)
+        recorded = None
+        if self.run_id is not None:
+            for stage in self.store.stages(self.run_id, run.index):
+                recorded = (
+                    stage.stage
+                    if stage.event == "checkpoint"
+                    else None
+                    if stage.event == "restart"
+                    else recorded
+                )
+        resume, reason = prepare_resume(self._checkpoints, run.index, recorded)
+        if self.run_id is None:
+            return out
+        if resume is not None:
+            self.store.add_stage(
+                self.run_id, run.index, run.attempt, resume, event="resume", worker_id=worker.worker_id
+            )
+        elif reason is not None:
+            out["restart_reason"] = reason
+            self.store.add_stage(
+                self.run_id,
+                run.index,
+                run.attempt,
+                0,
+                event="restart",
+                worker_id=worker.worker_id,
+                note=reason,
+            )
+            self._event(
+                "stage_restart",
+                f"trial {run.index} starts over on worker {worker.worker_id}: {reason}",
+                data={"reason": reason},
+                worker=worker,
+                index=run.index,
+            )
+        return out
+
+    def _on_stage(self, worker: _Worker, msg: dict[str, Any]) -> None:
+        """A staged trial committed a checkpoint: record it, and say whether the worker goes on."""
+        from trainguard.runner.policy import decide_stage
+
+        run = worker.trial
+        go_on = True
+        if run is not None and run.index == msg["index"]:
+            reading = self._read_tree(worker, rediscover=True)
+            rss = reading[0] if reading else int(msg["rss_bytes"])
+            with self._lock:
+                peak = max(worker.stage_peak_rss, rss)
+                worker.stage_peak_rss = rss
+                worker.stages_done += 1
+                worker.stage_rss_after.append(rss)
+                worker.stage_peaks.append(peak)
+            if self.run_id is not None:
+                self.store.add_stage(
+                    self.run_id,
+                    run.index,
+                    run.attempt,
+                    int(msg["stage"]),
+                    event="checkpoint",
+                    worker_id=worker.worker_id,
+                    rss_bytes=rss,
+                    peak_rss_bytes=peak,
+                )
+            decision = decide_stage(
+                self.policy,
+                WorkerHistory(worker.stages_done, tuple(worker.stage_rss_after), tuple(worker.stage_peaks)),
+            )
+            if decision is not None:
+                go_on = False
+                worker.stage_exit = decision
+                self._event(
+                    "stage_exit",
+                    f"trial {run.index} leaves worker {worker.worker_id} at its checkpoint of stage {msg['stage']} "
+                    f"and resumes in a fresh worker: {decision.message}",
+                    data={"rule": decision.rule, "stage": msg["stage"], **decision.values},
+                    worker=worker,
+                    index=run.index,
+                )
+        try:
+            self._send(worker, {"op": "stage_reply", "go_on": go_on})
+        except OSError:
+            pass  # it died; the EOF on its pipe reports the death
+
+    def _on_staged(self, worker: _Worker, run: _Running, msg: dict[str, Any]) -> None:
+        """The worker left at a checkpoint: the trial goes on, from there, in a fresh worker."""
+        with self._lock:
+            worker.trial = None
+            worker.state = "idle"
+            peak = max(worker.trial_peak_rss, worker.stage_peak_rss)
+        if self.run_id is not None:
+            self.store.finish_attempt(
+                self.run_id,
+                run.index,
+                run.attempt,
+                status="staged",
+                error=None,
+                peak_rss_bytes=peak or None,
+                duration_s=float(msg["duration_s"]),
+            )
+        self._queue.appendleft(
+            _Running(
+                run.index,
+                run.params,
+                run.attempt + 1,
+                run.session_attempts,  # leaving at a checkpoint is no failure: no retry used
+                attempt_params=run.attempt_params,
+                mixed_precision=run.mixed_precision,
+                oom_attempts=run.oom_attempts,
+                sized=True,
+            )
+        )
+        decision = worker.stage_exit or RecycleDecision("stage_exit", {}, "left at a checkpoint")
+        self._retire(worker, decision)
 
     def _send(self, worker: _Worker, msg: dict[str, Any]) -> None:
         """One message to a worker: pickled for a Python worker; for a Node worker the same framing
@@ -767,6 +921,8 @@ class Session:
                     data={"preload_s": msg["preload_s"], "frameworks": msg.get("frameworks", [])},
                     worker_id=worker.worker_id,
                 )
+        elif op == "stage":
+            self._on_stage(worker, msg)
         elif op == "fn_ok":
             with self._lock:
                 worker.state = "idle"
@@ -786,15 +942,21 @@ class Session:
         run = worker.trial
         if run is None or run.index != msg["index"]:
             return
+        if msg["status"] == "staged":
+            self._on_staged(worker, run, msg)
+            return
         reading = self._read_tree(worker, rediscover=True)
         own_rss = int(msg.get("rss_bytes") or 0)
         rss_after = reading[0] if reading else own_rss
         children = max(0, rss_after - own_rss)
+        # the worker's own high-water mark counts shared data's pages: not used when it is charged
+        # private memory only
+        hwm = 0 if self._private else (msg.get("hwm_bytes") or 0) + children
         with self._lock:
             worker.trial = None
             worker.state = "idle"
             worker.cur_rss = rss_after
-            peak = max(worker.trial_peak_rss, rss_after, (msg.get("hwm_bytes") or 0) + children)
+            peak = max(worker.trial_peak_rss, rss_after, hwm)
             worker.trials_done += 1
             worker.rss_after.append(rss_after)
             worker.peaks.append(peak)
@@ -902,6 +1064,8 @@ class Session:
             )
             if written is False:  # already finished by an earlier session: never report it twice
                 return
+        if self._checkpoints is not None:
+            self._checkpoints.remove_trial(run.index)
         result = TrialResult(
             run.index,
             run.params,
@@ -1284,6 +1448,7 @@ class Session:
                 run, kill = worker.trial, worker.kill
                 if run is not None:
                     worker.trial_peak_rss = max(worker.trial_peak_rss, rss)
+                    worker.stage_peak_rss = max(worker.stage_peak_rss, rss)
                     if gpu is not None:
                         worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
                 self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
@@ -1306,7 +1471,13 @@ class Session:
         """One reading of a worker's tree, or None; a failed reading is logged and skipped, since
         losing a sample is harmless and a sampler fault must never end the run or its other workers."""
         try:
-            return worker.sampler.read(uss=uss, rediscover=rediscover)
+            if not self._private:
+                return worker.sampler.read(uss=uss, rediscover=rediscover)
+            # shared data in use: the worker is charged its private memory (USS) wherever RSS is used
+            reading = worker.sampler.read(uss=True, rediscover=rediscover)
+            if reading is None or reading[1] is None:
+                return reading
+            return reading[1], reading[1]
         except Exception:  # noqa: BLE001 - see above
             logger.exception("reading the memory of worker %d failed; reading skipped", worker.worker_id)
             return None
@@ -1374,6 +1545,10 @@ class Session:
                 self._lock_handle.release()
             if self._tmpdir is not None:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
+            if self._checkpoints is not None:
+                self._checkpoints.close()
+            if self._owns_data and self._data is not None:
+                self._data.close()
 
     def close(self) -> None:
         self._shutdown("interrupted")

@@ -247,7 +247,8 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         from trainguard.runner._seeding import seed_trial
 
         seed_trial(msg.get("seed"))
-        value = fn(params)
+        ctx = _make_context(fn, msg, start)
+        value = fn(params) if ctx is None else fn(params, ctx)
         status = "ok"
     except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt in a trial fail that trial only
         duration = time.perf_counter() - start
@@ -313,6 +314,46 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         "hwm_bytes": _peak(fn),
         "stats": stats,
     }
+
+
+_WANTS_CONTEXT: dict[int, bool] = {}
+#: set by main(): sends a stage boundary to the supervisor and waits for its answer
+_STAGE_CHANNEL: Any = None
+
+
+def _make_context(fn: Any, msg: dict[str, Any], started: float) -> Any:
+    """The trial context for ``fn(params, ctx)``, or None for a function of one argument."""
+    key = id(fn)
+    if key not in _WANTS_CONTEXT:
+        from trainguard.runner._context import wants_context
+
+        _WANTS_CONTEXT[key] = wants_context(fn)
+    if not _WANTS_CONTEXT[key]:
+        return None
+    from trainguard.runner._context import TrialContext
+
+    data = None
+    shared = msg.get("data")
+    if shared:
+        from trainguard.runner._shared import _attach
+
+        data = _attach(shared["path"], tuple(shared["names"]), bool(shared["single"]))
+        data.attach()
+    boundary = None
+    if _STAGE_CHANNEL is not None and msg.get("checkpoint_dir"):
+
+        def boundary(stage: int) -> None:
+            _STAGE_CHANNEL(msg, stage, started, fn)
+
+    return TrialContext(
+        index=msg["index"],
+        attempt=msg["attempt"],
+        seed=msg.get("seed"),
+        data=data,
+        checkpoint_root=msg.get("checkpoint_dir"),
+        restart_reason=msg.get("restart_reason"),
+        boundary=boundary,
+    )
 
 
 def _peak(fn: Any) -> int | None:
@@ -451,6 +492,51 @@ def main(argv: list[str]) -> None:
         },
     )
     functions: dict[int, Any] = {}
+
+    def stage_channel(msg: dict[str, Any], stage: int, started: float, fn: Any) -> None:
+        """A staged trial committed a checkpoint: tell the supervisor, and leave when it says so."""
+        write_message(
+            outbox,
+            {
+                "op": "stage",
+                "index": msg["index"],
+                "attempt": msg["attempt"],
+                "stage": stage,
+                "rss_bytes": _status_kb("VmRSS:") or 0,
+            },
+        )
+        try:
+            reply = inbox.recv()
+        except (EOFError, OSError):
+            _end_tree_and_exit(0)
+        if reply.get("op") == "stage_reply" and reply.get("go_on"):
+            return
+        # the policy wants this worker gone: the checkpoint is committed, the trial goes on elsewhere.
+        # Exit right here rather than unwind the trial's code, which may catch any exception.
+        write_message(
+            outbox,
+            {
+                "op": "result",
+                "index": msg["index"],
+                "attempt": msg["attempt"],
+                "status": "staged",
+                "value_json": None,
+                "error": None,
+                "duration_s": time.perf_counter() - started,
+                "rss_bytes": _status_kb("VmRSS:") or 0,
+                "hwm_bytes": _peak(fn),
+                "stats": {"stage": stage},
+            },
+        )
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        _end_tree_and_exit(0)
+
+    global _STAGE_CHANNEL
+    _STAGE_CHANNEL = stage_channel
     while True:
         try:
             msg = inbox.recv()

@@ -52,6 +52,7 @@ __all__ = [
     "failure_category",
     "should_retry",
     "decide_recycle",
+    "decide_stage",
     "check_limits",
     "growth_per_trial",
     "predict_next_peak",
@@ -79,6 +80,8 @@ _CATEGORY = {
     # a result that cannot be serialized fails the same way every time: never retried
     "not_serializable": None,
     "result_too_large": None,
+    # a staged trial's worker stopped at a checkpoint to shed memory: the trial goes on, not a failure
+    "staged": None,
     # the trial wrote onto its worker's message channel: deterministic, never retried
     "protocol_error": None,
     "ok": None,
@@ -349,6 +352,9 @@ class Policy:
         retries: how many times a failed trial is tried again (0: never).
         retry_on: which failures are retried: any of "crash", "memory", "timeout", "exception".
         on_error: "continue" runs the other trials after a failed one; "stop" stops dispatching.
+        max_stages_per_worker: a staged trial (``def train(params, ctx)`` calling ``ctx.checkpoint``)
+            leaves its worker after this many stages in it, and a fresh worker resumes it from the
+            checkpoint (None: no count limit; the predictive rules above still apply per stage).
         on_oom: a :class:`Shrink` rule (or its CLI text ``"shrink:batch_size,factor=0.5"``): an
             out-of-memory trial reruns in a fresh worker with a smaller size. None: OOM is a failure
             like any other (``retry_on`` "memory" retries it unchanged).
@@ -371,6 +377,7 @@ class Policy:
     retry_on: tuple[str, ...] = ("crash", "memory", "timeout")
     on_error: Literal["continue", "stop"] = "continue"
     on_oom: Shrink | None = None
+    max_stages_per_worker: int | None = None
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -383,6 +390,8 @@ class Policy:
                 f"on_oom must be a trainguard.Shrink(...) or None, not {type(self.on_oom).__name__}"
             )
 
+        if self.max_stages_per_worker is not None:
+            put("max_stages_per_worker", _positive_int(self.max_stages_per_worker, "max_stages_per_worker"))
         if self.max_trials_per_worker is not None:
             put("max_trials_per_worker", _positive_int(self.max_trials_per_worker, "max_trials_per_worker"))
         for name in ("recycle_above", "recycle_growth", "memory_limit", "gpu_memory_limit"):
@@ -573,6 +582,31 @@ def decide_recycle(policy: Policy, history: WorkerHistory) -> RecycleDecision | 
                 f"RSS grew {format_bytes(growth)} since its first trial "
                 f"(recycle_growth={format_bytes(policy.recycle_growth)})",
             )
+    return _predictive(policy, history, "trial")
+
+
+def decide_stage(policy: Policy, history: WorkerHistory) -> RecycleDecision | None:
+    """Whether a worker running a staged trial leaves at the checkpoint it just committed (a fresh
+    worker resumes the trial there); None lets it run the next stage.
+
+    ``history`` counts this worker's stages (``trials_done`` is the number of stages it ran): RSS
+    after each checkpoint and the peak during each stage. Rules: ``max_stages_per_worker``, then
+    the predictive ones of :func:`decide_recycle`, one stage ahead instead of one trial.
+    """
+    n = history.trials_done
+    if policy.max_stages_per_worker is not None and n >= policy.max_stages_per_worker:
+        return RecycleDecision(
+            "max_stages",
+            {"stages_done": n, "max_stages_per_worker": policy.max_stages_per_worker},
+            f"ran {n} stages (max_stages_per_worker={policy.max_stages_per_worker})",
+        )
+    return _predictive(policy, history, "stage")
+
+
+def _predictive(policy: Policy, history: WorkerHistory, unit: str) -> RecycleDecision | None:
+    n = history.trials_done
+    rss = history.rss_after_bytes
+    last = rss[-1] if rss else None
     if not policy.predictive or not rss:
         return None
     limits: list[tuple[str, float, str]] = []
@@ -581,7 +615,13 @@ def decide_recycle(policy: Policy, history: WorkerHistory) -> RecycleDecision | 
             ("predictive_limit", policy.memory_limit * (1.0 - policy.predictive_margin), "memory_limit")
         )
     if policy.peak_ratio is not None and history.peak_bytes:
-        limits.append(("predictive_budget", policy.peak_ratio * history.peak_bytes[0], "peak_ratio budget"))
+        limits.append(
+            (
+                "predictive_budget",
+                policy.peak_ratio * history.peak_bytes[0],
+                f"peak_ratio budget (x its first {unit}'s peak)",
+            )
+        )
     if not limits:
         return None
     if len(rss) >= policy.min_trials_for_slope:
@@ -603,10 +643,10 @@ def decide_recycle(policy: Policy, history: WorkerHistory) -> RecycleDecision | 
                     "threshold_bytes": int(threshold),
                     "growth_per_trial_bytes": None if slope is None else int(slope),
                     "basis": basis,
-                    "trials_done": n,
+                    f"{unit}s_done": n,
                 },
-                f"next trial's peak {basis} at {format_bytes_apart(predicted, threshold)[0]} would cross the "
-                f"{label} {format_bytes_apart(predicted, threshold)[1]} (growth {format_bytes(slope or 0, signed=True)}/trial)",
+                f"next {unit}'s peak {basis} at {format_bytes_apart(predicted, threshold)[0]} would cross the "
+                f"{label} {format_bytes_apart(predicted, threshold)[1]} (growth {format_bytes(slope or 0, signed=True)}/{unit})",
             )
     return None
 

@@ -27,6 +27,8 @@ WORKER_REASONS: dict[str, str] = {
 #: ``Store.finish_attempt(status=...)``; "running" and "interrupted" are written by the store itself.
 ATTEMPT_STATUSES = (
     "ok",
+    # a staged trial's worker left at a checkpoint (policy); the next attempt resumes from it
+    "staged",
     "exception",
     "framework_oom",
     "crashed",

@@ -1,0 +1,243 @@
+"""The trial context: what a trial function ``def train(params, ctx)`` gets as its second argument.
+
+``ctx.data`` is the run's shared data (``Runner.map(..., data=...)``), ``ctx.seed`` the trial's
+seed, and ``ctx.checkpoint`` / ``ctx.restore`` make the trial *staged*: at each stage boundary (an
+epoch, a fold) it commits a checkpoint, and when the policy wants the worker gone (its memory is
+predicted to outgrow the budget in the next stage, or ``max_stages_per_worker``) the worker stops
+there and a fresh worker resumes the same trial from that checkpoint.
+
+Checkpoints are files. The trial writes whatever it needs into ``ctx.checkpoint_path`` (a folder:
+``model.save(ctx.checkpoint_path + "/model.keras")``, ``torch.save(model.state_dict(), ...)``) and
+calls ``ctx.checkpoint(state)``, where ``state`` is optional small picklable data (the epoch, the
+history, numpy arrays); that folder is then committed atomically (renamed ``stage-N``) with a
+manifest of its files. On a resume ``ctx.restore_path`` is the committed folder and
+``ctx.restore()`` returns the state.
+
+Layout of a trial's folder (kept under the store's folder, removed when the trial finishes)::
+
+    <store>.checkpoints/run-<run_id>/trial-<index>/
+        next/              ctx.checkpoint_path: being written
+        stage-3/           the last committed checkpoint: the user's files, state.pkl, MANIFEST.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+from trainguard.exceptions import CheckpointError
+
+__all__ = ["TrialContext", "wants_context", "latest_stage", "verify_stage", "MANIFEST", "STATE_FILE"]
+
+MANIFEST = "MANIFEST.json"
+STATE_FILE = "state.pkl"
+_STAGE_RE = re.compile(r"^stage-(\d+)$")
+_MISSING = object()
+
+
+def wants_context(fn: Any) -> bool:
+    """Whether a trial function takes a second positional argument (the context)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        return False
+    return True
+
+
+def latest_stage(root: str) -> tuple[int, str] | None:
+    """The highest committed ``stage-N`` folder under a trial's checkpoint folder, or None."""
+    best: tuple[int, str] | None = None
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    for name in names:
+        match = _STAGE_RE.match(name)
+        if match and (best is None or int(match.group(1)) > best[0]):
+            best = (int(match.group(1)), os.path.join(root, name))
+    return best
+
+
+def verify_stage(path: str) -> str | None:
+    """None when a committed stage folder holds every file its manifest lists with its size; else
+    what is missing, in words."""
+    try:
+        with open(os.path.join(path, MANIFEST), encoding="utf-8") as fh:
+            manifest = json.load(fh)
+    except FileNotFoundError:
+        return f"{path} has no {MANIFEST}" if os.path.isdir(path) else f"{path} does not exist"
+    except (OSError, ValueError) as err:
+        return f"{os.path.join(path, MANIFEST)} cannot be read: {err}"
+    for rel, size in manifest.get("files", {}).items():
+        full = os.path.join(path, rel)
+        try:
+            actual = os.path.getsize(full)
+        except OSError:
+            return f"{full} was deleted"
+        if actual != size:
+            return f"{full} changed size ({actual} bytes, {size} when written)"
+    return None
+
+
+def _manifest(folder: str) -> dict[str, int]:
+    files: dict[str, int] = {}
+    for base, _dirs, names in os.walk(folder):
+        for name in names:
+            full = os.path.join(base, name)
+            files[os.path.relpath(full, folder)] = os.path.getsize(full)
+    return files
+
+
+class TrialContext:
+    """The second argument of ``def train(params, ctx)``.
+
+    Attributes:
+        index: the trial's index in the run.
+        attempt: the attempt number (a staged trial's every worker is an attempt of its own).
+        seed: the trial's seed (``Runner(seed=...)``), or None.
+        data: the run's shared data (``Runner.map(..., data=...)``), or None.
+        stage: checkpoints committed so far (0 at a fresh start; N after resuming from ``stage-N``).
+        resumed: True when this worker resumed the trial from a checkpoint.
+        restart_reason: why the trial started over although it had committed a checkpoint
+            (the checkpoint's files were deleted), else None.
+    """
+
+    def __init__(
+        self,
+        *,
+        index: int,
+        attempt: int,
+        seed: int | None = None,
+        data: Any = None,
+        checkpoint_root: str | None = None,
+        restart_reason: str | None = None,
+        boundary: Callable[[int], None] | None = None,
+    ) -> None:
+        self.index = index
+        self.attempt = attempt
+        self.seed = seed
+        self.data = data
+        self.restart_reason = restart_reason
+        self._root = checkpoint_root
+        self._boundary = boundary
+        self._restore: tuple[int, str] | None = None
+        if checkpoint_root is not None:
+            os.makedirs(checkpoint_root, exist_ok=True)
+            found = latest_stage(checkpoint_root)
+            if found is not None and verify_stage(found[1]) is None:
+                self._restore = found
+        self.stage = self._restore[0] if self._restore else 0
+        self.resumed = self._restore is not None
+        self._next: str | None = None
+
+    # -- paths -----------------------------------------------------------------------------------
+
+    def _require_root(self, what: str) -> str:
+        if self._root is None:
+            raise CheckpointError(
+                f"ctx.{what} needs a checkpoint folder, and this trial has none (a command trial, or a "
+                "context made by hand): run it through Runner.map"
+            )
+        return self._root
+
+    @property
+    def checkpoint_path(self) -> str:
+        """A folder to write the next checkpoint's files into (empty at the start of each stage);
+        ``ctx.checkpoint()`` commits it."""
+        root = self._require_root("checkpoint_path")
+        if self._next is None:
+            self._next = os.path.join(root, "next")
+            shutil.rmtree(self._next, ignore_errors=True)
+            os.makedirs(self._next)
+        return self._next
+
+    @property
+    def restore_path(self) -> str | None:
+        """The folder of the checkpoint this trial resumes from (its files as written), or None."""
+        return self._restore[1] if self._restore else None
+
+    # -- checkpoint and restore ------------------------------------------------------------------
+
+    def checkpoint(self, state: Any = None) -> None:
+        """Commit a stage boundary: the files in :attr:`checkpoint_path` plus ``state`` (optional,
+        picklable: numbers, dicts, numpy arrays).
+
+        The policy may end the worker here (a fresh worker then resumes the trial from this
+        checkpoint); otherwise it returns and the trial goes on.
+
+        Raises:
+            CheckpointError: ``state`` cannot be pickled (nothing is committed).
+        """
+        root = self._require_root("checkpoint()")
+        folder = self.checkpoint_path
+        if state is not None:
+            try:
+                payload = pickle.dumps(state, protocol=5)
+            except Exception as err:  # noqa: BLE001 - pickling raises many kinds
+                raise CheckpointError(
+                    f"ctx.checkpoint(state): the state cannot be saved ({type(err).__name__}: {err}); pass "
+                    "picklable values (numbers, lists, dicts, numpy arrays) or write files into "
+                    "ctx.checkpoint_path (model.save(...), torch.save(...))"
+                ) from None
+            with open(os.path.join(folder, STATE_FILE), "wb") as fh:
+                fh.write(payload)
+        stage = self.stage + 1
+        with open(os.path.join(folder, MANIFEST), "w", encoding="utf-8") as fh:
+            json.dump({"stage": stage, "files": _manifest(folder)}, fh)
+        target = os.path.join(root, f"stage-{stage}")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(folder, target)
+        previous = self._restore
+        self._restore = (stage, target)
+        self.stage = stage
+        self._next = None
+        if previous is not None and previous[1] != target:
+            shutil.rmtree(previous[1], ignore_errors=True)
+        if self._boundary is not None:
+            self._boundary(stage)
+
+    def restore(self, default: Any = _MISSING) -> Any:
+        """The state of the checkpoint this trial resumes from.
+
+        Args:
+            default: returned when there is no checkpoint (a fresh start); without it, that raises.
+
+        Raises:
+            CheckpointError: no checkpoint to restore (and no ``default``), or its state file is
+                unreadable.
+        """
+        if self._restore is None:
+            if default is not _MISSING:
+                return default
+            why = f" ({self.restart_reason})" if self.restart_reason else ""
+            raise CheckpointError(
+                f"ctx.restore(): trial {self.index} has no checkpoint to restore{why}: check ctx.resumed "
+                "first, or pass ctx.restore(default=...) for a fresh start"
+            )
+        path = os.path.join(self._restore[1], STATE_FILE)
+        if not os.path.exists(path):
+            return None if default is _MISSING else default
+        try:
+            with open(path, "rb") as fh:
+                return pickle.load(fh)
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointError(
+                f"ctx.restore(): the state of stage {self._restore[0]} ({path}) cannot be read: {err}"
+            ) from None
+
+    def __repr__(self) -> str:
+        return (
+            f"TrialContext(index={self.index}, attempt={self.attempt}, seed={self.seed}, stage={self.stage}, "
+            f"resumed={self.resumed})"
+        )
