@@ -30,3 +30,33 @@ def read_shared(params, ctx):
         "pid": os.getpid(),
         "sleep": __import__("time").sleep(params.get("sleep_s", 0)),
     }
+
+
+_HELD: list[bytearray] = []
+
+
+def staged(params, ctx):
+    """A long trial in stages that leaks ``leak_mib`` per stage; sums the stage numbers it ran."""
+    import time
+    from pathlib import Path
+
+    state = ctx.restore(default={"stage": 0, "total": 0, "pids": []})
+    if ctx.resumed and params.get("check_file"):
+        assert Path(ctx.restore_path, "weights.bin").read_bytes() == bytes([state["stage"]]) * 1000
+    for stage in range(state["stage"], params["stages"]):
+        _HELD.append(bytearray(params.get("leak_mib", 0) << 20))
+        for chunk in _HELD[-1:]:
+            chunk[::4096] = b"x" * len(chunk[::4096])  # touch the pages: resident
+        time.sleep(params.get("sleep_s", 0.0))
+        state = {"stage": stage + 1, "total": state["total"] + stage, "pids": state["pids"] + [os.getpid()]}
+        Path(ctx.checkpoint_path, "weights.bin").write_bytes(bytes([stage + 1]) * 1000)
+        ctx.checkpoint(state)
+    return {"total": state["total"], "workers": len(set(state["pids"])), "restart": ctx.restart_reason}
+
+
+def bad_checkpoint(params, ctx):
+    if params["kind"] == "unpicklable":
+        ctx.checkpoint({"gen": (i for i in range(3))})
+    if params["kind"] == "restore":
+        ctx.restore()
+    return None

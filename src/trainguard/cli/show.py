@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         workers = store.workers(info.run_id)
         events = store.events(info.run_id, limit=args.events)
         samples = store.samples(info.run_id)
+        stages = store.stages(info.run_id)
         trial_memory = _trial_memory(store.events(info.run_id, kinds=["trial_stats"]))
         memory_events = store.events(info.run_id, kinds=MEMORY_EVENT_KINDS)
     assert summary is not None
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             "events": [dataclasses.asdict(e) for e in events],
             "fragmentation": fragmentation,
             "out_of_memory": oom,
+            "stages": [dataclasses.asdict(st) for st in stages],
             "memory": {
                 "samples": len(samples),
                 "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
@@ -79,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_text(args, info, summary, trials, workers, events, samples, trial_memory)
     _print_memory(fragmentation, oom)
+    if stages:
+        _print_stages(stages)
     return 0
 
 
@@ -235,6 +239,8 @@ def memory_rows(events) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  #
 
 
 def _print_memory(fragmentation: list[dict[str, Any]], oom: list[dict[str, Any]]) -> None:
+def _print_stages(stages) -> None:  # noqa: ANN001 - StageRecords
+    """Each staged trial's history: the checkpoints each worker committed, resumes, start-overs."""
     from rich.table import Table
 
     from trainguard.cli._display import console
@@ -278,3 +284,19 @@ def _print_memory(fragmentation: list[dict[str, Any]], oom: list[dict[str, Any]]
                 escape(str(row["message"])),
             )
         out.print(ot)
+    table = Table(title="stages of staged trials", title_justify="left")
+    for name in ("#", "attempt", "worker", "event", "stage", "RSS after", "stage peak", "note"):
+        table.add_column(name, justify="right" if name in ("#", "attempt", "worker", "stage") else "left")
+    for st in stages:
+        words = {"checkpoint": "checkpoint", "resume": "resumed from", "restart": "started over"}[st.event]
+        table.add_row(
+            str(st.index),
+            str(st.attempt),
+            "-" if st.worker_id is None else str(st.worker_id),
+            words,
+            str(st.stage),
+            format_bytes(st.rss_bytes) if st.rss_bytes else "-",
+            format_bytes(st.peak_rss_bytes) if st.peak_rss_bytes else "-",
+            escape(st.note or ""),
+        )
+    out.print(table)

@@ -95,7 +95,9 @@ def _manifest(folder: str) -> dict[str, int]:
     for base, _dirs, names in os.walk(folder):
         for name in names:
             full = os.path.join(base, name)
-            files[os.path.relpath(full, folder)] = os.path.getsize(full)
+            rel = os.path.relpath(full, folder)
+            if rel != MANIFEST:
+                files[rel] = os.path.getsize(full)
     return files
 
 
@@ -193,8 +195,9 @@ class TrialContext:
             with open(os.path.join(folder, STATE_FILE), "wb") as fh:
                 fh.write(payload)
         stage = self.stage + 1
+        manifest = {"stage": stage, "files": _manifest(folder)}  # before the manifest file exists
         with open(os.path.join(folder, MANIFEST), "w", encoding="utf-8") as fh:
-            json.dump({"stage": stage, "files": _manifest(folder)}, fh)
+            json.dump(manifest, fh)
         target = os.path.join(root, f"stage-{stage}")
         shutil.rmtree(target, ignore_errors=True)
         os.replace(folder, target)
