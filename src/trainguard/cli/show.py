@@ -65,9 +65,9 @@ def run(args: argparse.Namespace) -> int:
             "trials": [dataclasses.asdict(t) for t in trials],
             "workers": [{**dataclasses.asdict(w), "reason_text": w.reason_text} for w in workers],
             "events": [dataclasses.asdict(e) for e in events],
+            "stages": [dataclasses.asdict(st) for st in stages],
             "fragmentation": fragmentation,
             "out_of_memory": oom,
-            "stages": [dataclasses.asdict(st) for st in stages],
             "memory": {
                 "samples": len(samples),
                 "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
@@ -239,8 +239,6 @@ def memory_rows(events) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  #
 
 
 def _print_memory(fragmentation: list[dict[str, Any]], oom: list[dict[str, Any]]) -> None:
-def _print_stages(stages) -> None:  # noqa: ANN001 - StageRecords
-    """Each staged trial's history: the checkpoints each worker committed, resumes, start-overs."""
     from rich.table import Table
 
     from trainguard.cli._display import console
@@ -284,6 +282,17 @@ def _print_stages(stages) -> None:  # noqa: ANN001 - StageRecords
                 escape(str(row["message"])),
             )
         out.print(ot)
+
+
+def _print_stages(stages) -> None:  # noqa: ANN001 - StageRecords
+    """Each staged trial's history: the checkpoints each worker committed, resumes, start-overs."""
+    from rich.table import Table
+
+    from trainguard.cli._display import console
+    from trainguard.cli._display import markup_safe as escape
+    from trainguard.units import format_bytes
+
+    out = console(pipe_width=160)
     table = Table(title="stages of staged trials", title_justify="left")
     for name in ("#", "attempt", "worker", "event", "stage", "RSS after", "stage peak", "note"):
         table.add_column(name, justify="right" if name in ("#", "attempt", "worker", "stage") else "left")
