@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -32,11 +33,14 @@ def test_leaking_node_training_stays_flat_by_recycling_where_one_process_grows(t
         assert all(r.ok for r in results), [r.error for r in results if not r.ok]
         peaks[name] = [r.peak_rss_bytes for r in results]
         workers = {r.worker_id for r in results}
+        if name == "recycled":
+            # one trial's peak: a trial in a fresh Node process, the first of each worker (median)
+            firsts = [next(r for r in results if r.worker_id == w).peak_rss_bytes for w in sorted(workers)]
+            single = statistics.median(firsts)
         if name == "one_process":
             assert len(workers) == 1
         else:
             assert len(workers) > 2
-    single = peaks["recycled"][0]
     assert max(peaks["recycled"]) <= 1.25 * single, (single, max(peaks["recycled"]))
     assert max(peaks["one_process"]) >= 2 * single  # 30 x 3 MB kept in one Node process
     # tf.memory() and process.memoryUsage() at each trial's end, stored and shown
