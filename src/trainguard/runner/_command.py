@@ -177,6 +177,7 @@ class _Output:
         self.forwarded = 0
         self.dropped = 0
         self._skipping: int | None = None  # bytes of an over-long result line seen so far
+        self._passing = False  # inside an over-long ordinary line, forwarded in pieces
 
     def _forward(self, data: bytes) -> None:
         room = FORWARD_CAP_BYTES - self.forwarded
@@ -194,8 +195,9 @@ class _Output:
     def _line(self, line: bytes) -> None:
         if line.startswith(self.prefix):
             body = line[len(self.prefix) :]
-            if len(body) > self.cap:
+            if len(body) > self.cap:  # the last result line counts: an over-long one replaces any before
                 self.too_large = max(self.too_large or 0, len(body))
+                self.result = None
             else:
                 self.result = body
         else:
@@ -222,12 +224,20 @@ class _Output:
                         self.too_large = max(self.too_large or 0, self._skipping)
                         self._skipping = None
                     continue
+                if self._passing:  # the rest of a long ordinary line: never read as a result line
+                    end = len(pending) if nl < 0 else nl + 1
+                    self._forward(bytes(pending[:end]))
+                    del pending[:end]
+                    self._passing = nl < 0
+                    continue
                 if nl < 0:
                     if len(pending) > limit:
                         if pending.startswith(self.prefix):
                             self._skipping = len(pending) - len(self.prefix)
+                            self.result = None
                         else:
                             self._forward(bytes(pending))
+                            self._passing = True
                         pending.clear()
                     break
                 line = bytes(pending[:nl])
