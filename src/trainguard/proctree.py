@@ -56,6 +56,8 @@ _HAVE_CHILDREN = HAVE_PROC and os.path.exists(f"/proc/self/task/{os.getpid()}/ch
 MAX_TREE = 4096
 
 _PR_SET_CHILD_SUBREAPER = 36
+#: cgroup folders already swept of stale trainguard cgroups by this process
+_SWEPT: set[str] = set()
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -185,6 +187,9 @@ class TreeCgroup:
         base = cls._own_cgroup_dir()
         if base is None or not os.path.isfile(os.path.join(base, "cgroup.procs")):
             return None
+        if base not in _SWEPT:
+            _SWEPT.add(base)
+            cls.remove_stale(base)
         path = os.path.join(base, name)
         try:
             os.mkdir(path, 0o755)
@@ -197,6 +202,26 @@ class TreeCgroup:
             group.remove()
             return None
         return group
+
+    @staticmethod
+    def remove_stale(base: str, prefix: str = "trainguard-") -> list[str]:
+        """Remove the empty cgroups ``PREFIX<pid>-...`` under ``base`` whose creator ``pid`` is gone
+        (a supervisor killed with SIGKILL cannot remove its workers' cgroups; the next one does)."""
+        removed: list[str] = []
+        try:
+            names = [n for n in os.listdir(base) if n.startswith(prefix)]
+        except OSError:
+            return removed
+        for name in names:
+            owner = name[len(prefix) :].split("-", 1)[0]
+            if not owner.isdigit() or os.path.exists(f"/proc/{owner}"):
+                continue
+            try:
+                os.rmdir(os.path.join(base, name))  # refused (EBUSY) while it has members
+                removed.append(name)
+            except OSError:
+                continue
+        return removed
 
     def join(self, pid: int = 0) -> bool:
         """Move ``pid`` (0: the calling process) into this cgroup; its future children follow."""
@@ -271,7 +296,7 @@ def become_subreaper() -> bool:
 def tracking_mechanisms() -> tuple[str, ...]:
     """What this machine allows for keeping a tree together: ``"cgroup"`` and/or ``"subreaper"``."""
     out: list[str] = []
-    probe = TreeCgroup.create(f"trainguard-probe-{os.getpid()}")
+    probe = TreeCgroup.create(f"trainguard-{os.getpid()}-probe")
     if probe is not None:
         probe.remove()
         out.append("cgroup")

@@ -413,3 +413,19 @@ def test_finishing_an_attempt_that_never_started_says_so(tmp_path):
         )
         [attempt] = s.attempts(run.run_id)
         assert (attempt.worker_id, attempt.status) == (3, "ok")
+
+
+def test_the_cgroups_a_killed_supervisor_left_are_removed_by_the_next_one(tmp_path):
+    from trainguard.proctree import TreeCgroup
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = TreeCgroup.create(f"trainguard-{dead.pid}-w0-test")
+    if stale is None:
+        pytest.skip("no cgroup v2 can be made on this machine (the subreaper alone is used)")
+    import trainguard.proctree as proctree
+
+    proctree._SWEPT.clear()  # this test process may have swept already
+    with Runner(store=tmp_path / "r.db") as runner:
+        assert runner.map(ref("echo"), [{"x": 1}], name="sweep")[0].ok
+    assert not os.path.exists(stale.path)

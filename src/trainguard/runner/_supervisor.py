@@ -598,8 +598,6 @@ class Session:
         env[WORKER_CONFIG_ENV] = json.dumps(
             {
                 "parent_pid": os.getpid(),
-                # PDEATHSIG follows the *thread* that spawned the child: only safe from the main thread
-                "pdeathsig": threading.current_thread() is threading.main_thread(),
                 "sys_path": [p for p in sys.path if p],
                 "preload": list(self.config.preload),
                 "threads": self.config.threads,
@@ -633,6 +631,11 @@ class Session:
             start_new_session=True,
         )
         pipes.close_child_ends()
+        if self.fn.kind == "node" and cgroup is not None and not cgroup.join(proc.pid):
+            # a Python worker joins its cgroup itself before anything else; a Node worker is moved
+            # here, while it starts (it forks nothing before its first trial)
+            cgroup.remove()
+            cgroup = None
         worker = _Worker(
             worker_id=self._next_worker_id,
             slot=slot,
@@ -653,7 +656,11 @@ class Session:
                 proc.pid,
                 {
                     "slot": slot,
-                    "tree_tracking": "cgroup+subreaper" if cgroup is not None else "subreaper",
+                    "tree_tracking": (
+                        ("cgroup+subreaper" if cgroup is not None else "subreaper")
+                        if self.fn.kind != "node"
+                        else ("cgroup" if cgroup is not None else "process group")
+                    ),
                     **(
                         {"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {}
                     ),
@@ -890,8 +897,8 @@ class Session:
     def _on_message(self, worker: _Worker, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op == "ready":
-            cgroup = worker.sampler.cgroup
-            if cgroup is not None and not (msg.get("tree") or {}).get("cgroup"):
+            cgroup, tree = worker.sampler.cgroup, msg.get("tree")
+            if cgroup is not None and tree is not None and not tree.get("cgroup"):
                 # the worker could not join the cgroup made for it: the subreaper alone keeps its tree
                 logger.warning(
                     "worker %d could not join its cgroup; tracking its tree as subreaper", worker.worker_id
