@@ -1,6 +1,6 @@
 """The seed's cures measured: Keras backends and allocators on the demo's Keras fit, side by side.
 
-    .venv/bin/python bench/compare_backends.py            # about 4 minutes on 2 cores
+    .venv/bin/python bench/compare_backends.py            # 10-25 minutes on 2 shared cores (torch fits are slow)
     .venv/bin/python bench/compare_backends.py --trials 12 --backends tensorflow,torch,jax \
         --allocators glibc,jemalloc,tcmalloc --json bench/results/compare.json
 
