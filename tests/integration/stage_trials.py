@@ -50,7 +50,7 @@ def staged(params, ctx):
         time.sleep(params.get("sleep_s", 0.0))
         state = {"stage": stage + 1, "total": state["total"] + stage, "pids": state["pids"] + [os.getpid()]}
         Path(ctx.checkpoint_path, "weights.bin").write_bytes(bytes([stage + 1]) * 1000)
-        ctx.checkpoint(state)
+        ctx.checkpoint(state, remaining=params["stages"] - stage - 1 if params.get("hint") else None)
     return {"total": state["total"], "workers": len(set(state["pids"])), "restart": ctx.restart_reason}
 
 

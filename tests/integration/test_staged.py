@@ -171,3 +171,16 @@ def test_bad_checkpoints_are_one_line(tmp_path):
     with pytest.raises(CheckpointError, match="needs a checkpoint folder"):
         ctx.checkpoint({"a": 1})
     assert ctx.restore(default=None) is None
+
+
+def test_run_max_stages_per_worker_flag(tmp_path, capsys):
+    db = str(tmp_path / "s.db")
+    params = tmp_path / "p.json"
+    params.write_text('[{"stages": 3, "hint": true}]')
+    argv = ["-q", "run", STAGED, "--params", str(params), "--store", db, "--name", "c"]
+    assert main([*argv, "--max-stages-per-worker", "0"]) == 2
+    assert "max_stages_per_worker=0 must be a whole number >= 1" in capsys.readouterr().err
+    assert main([*argv, "--max-stages-per-worker", "1"]) == 0
+    stages, attempts = _stages(db, "c")
+    assert [a.status for a in attempts] == ["staged", "staged", "ok"]
+    assert {s.worker_id for s in stages if s.event == "checkpoint"} == {0, 1, 2}

@@ -78,6 +78,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--max-trials-per-worker", type=int, metavar="N", help="recycle a worker after N trials"
     )
     parser.add_argument(
+        "--max-stages-per-worker",
+        type=int,
+        metavar="N",
+        help="a staged trial (fn(params, ctx) calling ctx.checkpoint) moves to a fresh worker after N stages in one",
+    )
+    parser.add_argument(
         "--recycle-above", metavar="SIZE", help="recycle a worker whose RSS after a trial is above this"
     )
     parser.add_argument(
@@ -273,6 +279,7 @@ def _policy(args: argparse.Namespace) -> Any:
         )
     return Policy(
         max_trials_per_worker=args.max_trials_per_worker,
+        max_stages_per_worker=args.max_stages_per_worker,
         recycle_above=args.recycle_above,
         peak_ratio=args.peak_ratio or None,
         memory_limit=args.memory_limit,

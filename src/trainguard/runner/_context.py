@@ -124,7 +124,7 @@ class TrialContext:
         data: Any = None,
         checkpoint_root: str | None = None,
         restart_reason: str | None = None,
-        boundary: Callable[[int], None] | None = None,
+        boundary: Callable[[int, int | None], None] | None = None,
     ) -> None:
         self.index = index
         self.attempt = attempt
@@ -171,12 +171,14 @@ class TrialContext:
 
     # -- checkpoint and restore ------------------------------------------------------------------
 
-    def checkpoint(self, state: Any = None) -> None:
+    def checkpoint(self, state: Any = None, *, remaining: int | None = None) -> None:
         """Commit a stage boundary: the files in :attr:`checkpoint_path` plus ``state`` (optional,
         picklable: numbers, dicts, numpy arrays).
 
         The policy may end the worker here (a fresh worker then resumes the trial from this
-        checkpoint); otherwise it returns and the trial goes on.
+        checkpoint); otherwise it returns and the trial goes on. ``remaining`` (optional) is how
+        many stages are left after this one: at 0 the worker is never ended here, since the trial
+        is about to finish anyway.
 
         Raises:
             CheckpointError: ``state`` cannot be pickled (nothing is committed).
@@ -208,7 +210,7 @@ class TrialContext:
         if previous is not None and previous[1] != target:
             shutil.rmtree(previous[1], ignore_errors=True)
         if self._boundary is not None:
-            self._boundary(stage)
+            self._boundary(stage, remaining)
 
     def restore(self, default: Any = _MISSING) -> Any:
         """The state of the checkpoint this trial resumes from.

@@ -121,6 +121,7 @@ _SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
         ("index", int, False),
         ("attempt", int, False),
         ("stage", int, False),
+        ("remaining", int, True),
         ("rss_bytes", int, False),
     ],
     "result": [

@@ -782,6 +782,8 @@ class Session:
                 self.policy,
                 WorkerHistory(worker.stages_done, tuple(worker.stage_rss_after), tuple(worker.stage_peaks)),
             )
+            if decision is not None and msg.get("remaining") == 0:
+                decision = None  # the trial ends after this stage: leaving now would only cost a start
             if decision is not None:
                 go_on = False
                 worker.stage_exit = decision

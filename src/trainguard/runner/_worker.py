@@ -342,8 +342,8 @@ def _make_context(fn: Any, msg: dict[str, Any], started: float) -> Any:
     boundary = None
     if _STAGE_CHANNEL is not None and msg.get("checkpoint_dir"):
 
-        def boundary(stage: int) -> None:
-            _STAGE_CHANNEL(msg, stage, started, fn)
+        def boundary(stage: int, remaining: int | None) -> None:
+            _STAGE_CHANNEL(msg, stage, remaining, started, fn)
 
     return TrialContext(
         index=msg["index"],
@@ -493,7 +493,9 @@ def main(argv: list[str]) -> None:
     )
     functions: dict[int, Any] = {}
 
-    def stage_channel(msg: dict[str, Any], stage: int, started: float, fn: Any) -> None:
+    def stage_channel(
+        msg: dict[str, Any], stage: int, remaining: int | None, started: float, fn: Any
+    ) -> None:
         """A staged trial committed a checkpoint: tell the supervisor, and leave when it says so."""
         write_message(
             outbox,
@@ -502,6 +504,7 @@ def main(argv: list[str]) -> None:
                 "index": msg["index"],
                 "attempt": msg["attempt"],
                 "stage": stage,
+                "remaining": remaining,
                 "rss_bytes": _status_kb("VmRSS:") or 0,
             },
         )
