@@ -22,9 +22,11 @@ run $PY bench/leakcheck_overhead.py
 run $PY bench/oom_recovery.py
 run $PY bench/report_size.py
 run $PY bench/node_dispatch.py
+run $PY bench/share_bench.py
 if [ "${1:-}" != quick ]; then
   run $PY bench/leak_corpus_run.py
   run $PY bench/runner_bench.py
   run $PY bench/compare_backends.py --json bench/results/compare.json
+  run $PY bench/staged_bench.py
 fi
 echo "results: $out"

@@ -58,6 +58,10 @@ def draw(params):
     }
     crash_file = params.get("crash_once_file")
     if crash_file and not Path(crash_file).exists():
-        Path(crash_file).write_text("crashed once")
-        os._exit(9)  # after drawing: the retry must start from the same state anyway
+        import json
+
+        # what this first attempt drew, in its fresh worker; then it crashes, and the retry (in
+        # another fresh worker) must draw the same
+        Path(crash_file).write_text(json.dumps(out))
+        os._exit(9)
     return out

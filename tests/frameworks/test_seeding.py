@@ -4,6 +4,7 @@ on torch and on Keras with the TensorFlow backend (CPU)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,21 +34,24 @@ def _run(tmp_path, name, params, *, seed=7, policy=None):
 @pytest.mark.slow
 def test_fresh_reused_and_retried_trials_start_the_same(tmp_path):
     skip = {"skip": True}  # returns at once, imports nothing
-    # trial 1 in a worker of its own
-    fresh, _ = _run(tmp_path, "fresh", [skip, {}], policy=Policy(max_trials_per_worker=1, predictive=False))
-    assert fresh[0].worker_id != fresh[1].worker_id
+    # trial 1's first attempt runs in a fresh worker, records what it drew and crashes; its retry
+    # runs in another fresh worker
+    crash_file = tmp_path / "first_attempt.json"
+    retried, _ = _run(
+        tmp_path,
+        "retried",
+        [skip, {"crash_once_file": str(crash_file)}],
+        policy=Policy(retries=1, max_trials_per_worker=1, predictive=False),
+    )
+    assert retried[1].attempts == 2
+    fresh_value = json.loads(crash_file.read_text())
     # trial 1 after trial 0 drew from every generator in the same worker
     reused, reused_workers = _run(tmp_path, "reused", [{}, {}])
     assert reused[0].worker_id == reused[1].worker_id and len(reused_workers) == 1
-    # trial 1 crashes on its first attempt (after drawing), and its retry runs in a new worker
-    crash = {"crash_once_file": str(tmp_path / "crashed")}
-    retried, _ = _run(tmp_path, "retried", [skip, crash], policy=Policy(retries=1, predictive=False))
-    assert retried[1].attempts == 2
 
     expected_seed = derive_seed(7, 1)
-    for results in (fresh, reused, retried):
-        assert results[1].seed == expected_seed
-    assert fresh[1].value == reused[1].value == retried[1].value
+    assert retried[1].seed == reused[1].seed == expected_seed
+    assert fresh_value == retried[1].value == reused[1].value
     # the two trials of a run get different seeds, so different draws
     assert reused[0].value["torch"] != reused[1].value["torch"]
     assert reused[0].value["keras"]["weights"] != reused[1].value["keras"]["weights"]
