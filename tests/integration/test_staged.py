@@ -4,6 +4,7 @@ next run; a deleted checkpoint makes the trial start over, said in its record; b
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -52,6 +53,13 @@ def test_max_stages_per_worker_moves_the_trial_to_fresh_workers(tmp_path, capsys
     assert main(["show", "r", "--store", str(db)]) == 0
     out = capsys.readouterr().out
     assert "stages of staged trials" in out and "resumed from" in out
+    assert main(["show", "r", "--store", str(db), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(s["event"], s["stage"], s["worker_id"]) for s in shown["stages"]][:3] == [
+        ("checkpoint", 1, 0),
+        ("checkpoint", 2, 0),
+        ("resume", 2, 1),
+    ]
 
 
 def test_predicted_growth_ends_the_worker_at_a_boundary(tmp_path):
