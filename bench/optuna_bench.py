@@ -139,6 +139,7 @@ def main() -> int:
                 "failed": sum(v["state"] != "COMPLETE" for v in half.values),
                 "values": [v["value"] for v in half.values],
                 "study_process_peak_rss_bytes": max(v["study_process_rss_bytes"] for v in half.values),
+                "series": [[round(t, 2), v] for t, v in half.series],  # (s since start, tree RSS)
             }
         )
     same_best = (
@@ -149,9 +150,10 @@ def main() -> int:
         f"\n{args.trials} trials each, {started:%Y-%m-%d %H:%M} UTC; one trial's peak {single / MIB:.0f} MiB\n"
     )
     print(
-        "| study | wall s | wall / in-process | peak RSS MiB | peak / one trial | growth MiB/trial | best value | best params | failed |"
+        "| study | wall s | wall / in-process | peak RSS MiB | peak / one trial | study process alone, peak MiB "
+        "| growth MiB/trial | best value | best params | failed |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     for row in rows:
         growth = row["growth_bytes_per_trial"] or 0.0
         print(
