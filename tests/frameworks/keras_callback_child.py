@@ -49,7 +49,9 @@ def run(case: str, leak_mib: int, epochs: int, action: str, margin_mib: int) -> 
     data = Batches(leak_mib)
     model.fit(data, epochs=1, verbose=0)  # warm-up: first traces and allocator pools
     limit = tree_memory().rss_bytes + margin_mib * MiB
-    callback = trainguard.keras.MemoryCallback(limit=limit, action=action, every_n_batches=4)
+    callback = trainguard.keras.MemoryCallback(
+        limit=limit, action=action, every_n_batches=4, count_tensors=True
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         history = model.fit(data, epochs=epochs, verbose=0, callbacks=[callback])

@@ -16,7 +16,6 @@ TensorFlow, torch and JAX allocators when those are loaded.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 import warnings
@@ -65,10 +64,11 @@ class MemoryCallback(_keras.callbacks.Callback):
         horizon_epochs: how far ahead a predicted crossing counts (default 1: the next epoch).
         every_n_batches: also read RSS every N training batches (limit checks mid-epoch and the
             epoch's peak); None reads once per epoch.
-        count_tensors: include ``live_tensors`` (a census of live objects). ``"auto"`` (default)
-            refreshes the count only as often as keeps its cost within 5 % of the epoch time,
-            repeating the last count in between (a census takes about 0.1 s with TF loaded, 0.3 s
-            with torch); True counts every epoch; False never.
+        count_tensors: include ``live_tensors`` (a census of live objects, 0.1-0.5 s with a
+            framework loaded). ``"auto"`` (default) keeps census time within 5 % of the training
+            time seen so far: the key appears from the first epoch the budget allows (not at all
+            in a short fit) and repeats the last count in between; True counts every epoch;
+            False never.
         min_epochs: epochs of readings before a growth estimate is made (>= 3).
         confidence: confidence of the growth interval; a crossing is predicted only when the
             interval's lower end is above zero.
@@ -127,9 +127,10 @@ class MemoryCallback(_keras.callbacks.Callback):
         self._epoch_peak = 0
         self._batches = 0
         self._epoch_start = 0.0
-        self._census_s = 0.0
+        self._census_s: float | None = None
+        self._spent_s = 0.0
+        self._train_s = 0.0
         self._tensors: int | None = None
-        self._tensor_skip = 0
 
     # -- readings ---------------------------------------------------------------------------------
 
@@ -168,25 +169,33 @@ class MemoryCallback(_keras.callbacks.Callback):
         self._warned = set()
         self._epoch_peak = 0
         self._batches = 0
-        self._tensors = None
-        self._tensor_skip = 0
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_peak = 0
         self._epoch_start = time.perf_counter()
 
-    def _count(self) -> int:
-        """The live-tensor count, refreshed as often as ``count_tensors`` allows."""
-        epoch_s = time.perf_counter() - self._epoch_start
-        if self.count_tensors == "auto" and self._tensors is not None:
-            if self._tensor_skip > 0:
-                self._tensor_skip -= 1
+    def _count(self) -> int | None:
+        """The live-tensor count, or None while ``"auto"`` has had no budget for a census yet.
+
+        ``"auto"`` keeps the time spent in censuses within 5 % of the training time this callback
+        has seen (across fits): a census runs when the budget covers its expected cost (the last
+        census's, or 2 us per GC-tracked object before the first); in between the last count is
+        repeated.
+        """
+        self._train_s += time.perf_counter() - self._epoch_start
+        if self.count_tensors == "auto":
+            if self._census_s is None:
+                import gc
+
+                expected = 2e-6 * len(gc.get_objects())
+            else:
+                expected = self._census_s
+            if self._spent_s + expected > 0.05 * self._train_s:
                 return self._tensors
         start = time.perf_counter()
         self._tensors = self._live_tensors()
         self._census_s = time.perf_counter() - start
-        if self.count_tensors == "auto" and epoch_s > 0:
-            self._tensor_skip = max(0, math.ceil(self._census_s / (0.05 * epoch_s)) - 1)
+        self._spent_s += self._census_s
         return self._tensors
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
@@ -213,7 +222,9 @@ class MemoryCallback(_keras.callbacks.Callback):
         if gpu is not None:
             reading["gpu_bytes"] = gpu
         if self.count_tensors:
-            reading["live_tensors"] = self._count()
+            tensors = self._count()
+            if tensors is not None:
+                reading["live_tensors"] = tensors
         self.history.append(reading)
         estimate = self._growth()
         if estimate is not None:
