@@ -99,3 +99,13 @@ def test_raise_action_and_logs_in_process():
     stop.on_train_begin()
     stop.on_epoch_end(0, {})
     assert stop.stopped_epoch == 0 and stop.events[0][1] == "limit"
+    batches = trainguard.keras.MemoryCallback(
+        limit="1GB", action="stop", every_n_batches=2, count_tensors=False
+    )
+    batches._rss = lambda: 980 * MiB
+    batches.on_train_begin()
+    batches.on_epoch_begin(0)
+    batches.on_train_batch_end(0, {})
+    assert batches.events == []  # read every 2 batches only
+    batches.on_train_batch_end(1, {})
+    assert batches.stopped_epoch == 0 and "(epoch 0, batch 1)" in batches.events[0][2]
