@@ -39,15 +39,15 @@ def constants(path: Path) -> dict[str, str]:
 
 
 def fmt_bytes(v: float | None) -> str:
+    """The units of leakcheck's own table and text (binary: KiB, MiB), so the figures agree."""
     if v is None:
         return "-"
-    for unit, size in (("MB", 1e6), ("KB", 1e3)):
-        if abs(v) >= size:
-            return f"{v / size:+.3g} {unit}"
-    return f"{v:+.3g} B"
+    from trainguard.units import format_bytes
+
+    return format_bytes(v, signed=True)
 
 
-def run_case(path: Path, extra: list[str]) -> dict:
+def run_case(path: Path, extra: list[str], src: str | None = None) -> dict:
     cmd = [
         sys.executable,
         "-m",
@@ -60,7 +60,10 @@ def run_case(path: Path, extra: list[str]) -> dict:
         *extra,
     ]
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    env = dict(os.environ)
+    if src:  # another source tree (e.g. the detector before a change), compared in the same run
+        env["PYTHONPATH"] = src
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     wall = time.perf_counter() - t0
     row = {"case": path.stem, **constants(path), "exit": res.returncode, "wall_s": wall}
     try:
@@ -70,7 +73,8 @@ def run_case(path: Path, extra: list[str]) -> dict:
         row["reason"] = row["reason"][0]
         return row
     (RESULTS / "leak_corpus").mkdir(parents=True, exist_ok=True)
-    (RESULTS / "leak_corpus" / f"{path.stem}.json").write_text(json.dumps(data))
+    name = path.stem + ("_before" if src else "")
+    (RESULTS / "leak_corpus" / f"{name}.json").write_text(json.dumps(data))
     row.update(
         verdict=data["verdict"],
         metric=data.get("metric"),
@@ -79,6 +83,7 @@ def run_case(path: Path, extra: list[str]) -> dict:
         iterations=data.get("iterations"),
         elapsed_s=data.get("elapsed_s"),
         reason=data.get("reason"),
+        counts=(data.get("counts") or {}).get("status"),
     )
     return row
 
@@ -90,20 +95,58 @@ def correct(row: dict) -> bool:
     return v in ("no_leak", "plateau")
 
 
+def print_side_by_side(rows: list[dict], before: dict[str, dict]) -> None:
+    print(
+        "| case | expected | before: verdict | calls | wall s | after: verdict | calls | wall s | counts | right before / after |"
+    )
+    print("|---|---|---|---:|---:|---|---:|---:|---|---|")
+    for r in rows:
+        b = before[r["case"]]
+        print(
+            f"| {r['case']} | {r.get('EXPECTED')} | {b.get('verdict')} | {b.get('iterations', '-')} | {b['wall_s']:.1f} | "
+            f"{r.get('verdict')} | {r.get('iterations', '-')} | {r['wall_s']:.1f} | {r.get('counts') or '-'} | "
+            f"{'yes' if correct(b) else 'no'} / {'yes' if correct(r) else '**no**'} |"
+        )
+    ok_b = sum(correct(b) for b in before.values())
+    ok_a = sum(correct(r) for r in rows)
+    print(f"\nright: before {ok_b}/{len(rows)}, after {ok_a}/{len(rows)}\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", default=None, help="case names (file stems) to run")
     ap.add_argument("--jobs", type=int, default=1, help="cases run at once (1 keeps timings honest)")
     ap.add_argument("--tag", default="", help="suffix of the results file name")
+    ap.add_argument(
+        "--before",
+        metavar="SRC",
+        default=None,
+        help="also run every case with PYTHONPATH=SRC (a checkout's src/ of the detector before a "
+        "change), alternating with this tree, and print both side by side",
+    )
     args, extra = ap.parse_known_args()
     extra = [a for a in extra if a != "--"]
     cases = sorted(p for p in CORPUS.glob("*.py") if not p.name.startswith("_"))
     if args.only:
         cases = [p for p in cases if p.stem in set(args.only)]
     t0 = time.time()
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        rows = list(pool.map(lambda p: run_case(p, extra), cases))
+    before: dict[str, dict] = {}
+    if args.before:
+        rows = []
+        for p in cases:  # alternate, so both trees see the same machine load
+            before[p.stem] = run_case(p, extra, args.before)
+            rows.append(run_case(p, extra))
+            print(
+                f"{p.stem}: before {before[p.stem].get('verdict')} at {before[p.stem].get('iterations')} calls, "
+                f"after {rows[-1].get('verdict')} at {rows[-1].get('iterations')} calls",
+                flush=True,
+            )
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            rows = list(pool.map(lambda p: run_case(p, extra), cases))
     total = time.time() - t0
+    if before:
+        print_side_by_side(rows, before)
     import trainguard
 
     print(
@@ -133,7 +176,13 @@ def main() -> None:
     name = "leak_corpus_run" + (f"_{args.tag}" if args.tag else "") + ".json"
     (RESULTS / name).write_text(
         json.dumps(
-            {"date": str(datetime.date.today()), "extra": extra, "rows": rows, "wall_s": total},
+            {
+                "date": str(datetime.date.today()),
+                "extra": extra,
+                "rows": rows,
+                "before": before,
+                "wall_s": total,
+            },
             indent=1,
             default=str,
         )

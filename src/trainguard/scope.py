@@ -76,6 +76,21 @@ class ScopeReport:
     enter_s: float = 0.0
     raised: bool = False
     limit_violations: tuple[str, ...] = field(default=())
+    #: (survivor label, chain of references from a named root), for the largest survivors
+    holders: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def bytes_note(self) -> str:
+        """When survivors hold little of what RSS grew: say the rest is outside Python-visible
+        objects, rather than print a small or zero byte count as if it were the answer."""
+        grew = self.rss_delta_bytes
+        if grew <= 1024 * 1024 or self.survivor_bytes >= 0.5 * grew:
+            return ""
+        return (
+            f"RSS grew {format_bytes(grew, signed=True)} but the survivors hold "
+            f"{format_bytes(self.survivor_bytes)}: the rest is outside Python-visible objects "
+            "(native memory of a framework or C extension, or freed memory the allocator keeps)"
+        )
 
     @property
     def rss_delta_bytes(self) -> int:
@@ -120,6 +135,8 @@ class ScopeReport:
             "enter_s": self.enter_s,
             "raised": self.raised,
             "limit_violations": list(self.limit_violations),
+            "bytes_note": self.bytes_note,
+            "holders": dict(self.holders),
         }
 
     def to_text(self, limit: int = 15) -> str:
@@ -140,12 +157,18 @@ class ScopeReport:
             f"  cleanup {format_duration(self.cleanup_s)} ({steps}); census {format_duration(self.census_s)}"
         )
         if self.survivors:
+            held = format_bytes(self.survivor_bytes) if self.survivor_bytes else "no Python-visible bytes"
             lines.append(
-                f"  survivors: {self.survivor_count} objects, {format_bytes(self.survivor_bytes)} "
-                "(created inside, alive after cleanup):"
+                f"  survivors: {self.survivor_count} objects, {held} (created inside, alive after cleanup):"
             )
+            if self.bytes_note:
+                lines.append(f"  {self.bytes_note}")
             for s in self.survivors[:limit]:
-                lines.append(f"    {s.count:>7} x {s.describe():<55} {format_bytes(s.nbytes):>10}")
+                size = format_bytes(s.nbytes) if s.nbytes else "native"
+                lines.append(f"    {s.count:>7} x {s.describe():<55} {size:>10}")
+                holder = dict(self.holders).get(s.describe())
+                if holder:
+                    lines.append(f"              held by: {holder}")
             if len(self.survivors) > limit:
                 rest = self.survivors[limit:]
                 lines.append(
@@ -304,6 +327,36 @@ class _Frame:
     kept: list[Any]
     started: float
     enter_s: float
+    ids_before: frozenset[int] = frozenset()
+
+
+def _survivor_holders(
+    survivors: tuple[Survivor, ...], ids_before: frozenset[int], top: int = 3
+) -> tuple[tuple[str, str], ...]:
+    """Who holds the largest survivors: a chain of references from a named root to an object of
+    each kind that was not alive on entry (see :mod:`trainguard.leaks.holders`)."""
+    import gc
+
+    from trainguard.leaks.holders import holder_chains, kind_predicate
+
+    def new(o: Any) -> bool:
+        return not gc.is_tracked(o) or id(o) not in ids_before
+
+    predicates = {}
+    for s in survivors[:top]:
+        label = s.describe()
+        test = kind_predicate(
+            label if s.dtype is not None or s.shape is not None else f"{s.framework}.{s.kind}"
+        )
+        if test is not None:
+            predicates[label] = lambda o, t=test: t(o) and new(o)
+    if not predicates:
+        return ()
+    try:
+        chains = holder_chains(predicates, max_seconds=2.0)
+    except Exception:  # naming holders must never break the scope
+        return ()
+    return tuple((label, chains[label]) for label in predicates if label in chains)
 
 
 class Scope:
@@ -463,6 +516,11 @@ class Scope:
             )
             census_s = time.perf_counter() - start
         gpu_before, gpu_source = _gpu_bytes()
+        ids_before = frozenset()
+        if self.census_enabled:
+            import gc
+
+            ids_before = frozenset(map(id, gc.get_objects()))
         rss_before = _rss_bytes()
         token = _WATCHER.register(rss_before, self.peak_interval_s)
         return _Frame(
@@ -476,6 +534,7 @@ class Scope:
             kept=[],
             started=time.perf_counter(),
             enter_s=time.perf_counter() - enter_start,
+            ids_before=ids_before,
         )
 
     def _close(self, frame: _Frame, *, raised: bool) -> ScopeReport:
@@ -492,6 +551,7 @@ class Scope:
         rss_after = _rss_bytes()
         gpu_after, gpu_source = _gpu_bytes()
         survivors: tuple[Survivor, ...] = ()
+        holders: tuple[tuple[str, str], ...] = ()
         census_s = frame.census_s
         if self.census_enabled and frame.census_before is not None:
             from trainguard.probes.census import census
@@ -506,6 +566,7 @@ class Scope:
                 Survivor(e.framework, e.kind, e.dtype, e.shape, e.device, e.count, e.nbytes)
                 for e in after.diff(frame.census_before)
             )
+            holders = _survivor_holders(survivors, frame.ids_before)
         violations: list[str] = []
         report = ScopeReport(
             name=frame.name,
@@ -522,6 +583,7 @@ class Scope:
             body_s=body_s,
             enter_s=frame.enter_s,
             raised=raised,
+            holders=holders,
         )
         if self.max_survivor_bytes is not None and report.survivor_bytes > self.max_survivor_bytes:
             violations.append(

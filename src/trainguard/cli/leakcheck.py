@@ -63,6 +63,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--tracemalloc", action="store_true", help="also report growing Python allocation sites (slow)"
     )
     parser.add_argument(
+        "--tracemalloc-stack",
+        action="store_true",
+        help="with --tracemalloc: show each site's whole stack, not only the first frame in your code",
+    )
+    parser.add_argument(
         "--no-trim", action="store_true", help="do not call malloc_trim(0) before each reading"
     )
     parser.add_argument(
@@ -150,6 +155,12 @@ def _table(report: Any) -> None:
     )
     for g in report.growth_by_kind[:10]:
         table.add_row("grows", markup_safe(g.describe()))
+        if g.holder:
+            table.add_row("  held by", markup_safe(g.holder))
+    if report.bytes_note():
+        table.add_row("bytes", markup_safe(report.bytes_note()))
+    if report.counts and report.counts.get("note"):
+        table.add_row("counts", markup_safe(report.counts["note"]))
     if report.gpu:
         table.add_row("gpu", markup_safe(f"{report.gpu.get('verdict')}: {report.gpu.get('reason')}"))
     if report.retention:
@@ -181,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         max_time=args.max_time,
         metric=args.metric,
         attribution=not args.no_attribution,
-        tracemalloc=args.tracemalloc,
+        tracemalloc=args.tracemalloc or args.tracemalloc_stack,
+        tracemalloc_full_stack=args.tracemalloc_stack,
         tolerance=args.tolerance,
         trim=not args.no_trim,
     )

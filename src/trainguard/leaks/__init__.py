@@ -35,6 +35,7 @@ def leakcheck(
     calls_per_measurement: int | None = None,
     max_measurements: int = 300,
     max_growth: str | int | None = None,
+    tracemalloc_full_stack: bool = False,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> LeakReport:
     """Run ``step`` repeatedly and say whether memory leaks, how fast, and what grows.
@@ -63,7 +64,9 @@ def leakcheck(
         isolated: run in a fresh Python process (the step and setup are sent with cloudpickle),
             so this process's state stays clean.
         attribution: take censuses of live framework objects and report the kinds that grow.
-        tracemalloc: also report Python allocation sites that grow (slow: traces every allocation).
+        tracemalloc: also report Python allocation sites that grow (slow: traces every allocation),
+            each named by the first frame in your own code (not the standard library or site-packages).
+        tracemalloc_full_stack: add each site's whole traced stack to its detail.
         tolerance: growth per iteration below which there is no leak (``"16KB"`` or bytes);
             default: 1 MiB per minute of step time, at least 1 KiB per call unless that is
             over 64 MiB per minute of step time (steps under ~1 ms).
@@ -101,6 +104,7 @@ def leakcheck(
         calls_per_measurement=calls_per_measurement,
         max_measurements=max_measurements,
         max_growth=max_growth,
+        tracemalloc_full_stack=tracemalloc_full_stack,
     )
     if not callable(step):
         from trainguard.exceptions import ConfigError

@@ -196,8 +196,6 @@ def run_isolated(
     """
     import cloudpickle
 
-    from trainguard.leaks._report import LeakReport
-
     try:
         payload = cloudpickle.dumps({"target": target, "config": config.to_dict()})
     except Exception as exc:
@@ -230,27 +228,10 @@ def run_isolated(
             watchdog = threading.Timer(limit_s, kill_tree, [proc.pid])
             watchdog.daemon = True
             watchdog.start()
-        report = None
-        error = None
         rows: list[dict[str, Any]] = []
-        assert proc.stdout is not None
+        report = error = None
         try:
-            for line in proc.stdout:
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                kind = event.pop("event", None)
-                if kind == "reading":
-                    rows.append(event["row"])
-                elif kind == "progress" and progress is not None:
-                    progress(event)
-                elif kind == "report":
-                    report = LeakReport.from_dict(event["report"])
-                    break
-                elif kind == "error":
-                    error = event
-                    break
+            report, error = _read_events(proc, rows, progress)
         finally:
             if watchdog is not None:
                 watchdog.cancel()
@@ -270,6 +251,31 @@ def run_isolated(
         # killed; say how, and keep what was measured
         return died_report(proc.returncode, rows, config)
     return report
+
+
+def _read_events(
+    proc: subprocess.Popen, rows: list[dict[str, Any]], progress: Callable[[dict[str, Any]], None] | None
+) -> tuple[Any, dict[str, Any] | None]:
+    """Read the child's JSON lines until its report or error: readings go to ``rows`` (kept when
+    the child dies hard), progress events to ``progress``. Returns (report or None, error or None)."""
+    from trainguard.leaks._report import LeakReport
+
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        kind = event.pop("event", None)
+        if kind == "reading":
+            rows.append(event["row"])
+        elif kind == "progress" and progress is not None:
+            progress(event)
+        elif kind == "report":
+            return LeakReport.from_dict(event["report"]), None
+        elif kind == "error":
+            return None, event
+    return None, None
 
 
 def _death_cause(returncode: int | None) -> str:

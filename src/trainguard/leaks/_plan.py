@@ -252,14 +252,22 @@ def look(
     step_time_s: float,
     final: bool,
     key: str,
+    count_support: bool = False,
 ) -> LookResult:
     """One look of the sequential test at the readings so far.
 
-    Stops on a leak (host or GPU), when every series decided, or at the final look.
+    ``count_support``: exact counts of some kind grow like a leak (see
+    :func:`trainguard.leaks._evidence.count_support`); a leak then need not wait for the warm-up
+    gate nor pass the strict recent-third test, only the memory series' own test. Stops on a leak (host or GPU), when every series
+    decided, or at the final look.
     """
     base_gate = config.min_iterations or BASE_MIN_ITERATIONS
     gate = leak_gate(config, iterations=iterations, elapsed_s=elapsed_s, step_time_s=step_time_s)
-    gates = (iterations >= base_gate, iterations >= gate, strong_needed(config, iterations))
+    leak_ok = iterations >= gate or (count_support and iterations >= base_gate)
+    # the strict test stands in for the warm-up wait; count evidence answers the same question
+    # (a count that keeps rising at the same rate past any cache's size is no warm-up)
+    strong = strong_needed(config, iterations) and not count_support
+    gates = (iterations >= base_gate, leak_ok, strong)
     alpha, tol = plan.alpha_per_look, plan.tolerance_bytes_per_iter
     decision = decide_series(series, key, alpha, tol, final, *gates)
     gpu_decision = None

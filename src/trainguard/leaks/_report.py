@@ -20,6 +20,9 @@ class KindGrowth:
     count_per_iter: float
     bytes_per_iter: float
     detail: str = ""
+    #: who holds a sample of what grows: a chain of references from a named root (a global, a
+    #: local in a named frame, a framework registry), see trainguard.leaks.holders
+    holder: str = ""
 
     def describe(self) -> str:
         parts = []
@@ -69,6 +72,9 @@ class LeakReport:
         retention: the malloc_trim(0) check: growth of memory the allocator keeps versus live memory.
         error: the exception raised by the step, if any (the series up to it is kept).
         isolated: whether it ran in a fresh process.
+        counts: the count evidence: ``status`` (supports_leak, plateau, no_support, found_nothing,
+            left_out), ``note`` in words, ``kinds`` (each kind whose exact count rose, with
+            its trend, see :func:`trainguard.leaks.stats.count_trend`), and the census cost.
     """
 
     verdict: Verdict
@@ -93,10 +99,30 @@ class LeakReport:
     error: StepError | None = None
     isolated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, Any] | None = None
 
     @property
     def leaked(self) -> bool:
         return self.verdict is Verdict.LEAK
+
+    def bytes_note(self) -> str:
+        """When the kinds that grow hold little of the memory growth: say where the rest is, rather
+        than let a count with no bytes read as the whole answer."""
+        slope = self.slope_bytes_per_iter
+        if self.verdict is not Verdict.LEAK or not slope or slope <= 0:
+            return ""
+        kinds = [g for g in self.growth_by_kind if g.detail not in ("by dtype and shape", "tracemalloc")]
+        sites = [g for g in self.growth_by_kind if g.detail.startswith("tracemalloc")]
+        if not kinds and not sites:
+            return ""  # nothing was counted: no basis for saying where the bytes are
+        held = max(sum(max(g.bytes_per_iter, 0.0) for g in group) for group in (kinds, sites))
+        if held >= 0.5 * slope:
+            return ""
+        return (
+            f"the kinds above hold {format_bytes(held, signed=True)}/iter of the "
+            f"{format_bytes(slope, signed=True)}/iter growth: the rest is outside Python-visible objects "
+            "(native memory of a framework or C extension, or the allocator)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the ``--json`` output)."""
@@ -105,6 +131,7 @@ class LeakReport:
         data["growth_by_kind"] = [asdict(g) | {"text": g.describe()} for g in self.growth_by_kind]
         data["series"] = list(self.series)
         data["hints"] = list(self.hints)
+        data["bytes_note"] = self.bytes_note()
         return data
 
     def to_json(self, **kwargs: Any) -> str:
@@ -115,13 +142,16 @@ class LeakReport:
         d = dict(data)
         d["verdict"] = Verdict(d["verdict"])
         d["growth_by_kind"] = tuple(
-            KindGrowth(g["kind"], g["count_per_iter"], g["bytes_per_iter"], g.get("detail", ""))
+            KindGrowth(
+                g["kind"], g["count_per_iter"], g["bytes_per_iter"], g.get("detail", ""), g.get("holder", "")
+            )
             for g in d.get("growth_by_kind", ())
         )
         d["series"] = tuple(d.get("series", ()))
         d["hints"] = tuple(d.get("hints", ()))
         err = d.get("error")
         d["error"] = StepError(**err) if err else None
+        d.pop("bytes_note", None)
         fields = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in fields})
 
@@ -141,6 +171,12 @@ class LeakReport:
             )
         for g in self.growth_by_kind[:8]:
             lines.append(f"  grows: {g.describe()}")
+            if g.holder:
+                lines.append(f"    held by: {g.holder}")
+        if self.bytes_note():
+            lines.append(f"bytes: {self.bytes_note()}")
+        if self.counts and self.counts.get("note"):
+            lines.append(f"counts: {self.counts['note']}")
         if self.gpu:
             lines.append(f"gpu: {self.gpu.get('verdict')} -- {self.gpu.get('reason')}")
         if self.retention and self.retention.get("note"):

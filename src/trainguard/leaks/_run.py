@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from trainguard.exceptions import ConfigError
-from trainguard.leaks import _plan, stats
+from trainguard.leaks import _evidence, _plan, stats
 from trainguard.leaks._report import KindGrowth, LeakReport, StepError
 from trainguard.leaks.stats import Verdict
 from trainguard.units import format_bytes, parse_duration, parse_size
@@ -61,6 +61,7 @@ class LeakCheckConfig:
     max_measurements: int
     min_measurements: int
     max_growth_bytes: int | None = None
+    tracemalloc_full_stack: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -94,6 +95,7 @@ def make_config(
     calls_per_measurement: int | None = None,
     max_measurements: int = 300,
     max_growth: str | int | None = None,
+    tracemalloc_full_stack: bool = False,
 ) -> LeakCheckConfig:
     """Validate every setting before any work starts.
 
@@ -147,6 +149,7 @@ def make_config(
         max_measurements=max_meas,
         min_measurements=10,
         max_growth_bytes=int(growth_cap),
+        tracemalloc_full_stack=bool(tracemalloc_full_stack),
     )
 
 
@@ -317,11 +320,112 @@ def run_loop(
     # generation makes every later gc.collect() walk only what the iterations created (19 ms ->
     # well under 1 ms in a process with numpy and scipy loaded), which is most of a reading's cost.
     gc.collect()
+    watch = _evidence.ContainerWatch() if config.attribution else None
     gc.freeze()
+    loop = _Loop(call, config, progress, isolated, on_reading, watch)
     try:
-        return _Loop(call, config, progress, isolated, on_reading).run()
+        return loop.run()
     finally:
         gc.unfreeze()
+        if watch is not None:
+            watch.release()
+
+
+class _Counts:
+    """The census side of the loop: when to take one (within ``_evidence.CENSUS_SHARE`` of the
+    step time), what the counts say at a look, and who holds what grows."""
+
+    def __init__(self, enabled: bool, watch: _evidence.ContainerWatch | None) -> None:
+        self.enabled = enabled
+        self.watch = watch
+        self.points: list[_evidence.CountPoint] = []
+        self.cost_s = 0.0
+        self.step_time_since = 0.0
+        self.steps_seen = 0
+        self.fallback = ""
+        self.support: _evidence.CountSupport | None = None
+        self.objects_at_last = 0
+        self.objects_now = 0
+        if enabled:
+            # imported now, so that the first census's cost (which decides how often the next
+            # ones come) is the census and not its imports
+            import trainguard.leaks.attribution  # noqa: F401
+            import trainguard.probes.census  # noqa: F401
+
+    def maybe_take(self, iterations: int, step_times: list[float], budget_s: float) -> None:
+        """A census when the step time since the last one pays for it (``CENSUS_SHARE``). Its cost
+        is predicted from the last census and the number of live objects now (the heap may have
+        grown since); when the budget ``budget_s`` of step time cannot pay for ``MIN_CENSUSES``
+        censuses of that cost, counts are left out for the rest of the check, with a note."""
+        if not self.enabled or self.fallback:
+            return
+        self.step_time_since += sum(step_times[self.steps_seen :])
+        self.steps_seen = len(step_times)
+        if self.points and self.cost_s > _evidence.CENSUS_SHARE * self.step_time_since:
+            return
+        predicted = self.predicted_cost()
+        if self.points and budget_s > 0:
+            self.fallback = _evidence.census_fallback(predicted, budget_s)
+        if self.fallback or (self.points and predicted > _evidence.CENSUS_SHARE * self.step_time_since):
+            return
+        self.take(iterations)
+        self.step_time_since = 0.0
+
+    def predicted_cost(self) -> float:
+        """The last census's cost, scaled by how much the heap grew since (a census walks the
+        objects created since the freeze); counting them is a fast C loop."""
+        if not self.points:
+            return 0.0
+        self.objects_now = len(gc.get_objects())
+        return max(self.cost_s, self.cost_s * self.objects_now / max(self.objects_at_last, 20_000))
+
+    def take(self, iterations: int) -> None:
+        try:
+            point = _evidence.take_counts(iterations, self.watch)
+        except Exception as err:
+            logger.warning("census failed, attribution disabled: %s", err)
+            self.enabled = False
+            return
+        self.cost_s = point.cost_s
+        self.objects_at_last = self.objects_now or len(gc.get_objects())
+        self.objects_now = 0
+        self.points.append(point)
+
+    def take_final(self, iterations: int, step_time_s: float, elapsed_s: float) -> None:
+        """The last census, for what grows; skipped when counts fell back, or when it would cost
+        more than the census's share of the step time (with fewer than two censuses so far, what
+        grows needs this one: then up to a tenth of the check's time)."""
+        if not self.enabled or not self.points or self.points[-1].iteration == iterations:
+            return
+        allowed = _evidence.CENSUS_SHARE * max(step_time_s, 1.0)
+        if len(self.points) < 2:
+            allowed = max(allowed, 0.1 * elapsed_s)
+        if self.fallback or self.predicted_cost() > allowed:
+            return
+        self.take(iterations)
+
+    def look(self, series: list[dict[str, Any]], alpha: float, key: str) -> bool:
+        """Whether counts support a leak at this look (never while falling back)."""
+        if not self.enabled or self.fallback:
+            return False
+        self.support = _evidence.count_support(self.points, series, alpha=alpha, key=key)
+        return self.support.supports
+
+    def with_holders(self, growth: tuple[KindGrowth, ...]) -> tuple[KindGrowth, ...]:
+        return _evidence.attach_holders(growth, self.watch)
+
+    def finish(self, loop: _Loop, alpha: float, key: str) -> None:
+        """A last census, and what all the censuses say together."""
+        elapsed = time.perf_counter() - loop.start
+        self.take_final(loop.iterations, sum(loop.step_times), elapsed)
+        series = loop.series
+        if self.enabled and not self.fallback:
+            self.look(series, alpha, key)
+
+    def report(self) -> dict[str, Any] | None:
+        if not self.points:
+            return None
+        return _evidence.evidence_dict(self.support, self.fallback, self.points)
 
 
 class _Loop:
@@ -336,23 +440,27 @@ class _Loop:
         progress: Callable[[dict[str, Any]], None] | None,
         isolated: bool,
         on_reading: Callable[[dict[str, Any]], None] | None,
+        watch: _evidence.ContainerWatch | None = None,
     ) -> None:
         from trainguard.leaks.attribution import TracemallocProbe
 
         self.call, self.config, self.progress = call, config, progress
         self.isolated, self.on_reading = isolated, on_reading
         self.meter = _Meter(config.metric, config.trim)
-        self.probe = TracemallocProbe() if config.tracemalloc else None
+        self.probe = (
+            TracemallocProbe(full_stack=config.tracemalloc_full_stack) if config.tracemalloc else None
+        )
         self.series: list[dict[str, Any]] = []
-        self.census_points: list[Any] = []
         self.step_times: list[float] = []
         self.error: StepError | None = None
         self.iterations = 0
         self.measure_cost = 0.0
+        self.measure_costs: list[float] = []
         self.plan: _plan.Plan | None = None
         self.last_look: _plan.LookResult | None = None
         self.last_progress = 0.0
         self.start = 0.0
+        self.counts = _Counts(config.attribution, watch)
 
     # -- calls and readings ------------------------------------------------------------------
 
@@ -399,20 +507,19 @@ class _Loop:
         t0 = time.perf_counter()
         row = self.meter.read()
         self.measure_cost = time.perf_counter() - t0
+        self.measure_costs.append(self.measure_cost)
         row["iteration"] = self.iterations
         row["elapsed_s"] = round(time.perf_counter() - self.start, 4)
         self.series.append(row)
         if self.on_reading is not None:
             self.on_reading(row)
-        idx = len(self.series) - 1
-        schedule = self.plan.schedule if self.plan else ()
-        if self.config.attribution and (idx < 12 or idx in schedule or idx % 10 == 0):
-            from trainguard.leaks.attribution import take_census
+        self.counts.maybe_take(self.iterations, self.step_times, self.budget_s())
 
-            try:
-                self.census_points.append(take_census(self.iterations))
-            except Exception as err:
-                logger.warning("census failed, attribution disabled: %s", err)
+    def budget_s(self) -> float:
+        """Step time the whole check may spend: max_time, or max_iterations calls."""
+        if self.config.max_time_s is not None:
+            return self.config.max_time_s
+        return (self.config.max_iterations or 0) * self.step_time()
 
     def step_time(self) -> float:
         return float(np.median(self.step_times[-50:])) if self.step_times else 0.0
@@ -422,7 +529,9 @@ class _Loop:
             self.config,
             self.series,
             iterations=self.iterations,
-            measure_cost_s=self.measure_cost,
+            # the median of the readings so far: one reading slowed by a busy machine would
+            # otherwise batch hundreds of calls per reading for the whole check
+            measure_cost_s=float(np.median(self.measure_costs[1:] or self.measure_costs)),
             step_time_s=self.step_time(),
             elapsed_s=time.perf_counter() - self.start,
         )
@@ -455,6 +564,7 @@ class _Loop:
             step_time_s=self.step_time(),
             final=final,
             key=self.host_key(final),
+            count_support=self.counts.look(self.series, self.plan.alpha_per_look, self.host_key(final)),
         )
         return self.last_look.stop
 
@@ -514,15 +624,14 @@ class _Loop:
         return "pss", rows
 
     def attribution(self, warm_iter: int) -> tuple[tuple[KindGrowth, ...], tuple[str, ...]]:
-        from trainguard.leaks.attribution import framework_hints, growth_by_kind, take_census
+        from trainguard.leaks.attribution import framework_hints, growth_by_kind
 
         growth: tuple[KindGrowth, ...] = ()
         hints: tuple[str, ...] = ()
-        if self.config.attribution and self.census_points:
+        points = self.counts.points
+        if self.config.attribution and points:
             try:
-                if int(self.census_points[-1].iteration) != self.iterations:
-                    self.census_points.append(take_census(self.iterations))
-                growth = growth_by_kind(self.census_points, from_iteration=warm_iter)
+                growth = growth_by_kind(points, from_iteration=warm_iter)
                 hints = framework_hints(growth)
             except Exception as err:
                 logger.warning("attribution failed: %s", err)
@@ -530,8 +639,35 @@ class _Loop:
             try:
                 growth = growth + self.probe.growth(self.iterations)
             finally:
-                self.probe.stop()
+                self.probe.stop()  # before the holder search, which tracemalloc would slow down
+        try:
+            growth = self.counts.with_holders(growth)
+        except Exception as err:  # naming holders must never cost the verdict
+            logger.warning("holder search failed: %s", err)
         return growth, hints
+
+    def counts_reason(self, verdict: Verdict) -> str:
+        """What the counts add to the reason of a leak: that they allowed it before the warm-up
+        gate, that they found nothing (memory alone), or that they were left out."""
+        counts = self.counts
+        if verdict is not Verdict.LEAK or not counts.enabled:
+            return ""
+        if counts.fallback:
+            return f"; {counts.fallback}"
+        support = counts.support
+        look = self.last_look
+        if support is not None and support.supports and look is not None and self.iterations < look.leak_gate:
+            best = support.growing()[0]
+            return (
+                f"; called before the {look.leak_gate}-call warm-up wait on count evidence: {best.kind} "
+                f"rose at every census for {best.trend.run_calls} calls ({best.trend.count_per_iter:+,.1f}/iter)"
+            )
+        if support is not None and support.found_nothing:
+            return (
+                "; counts found no growing kind of Python-visible object: the verdict rests on memory "
+                "alone (the growth is in native memory, e.g. held by a C extension)"
+            )
+        return ""
 
     def report(self) -> LeakReport:
         elapsed = time.perf_counter() - self.start
@@ -545,6 +681,8 @@ class _Loop:
             readings=len(series),
             step_times=self.step_times,
         )
+        self.counts.finish(self, alpha, self.host_key(True))
+        reason += self.counts_reason(verdict)
         return _build_report(
             self, series, metric, verdict, reason, decision, gpu_decision, tolerance, alpha, elapsed
         )
@@ -599,6 +737,7 @@ def _build_report(
         retention=_retention(series, warm, alpha, tolerance, decision),
         error=loop.error,
         isolated=loop.isolated,
+        counts=loop.counts.report(),
         extra={
             "alpha": loop.config.alpha,
             "alpha_per_look": alpha,

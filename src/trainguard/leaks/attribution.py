@@ -12,11 +12,11 @@ import gc
 import logging
 import sys
 import tracemalloc
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from trainguard.leaks._evidence import CountPoint, take_counts
 from trainguard.leaks._report import KindGrowth
 from trainguard.leaks.stats import theil_sen
 
@@ -31,13 +31,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class CensusPoint:
-    """One census reduced to counts: after ``iteration`` calls."""
-
-    iteration: int
-    kinds: dict[str, tuple[int, int]]
-    detailed: dict[str, tuple[int, int]] = field(default_factory=dict)
+#: One census reduced to counts (the leak loop's count evidence uses the same points).
+CensusPoint = CountPoint
 
 
 def _torch_graph_tensors() -> int | None:
@@ -76,27 +71,23 @@ def _tf_tracing_count() -> int | None:
     return total
 
 
-def take_census(iteration: int) -> CensusPoint:
-    """Count live framework objects now (frameworks already imported only), plus two extras:
-    torch tensors that hold an autograd graph, and the tf.function tracing count."""
-    from trainguard.probes.census import census
-
-    c = census()
-    kinds = dict(c.by_kind())
-    detailed: dict[str, tuple[int, int]] = {}
-    for e in c.entries:
-        if e.nbytes <= 0:
-            continue
-        label = e.describe()
-        count, nbytes = detailed.get(label, (0, 0))
-        detailed[label] = (count + e.count, nbytes + e.nbytes)
+def extra_counts() -> dict[str, tuple[int, int]]:
+    """Two counts the census does not give: torch tensors that hold an autograd graph, and the
+    tf.function tracing count (frameworks already imported only)."""
+    out: dict[str, tuple[int, int]] = {}
     graph_tensors = _torch_graph_tensors()
     if graph_tensors is not None:
-        kinds["torch.Tensor with grad_fn"] = (graph_tensors, 0)
+        out["torch.Tensor with grad_fn"] = (graph_tensors, 0)
     tracing = _tf_tracing_count()
     if tracing is not None:
-        kinds["tensorflow.tf.function traces"] = (tracing, 0)
-    return CensusPoint(iteration, kinds, detailed)
+        out["tensorflow.tf.function traces"] = (tracing, 0)
+    return out
+
+
+def take_census(iteration: int) -> CensusPoint:
+    """Count live objects now: framework objects, numpy arrays, Python instances by type, and the
+    extra counts of :func:`extra_counts` (see :func:`trainguard.leaks._evidence.take_counts`)."""
+    return take_counts(iteration, None)
 
 
 def _slopes(points: list[CensusPoint], attr: str) -> dict[str, tuple[float, float]]:
@@ -145,8 +136,21 @@ def growth_by_kind(
     for label, (dc, db) in _slopes(usable, "detailed").items():
         if db >= min_bytes_per_iter:
             out.append(KindGrowth(label, round(dc, 2), round(db, 1), detail="by dtype and shape"))
-    out.sort(key=lambda g: (-g.bytes_per_iter, -g.count_per_iter, g.kind))
-    return tuple(out[:limit])
+    out.sort(key=lambda g: (kind_rank(g.kind), -g.bytes_per_iter, -g.count_per_iter, g.kind))
+    # builtins are the heap's churn: a few that grow by at least one a call are enough
+    builtins = [g for g in out if kind_rank(g.kind) == 3 and g.count_per_iter >= 1][:3]
+    return tuple([g for g in out if kind_rank(g.kind) < 3][: limit - len(builtins)] + builtins)
+
+
+def kind_rank(kind: str) -> int:
+    """Order of interest: framework objects and arrays (0), container entries (1), instances of
+    classes that are not builtins (2), builtins such as dict, list, tuple (3)."""
+    if kind.startswith("entries of "):
+        return 1
+    if kind.startswith("python."):
+        name = kind.removeprefix("python.")
+        return 2 if "." in name and name.split(".", 1)[0] not in sys.stdlib_module_names else 3
+    return 0
 
 
 def framework_hints(growth: tuple[KindGrowth, ...], modules: set[str] | None = None) -> tuple[str, ...]:
@@ -194,11 +198,35 @@ def framework_hints(growth: tuple[KindGrowth, ...], modules: set[str] | None = N
     return tuple(hints)
 
 
-class TracemallocProbe:
-    """Python allocation sites that grow between two snapshots (slow: tracemalloc traces every allocation)."""
+def _user_frame(traceback: tracemalloc.Traceback) -> tracemalloc.Frame | None:
+    """The innermost frame of the user's own code in a traced stack (the innermost frame when the
+    stack holds none); None for the check's own bookkeeping (trainguard code called from it)."""
+    from trainguard.leaks.holders import is_user_file
 
-    def __init__(self, frames: int = 1) -> None:
+    frames = list(traceback)  # oldest call first (Python >= 3.7)
+    for frame in reversed(frames):
+        if frame.filename.startswith(_PACKAGE_DIR):
+            return None
+        if is_user_file(frame.filename):
+            return frame
+    return frames[-1]
+
+
+_PACKAGE_DIR = __file__.rsplit("/", 2)[0] + "/"
+
+
+class TracemallocProbe:
+    """Python allocation sites that grow between two snapshots (slow: tracemalloc traces every allocation).
+
+    Each allocation is traced with ``frames`` frames of its stack, and a site is named by the first
+    frame in the user's own code (not the standard library, site-packages or trainguard): the
+    numpy array a step appends to a list is then the user's ``append`` line, not numpy's
+    ``numeric.py``. ``full_stack=True`` adds the whole traced stack to each site's detail.
+    """
+
+    def __init__(self, frames: int = 32, *, full_stack: bool = False) -> None:
         self._frames = frames
+        self._full_stack = full_stack
         self._first: tracemalloc.Snapshot | None = None
         self._first_iteration = 0
         self._started_here = False
@@ -216,29 +244,33 @@ class TracemallocProbe:
     def growth(
         self, iteration: int, *, limit: int = 8, min_bytes_per_iter: float = 256.0
     ) -> tuple[KindGrowth, ...]:
-        """Sites that grew since :meth:`mark`, per iteration."""
+        """Sites that grew since :meth:`mark`, per iteration, each named by its first user frame."""
         if self._first is None or iteration <= self._first_iteration:
             return ()
         snap = tracemalloc.take_snapshot()
         filters = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen *>")]
-        stats = snap.filter_traces(filters).compare_to(self._first.filter_traces(filters), "lineno")
+        stats = snap.filter_traces(filters).compare_to(self._first.filter_traces(filters), "traceback")
         span = iteration - self._first_iteration
-        out = []
+        sites: dict[str, list[Any]] = {}
         for s in stats:
-            per_iter = s.size_diff / span
-            if per_iter < min_bytes_per_iter:
+            if s.size_diff <= 0:
                 continue
-            frame = s.traceback[0]
+            frame = _user_frame(s.traceback)
+            if frame is None:
+                continue
+            site = sites.setdefault(f"{frame.filename}:{frame.lineno}", [0, 0, s.traceback])
+            site[0] += s.size_diff
+            site[1] += s.count_diff
+        out = []
+        for where, (size, count, tb) in sorted(sites.items(), key=lambda kv: -kv[1][0]):
+            if size / span < min_bytes_per_iter or len(out) >= limit:
+                continue
+            detail = "tracemalloc"
+            if self._full_stack:
+                detail += ": " + " -> ".join(f"{f.filename}:{f.lineno}" for f in tb)
             out.append(
-                KindGrowth(
-                    f"python {frame.filename}:{frame.lineno}",
-                    round(s.count_diff / span, 2),
-                    round(per_iter, 1),
-                    detail="tracemalloc",
-                )
+                KindGrowth(f"python {where}", round(count / span, 2), round(size / span, 1), detail=detail)
             )
-            if len(out) >= limit:
-                break
         return tuple(out)
 
     def stop(self) -> None:

@@ -26,6 +26,39 @@ def check_plot_path(path: str) -> Path:
     return p
 
 
+def _unit(values: list[float]) -> tuple[str, float]:
+    """The binary unit the text and table use (trainguard.units.format_bytes) for these values."""
+    top = max((abs(v) for v in values), default=0.0)
+    for unit, scale in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
+        if top >= scale:
+            return unit, scale
+    return "B", 1.0
+
+
+def _slope_and_band(ax: Any, report: Any, xs: list[float], ys: list[float], scale: float) -> None:
+    """The fitted slope over the settled part and its 95 % interval as a band around it."""
+    import numpy as np
+
+    from trainguard.units import format_bytes
+
+    kept = [(x, y) for x, y in zip(xs, ys, strict=False) if x >= report.warmup_iterations]
+    if not kept:
+        return
+    kx = np.array([k[0] for k in kept], dtype=float)
+    ky = np.array([k[1] for k in kept], dtype=float)
+    slope = report.slope_bytes_per_iter / scale
+    # the line and the band pivot where the fit is best known: the middle of the settled part
+    x0 = float(np.median(kx))
+    y0 = float(np.median(ky - slope * (kx - x0)))
+    label = f"slope {format_bytes(report.slope_bytes_per_iter, signed=True)}/iter"
+    ax.plot(kx, y0 + slope * (kx - x0), color="red", label=label)
+    low, high = report.ci_low_bytes_per_iter, report.ci_high_bytes_per_iter
+    if low is not None and high is not None:
+        lo, hi = y0 + low / scale * (kx - x0), y0 + high / scale * (kx - x0)
+        band = f"95 % interval {format_bytes(low, signed=True)} .. {format_bytes(high, signed=True)}/iter"
+        ax.fill_between(kx, np.minimum(lo, hi), np.maximum(lo, hi), color="red", alpha=0.15, label=band)
+
+
 def plot_report(report: Any, path: str) -> str:
     """Write ``report``'s series to ``path`` (PNG or SVG) and return the path.
 
@@ -43,8 +76,9 @@ def plot_report(report: Any, path: str) -> str:
         raise missing("matplotlib", "plotting a leak check", extra="plot") from None
 
     xs = [r["iteration"] for r in report.series]
-    mib = 1024.0 * 1024.0
-    ys = [r["bytes"] / mib for r in report.series]
+    unit, scale = _unit([r["bytes"] for r in report.series])
+    mib = scale
+    ys = [r["bytes"] / scale for r in report.series]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     try:
         ax.plot(xs, ys, "o-", ms=3, lw=1, label=f"{report.metric} after gc + trim")
@@ -63,22 +97,9 @@ def plot_report(report: Any, path: str) -> str:
         if report.warmup_iterations:
             ax.axvline(report.warmup_iterations, color="orange", ls="--", label="end of warm-up")
         if report.slope_bytes_per_iter is not None and xs:
-            import numpy as np
-
-            kept = [(x, y) for x, y in zip(xs, ys, strict=False) if x >= report.warmup_iterations]
-            if kept:
-                kx = np.array([k[0] for k in kept], dtype=float)
-                ky = np.array([k[1] for k in kept], dtype=float)
-                slope = report.slope_bytes_per_iter / mib
-                intercept = float(np.median(ky - slope * kx))
-                ax.plot(
-                    kx,
-                    intercept + slope * kx,
-                    color="red",
-                    label=f"slope {report.slope_bytes_per_iter / 1024:+,.1f} KiB/iter",
-                )
+            _slope_and_band(ax, report, xs, ys, scale)
         ax.set_xlabel("iteration")
-        ax.set_ylabel("MiB")
+        ax.set_ylabel(unit)
         ax.set_title(f"leakcheck: {report.verdict.value}")
         ax.legend(loc="best", fontsize=8)
         fig.tight_layout()

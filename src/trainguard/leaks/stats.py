@@ -29,6 +29,26 @@ The pieces, and why each is there:
   ``alpha``. A leak is only called when the growth is significant at that look's level, at least
   ``tolerance`` bytes per iteration, persists in the most recent half of the window (not slowing
   down), and is not one or two jumps.
+* :func:`count_trend` -- exact counts of live objects (tensors, graph operations, arrays, entries
+  of a container) have no allocator noise, so their evidence is of another kind: see below.
+
+Count evidence (:func:`count_trend`, used by ``leakcheck`` to call a leak before its 120-call
+warm-up gate). Under the null hypothesis that a kind's count does not trend (its readings are
+exchangeable: objects that come and go), the chance that ``m`` readings come out in strictly
+increasing order is ``1/m!`` whatever their distribution (ties only lower it). That is the test's
+p-value; the loop splits its false-positive budget over the looks and the kinds tested
+(Bonferroni), so that 10 readings (``1/10! = 2.8e-7``) are enough for hundreds of kinds. Exchangeable
+is not the only way not to leak, though: a bounded cache or pool fills one entry per call and then
+stops, and before it is full its count rises exactly like a leak's. Nothing in the counts can tell
+the two apart until the bound is passed, so a count supports a leak only when (1) it has risen at
+every reading over at least ``min_calls`` calls (15), (2) it has not slowed down (the recent half
+of the run grows at least ``1 - max_slowdown`` times as fast as the first half, for the count and,
+when the kind carries bytes, for its bytes: a pool whose entries shrink is filling up), and (3) it
+has grown by more than ``fill_allowance`` objects (128: ``functools.lru_cache``'s default size,
+twice the 60-70 entries of the caches and pools of the leak corpus) during the run. A count that rose
+and then stayed flat for at least as many readings as it rose is a plateau. The leak check also
+asks that memory itself grows significantly at the same look and that the kind's bytes, when it
+has any, explain at least a quarter of that growth (see ``trainguard.leaks._evidence``).
 """
 
 from __future__ import annotations
@@ -58,6 +78,8 @@ __all__ = [
     "look_schedule",
     "alpha_per_look",
     "decide",
+    "CountTrend",
+    "count_trend",
 ]
 
 ArrayLike = Sequence[float] | np.ndarray
@@ -483,6 +505,13 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:+.3g}{unit}"
 
 
+def _check_level(alpha: float, tolerance: float) -> None:
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha={alpha!r} must be between 0 and 1")
+    if tolerance < 0:
+        raise ConfigError(f"tolerance={tolerance!r} must be >= 0")
+
+
 def decide(
     y: ArrayLike,
     x: ArrayLike | None = None,
@@ -516,10 +545,7 @@ def decide(
     Returns:
         A :class:`Decision`; ``verdict`` is None when more iterations are needed.
     """
-    if not 0 < alpha < 1:
-        raise ConfigError(f"alpha={alpha!r} must be between 0 and 1")
-    if tolerance < 0:
-        raise ConfigError(f"tolerance={tolerance!r} must be >= 0")
+    _check_level(alpha, tolerance)
     xa, ya = _as_xy(y, x)
     n = ya.size
     if n < 4:
@@ -536,8 +562,7 @@ def decide(
     half = m // 2
     recent = robust_slope(wy[half:], wx[half:], confidence=confidence) if m - half >= 4 else None
     step_idx = detect_steps(wy, min_jump=max(tolerance * 2, 1.0) if unit == "B" else 0.0)
-    fmt = _fmt
-    rate = f"{fmt(est.slope, unit)}/iter (CI {fmt(est.ci_low, unit)} .. {fmt(est.ci_high, unit)})"
+    rate = f"{_fmt(est.slope, unit)}/iter (CI {_fmt(est.ci_low, unit)} .. {_fmt(est.ci_high, unit)})"
 
     def out(verdict: Verdict | None, reason: str) -> Decision:
         return Decision(verdict, reason, warm, est, recent, tuple(i + warm for i in step_idx), noise, alpha)
@@ -547,36 +572,7 @@ def decide(
 
     significant = est.p_increase < alpha and est.slope >= tolerance
     if significant:
-        problems: list[str] = []
-        if recent is not None:
-            first = robust_slope(wy[: half + 1], wx[: half + 1], confidence=confidence)
-            se = math.hypot(first.stderr, recent.stderr)
-            z_slow = (first.slope - recent.slope) / se if se > 0 and math.isfinite(se) else 0.0
-            # growth must show in both halves: a level shift (the allocator switching to a
-            # bigger heap for a while) lifts the whole series but leaves one half flat
-            # (with a relative drop too: on an almost noiseless series a 1 % difference is "significant")
-            slowing = (z_slow > 1.645 and recent.slope < 0.8 * first.slope) or (
-                z_slow > 1.0 and recent.slope < 0.5 * first.slope
-            )
-            if slowing or recent.slope < tolerance or recent.p_increase > 0.25 or first.slope <= 0:
-                problems.append(
-                    f"growth is slowing down ({fmt(first.slope, unit)}/iter, then {fmt(recent.slope, unit)}/iter)"
-                )
-        if strong and m >= 9:
-            tail_start = m - max(m // 3, 4)
-            tail = robust_slope(wy[tail_start:], wx[tail_start:], confidence=confidence)
-            if not (tail.p_increase < 0.01 and tail.slope >= max(tolerance, 0.5 * est.slope)):
-                problems.append(
-                    f"the last {tail.n} measurements do not show the same growth on their own "
-                    f"({fmt(tail.slope, unit)}/iter)"
-                )
-        up_steps = [i for i in step_idx if wy[i] > wy[i - 1]]
-        if step_idx and len(up_steps) <= 2:
-            adjusted = _remove_jumps(wy, step_idx)
-            adj = robust_slope(adjusted, wx, confidence=confidence)
-            if not (adj.p_increase < alpha and adj.slope >= tolerance):
-                where = ", ".join(str(int(wx[i])) for i in up_steps) or "-"
-                problems.append(f"most growth came in {len(step_idx)} jump(s) (at iteration {where})")
+        problems = _leak_problems(wy, wx, est, recent, step_idx, tolerance, alpha, confidence, strong, unit)
         if not problems:
             return out(
                 Verdict.LEAK, f"memory grows {rate}, steadily after {int(xa[warm])} warm-up iterations"
@@ -584,48 +580,224 @@ def decide(
         if not final:
             return out(None, "; ".join(problems) + "; collecting more iterations")
         plateau = plateau_test(ya, xa, tolerance=tolerance, confidence=confidence)
-        if recent is not None and not (recent.p_increase < alpha and recent.ci_low > 0):
-            return (
-                out(
-                    Verdict.PLATEAU,
-                    f"memory grew {rate} but {problems[0]}, and the last {recent.n} measurements show no "
-                    f"significant growth ({fmt(recent.slope, unit)}/iter)",
-                )
-                if plateau.is_plateau or recent.ci_high < max(tolerance, est.slope / 2)
-                else out(
-                    Verdict.INCONCLUSIVE, f"memory grew {rate} but {'; '.join(problems)}; run more iterations"
-                )
+        stopped = recent is not None and not (recent.p_increase < alpha and recent.ci_low > 0)
+        if stopped and (plateau.is_plateau or recent.ci_high < max(tolerance, est.slope / 2)):
+            return out(
+                Verdict.PLATEAU,
+                f"memory grew {rate} but {problems[0]}, and the last {recent.n} measurements show no "
+                f"significant growth ({_fmt(recent.slope, unit)}/iter)",
             )
         return out(Verdict.INCONCLUSIVE, f"memory grew {rate} but {'; '.join(problems)}; run more iterations")
+    verdict, reason = _without_significant_growth(
+        ya, xa, warm, est, strict, noise, tolerance, confidence, final, m >= min_points, rate, unit
+    )
+    return out(verdict, reason)
 
+
+def _leak_problems(
+    wy: np.ndarray,
+    wx: np.ndarray,
+    est: SlopeEstimate,
+    recent: SlopeEstimate | None,
+    step_idx: tuple[int, ...],
+    tolerance: float,
+    alpha: float,
+    confidence: float,
+    strong: bool,
+    unit: str,
+) -> list[str]:
+    """Why significant growth is not (yet) a leak: it slows down, the recent third does not grow
+    on its own (``strong``), or most of it came in one or two jumps. Empty when it is a leak."""
+    fmt = _fmt
+    problems: list[str] = []
+    m = wy.size
+    half = m // 2
+    if recent is not None:
+        first = robust_slope(wy[: half + 1], wx[: half + 1], confidence=confidence)
+        se = math.hypot(first.stderr, recent.stderr)
+        z_slow = (first.slope - recent.slope) / se if se > 0 and math.isfinite(se) else 0.0
+        # growth must show in both halves: a level shift (the allocator switching to a
+        # bigger heap for a while) lifts the whole series but leaves one half flat
+        # (with a relative drop too: on an almost noiseless series a 1 % difference is "significant")
+        slowing = (z_slow > 1.645 and recent.slope < 0.8 * first.slope) or (
+            z_slow > 1.0 and recent.slope < 0.5 * first.slope
+        )
+        if slowing or recent.slope < tolerance or recent.p_increase > 0.25 or first.slope <= 0:
+            problems.append(
+                f"growth is slowing down ({fmt(first.slope, unit)}/iter, then {fmt(recent.slope, unit)}/iter)"
+            )
+    if strong and m >= 9:
+        tail_start = m - max(m // 3, 4)
+        tail = robust_slope(wy[tail_start:], wx[tail_start:], confidence=confidence)
+        if not (tail.p_increase < 0.01 and tail.slope >= max(tolerance, 0.5 * est.slope)):
+            problems.append(
+                f"the last {tail.n} measurements do not show the same growth on their own "
+                f"({fmt(tail.slope, unit)}/iter)"
+            )
+    up_steps = [i for i in step_idx if wy[i] > wy[i - 1]]
+    if step_idx and len(up_steps) <= 2:
+        adjusted = _remove_jumps(wy, step_idx)
+        adj = robust_slope(adjusted, wx, confidence=confidence)
+        if not (adj.p_increase < alpha and adj.slope >= tolerance):
+            where = ", ".join(str(int(wx[i])) for i in up_steps) or "-"
+            problems.append(f"most growth came in {len(step_idx)} jump(s) (at iteration {where})")
+    return problems
+
+
+def _without_significant_growth(
+    ya: np.ndarray,
+    xa: np.ndarray,
+    warm: int,
+    est: SlopeEstimate,
+    strict: SlopeEstimate,
+    noise: float,
+    tolerance: float,
+    confidence: float,
+    final: bool,
+    enough: bool,
+    rate: str,
+    unit: str,
+) -> tuple[Verdict | None, str]:
+    """The verdict when growth is not significant: plateau, no_leak, wait, or inconclusive."""
+    fmt = _fmt
     # a few MB of first-iteration caches is ordinary; a plateau is growth worth mentioning
     min_growth = 4.0 * 1024 * 1024 if unit == "B" else 0.0
     plateau = plateau_test(
         ya, xa, warmup_index=warm, tolerance=tolerance, confidence=confidence, min_growth=min_growth
     )
-    if plateau.is_plateau and (final or m >= min_points):
-        return out(
-            Verdict.PLATEAU,
+    if plateau.is_plateau and (final or enough):
+        return Verdict.PLATEAU, (
             f"memory grew {fmt(plateau.growth_before, unit)} over the first {int(xa[warm])} iterations, "
-            f"then leveled off: {rate}",
+            f"then leveled off: {rate}"
         )
     if strict.ci_high < tolerance:
         if est.ci_low > 0:
             # significant but slower than the tolerance: say so rather than "no growth", so a user
             # who cares about slow growth (a long-running service) knows to lower the tolerance
-            return out(
-                Verdict.NO_LEAK,
+            return Verdict.NO_LEAK, (
                 f"slow growth {rate}, below the tolerance {fmt(tolerance, unit)}/iter: not counted as a "
-                "leak (lower --tolerance to count it)",
+                "leak (lower --tolerance to count it)"
             )
-        return out(Verdict.NO_LEAK, f"no growth: {rate}, below the tolerance {fmt(tolerance, unit)}/iter")
+        return Verdict.NO_LEAK, f"no growth: {rate}, below the tolerance {fmt(tolerance, unit)}/iter"
     if not final:
-        return out(
-            None,
-            f"no significant growth yet ({rate}); a leak up to {fmt(est.ci_high, unit)}/iter is not ruled out",
+        return None, (
+            f"no significant growth yet ({rate}); a leak up to {fmt(est.ci_high, unit)}/iter is not ruled out"
         )
-    return out(
-        Verdict.INCONCLUSIVE,
+    return Verdict.INCONCLUSIVE, (
         f"no significant growth ({rate}), but the noise ({fmt(noise, unit)}) leaves a leak of up to "
-        f"{fmt(est.ci_high, unit)}/iter possible; run more iterations or raise the tolerance",
+        f"{fmt(est.ci_high, unit)}/iter possible; run more iterations or raise the tolerance"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CountTrend:
+    """What an exact count series says (see "Count evidence" in the module docstring).
+
+    Attributes:
+        status: ``"grows"`` (supports a leak), ``"filling"`` (rises steadily but has not yet passed
+            the fill allowance or the minimum span), ``"slowing"`` (rises, more and more slowly),
+            ``"plateau"`` (rose, then stayed flat), ``"flat"`` or ``"irregular"``.
+        count_per_iter: growth per call over the rising run (0 when there is none).
+        bytes_per_iter: the same for the kind's bytes (0 when it has none).
+        run_readings: readings in the final strictly rising run.
+        run_calls: calls that run spans.
+        grown: objects added over that run.
+        p_value: ``1 / run_readings!``, the chance of such a run without a trend.
+    """
+
+    status: str
+    count_per_iter: float
+    bytes_per_iter: float
+    run_readings: int
+    run_calls: int
+    grown: int
+    p_value: float
+
+
+def _rising_run(c: np.ndarray) -> int:
+    """Index where the final strictly rising run of ``c`` starts."""
+    i = c.size - 1
+    while i > 0 and c[i] > c[i - 1]:
+        i -= 1
+    return i
+
+
+def _not_slowing(v: np.ndarray, x: np.ndarray, max_slowdown: float) -> bool:
+    """The second half of the run grows at least (1 - max_slowdown) times as fast as the first."""
+    half = v.size // 2
+    first = (v[half] - v[0]) / max(x[half] - x[0], 1e-12)
+    recent = (v[-1] - v[half]) / max(x[-1] - x[half], 1e-12)
+    return bool(first > 0 and recent >= (1.0 - max_slowdown) * first)
+
+
+def count_trend(
+    counts: ArrayLike,
+    x: ArrayLike | None = None,
+    nbytes: ArrayLike | None = None,
+    *,
+    alpha: float,
+    min_calls: int = 15,
+    min_readings: int = 6,
+    fill_allowance: int = 128,
+    max_slowdown: float = 0.2,
+) -> CountTrend:
+    """Does an exact count of live objects grow like a leak? See "Count evidence" above.
+
+    Args:
+        counts: the kind's count at each reading.
+        x: calls made at each reading (default ``0..n-1``).
+        nbytes: the bytes the kind held at each reading, if known.
+        alpha: the false-positive level of this test (this look's, split over the kinds tested).
+        min_calls: the rising run must span at least this many calls.
+        min_readings: and at least this many readings.
+        fill_allowance: a bounded cache or pool can hold this many objects; growth must pass it.
+        max_slowdown: how much slower the recent half of the run may grow.
+
+    Returns:
+        A :class:`CountTrend`.
+
+    Raises:
+        ConfigError: a bad level, NaN values, or series of different lengths.
+    """
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha={alpha!r} must be between 0 and 1, e.g. 0.001")
+    xa, ca = _as_xy(counts, x)
+    ba = _as_xy(nbytes, xa)[1] if nbytes is not None else np.zeros_like(ca)
+    if ca.size < 3:
+        status = "filling" if ca.size == 2 and ca[1] > ca[0] else "flat"
+        span = float(xa[-1] - xa[0]) if ca.size == 2 else 0.0
+        rate = float(ca[-1] - ca[0]) / span if span > 0 else 0.0
+        byte_rate = float(ba[-1] - ba[0]) / span if span > 0 else 0.0
+        return CountTrend(status, rate, byte_rate, int(ca.size), int(span), int(ca[-1] - ca[0]), 1.0)
+    start = _rising_run(ca)
+    m = ca.size - start
+    if m < 2:
+        return _count_not_rising(ca, xa)
+    span = float(xa[-1] - xa[start])
+    grown = int(ca[-1] - ca[start])
+    rate = grown / max(span, 1e-12)
+    byte_rate = float(ba[-1] - ba[start]) / max(span, 1e-12)
+    p_value = math.exp(-math.lgamma(m + 1))
+    cx, cc, cb = xa[start:], ca[start:], ba[start:]
+    steady = m < 4 or (
+        _not_slowing(cc, cx, max_slowdown) and (cb[-1] <= cb[0] or _not_slowing(cb, cx, max_slowdown))
+    )
+    if not steady:
+        status = "slowing"
+    elif p_value <= alpha and span >= min_calls and m >= min_readings and grown > fill_allowance:
+        status = "grows"
+    else:
+        status = "filling"
+    return CountTrend(status, rate, byte_rate, int(m), int(span), grown, p_value)
+
+
+def _count_not_rising(ca: np.ndarray, xa: np.ndarray) -> CountTrend:
+    """The last reading did not rise: a plateau when an earlier rise was followed by at least as
+    many flat readings, otherwise flat or irregular."""
+    top = int(np.argmax(ca))
+    flat_after = bool(np.all(ca[top:] == ca[top]))
+    rise = int(np.argmin(ca[: top + 1])) if top > 0 else 0
+    if flat_after and top > rise and ca.size - top >= max(3, top - rise):
+        return CountTrend("plateau", 0.0, 0.0, 1, 0, int(ca[top] - ca[rise]), 1.0)
+    status = "flat" if np.ptp(ca) == 0 else "irregular"
+    return CountTrend(status, 0.0, 0.0, 1, 0, 0, 1.0)

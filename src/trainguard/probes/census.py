@@ -293,6 +293,7 @@ def census(
     graph_objects: bool = True,
     exclude: Iterable[object] | None = None,
     stack_locals: bool = True,
+    roots: Iterable[object] = (),
 ) -> Census:
     """Count live framework objects (see the module docstring for what is counted and how).
 
@@ -310,6 +311,8 @@ def census(
             (every thread's stack). Running frames hide their locals from the GC; reading them
             means ``frame.f_locals``, which before Python 3.13 stores a snapshot on the frame like
             ``locals()`` does. False skips them (arrays held only in locals are then not seen).
+        roots: more objects whose referents are searched for numpy arrays: containers that
+            ``gc.get_objects()`` does not list (frozen with ``gc.freeze()``, or untracked dicts).
 
     Returns:
         A :class:`Census`.
@@ -338,12 +341,17 @@ def census(
         numpy = "numpy" in names
     exclude_ids = reachable_ids(exclude) if exclude is not None else frozenset()
     start = time.perf_counter()
-    entries = _run_census(names, numpy, graph_objects, exclude_ids, stack_locals)
+    entries = _run_census(names, numpy, graph_objects, exclude_ids, stack_locals, list(roots))
     return Census(entries=entries, elapsed_s=time.perf_counter() - start)
 
 
 def _run_census(
-    names: frozenset[str], numpy: bool, graph_objects: bool, exclude_ids: frozenset[int], stack_locals: bool
+    names: frozenset[str],
+    numpy: bool,
+    graph_objects: bool,
+    exclude_ids: frozenset[int],
+    stack_locals: bool,
+    extra_roots: list[Any],
 ) -> tuple[CensusEntry, ...]:
     clf = _Classifier(names, numpy, graph_objects)
     cache = clf.cache
@@ -384,7 +392,7 @@ def _run_census(
             elif code == _T_NDARRAY:
                 ndarrays[id(obj)] = obj
         if clf.ndarray is not None:
-            roots = objects + _stack_locals() if stack_locals else objects
+            roots = objects + extra_roots + (_stack_locals() if stack_locals else [])
             _find_ndarrays(roots, clf.ndarray, ndarrays, exclude_ids)
             del roots
         del objects

@@ -1,0 +1,92 @@
+"""Count evidence: stats.count_trend and leaks._evidence.count_support on exact count series."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainguard.exceptions import ConfigError
+from trainguard.leaks import _evidence
+from trainguard.leaks import stats as S
+
+ALPHA = 1e-5  # a look's level split over tens of kinds, as the loop does
+
+
+def test_a_count_that_rises_every_call_past_the_fill_allowance_grows() -> None:
+    x = np.arange(20)
+    t = S.count_trend(1000 + 1084 * x, x, alpha=ALPHA)  # the Keras TF fit: 1,084 Operations a fit
+    assert t.status == "grows" and t.count_per_iter == pytest.approx(1084)
+    assert t.run_readings == 20 and t.p_value == pytest.approx(1 / 2.43290200817664e18)
+
+
+def test_too_short_a_run_or_too_few_objects_is_still_filling() -> None:
+    x = np.arange(12)
+    assert S.count_trend(1084 * x, x, alpha=ALPHA).status == "filling"  # 11 calls < 15
+    x = np.arange(40)
+    # one entry a call for 40 calls: a cache of 64 would look the same
+    assert S.count_trend(x, x, alpha=ALPHA).status == "filling"
+
+
+def test_a_bounded_cache_that_fills_and_stops_is_a_plateau() -> None:
+    x = np.arange(150)
+    counts = np.minimum(x, 60)
+    t = S.count_trend(counts, x, alpha=ALPHA)
+    assert t.status == "plateau" and t.grown == 60
+
+
+def test_a_pool_whose_entries_shrink_is_slowing_not_growing() -> None:
+    x = np.arange(60)
+    counts = 3 * x  # three entries a call...
+    nbytes = np.cumsum(2_000_000 * (1 - x / 71) + 64_000)  # ...each smaller than the last
+    assert S.count_trend(counts, x, nbytes, alpha=ALPHA).status == "slowing"
+    assert S.count_trend(counts, x, 100_000 * x, alpha=ALPHA).status == "grows"
+
+
+def test_counts_that_come_and_go_do_not_grow() -> None:
+    rng = np.random.default_rng(0)
+    x = np.arange(200)
+    hits = sum(S.count_trend(rng.poisson(500, 200), x, alpha=ALPHA).status == "grows" for _ in range(500))
+    assert hits == 0
+
+
+def test_bad_input() -> None:
+    with pytest.raises(ConfigError):
+        S.count_trend([1, 2, 3], [1, 2], alpha=0.01)
+    with pytest.raises(ConfigError):
+        S.count_trend([1, 2, 3], alpha=0)
+
+
+def points(kinds: dict[str, list[tuple[int, int]]], xs: list[int]) -> list[_evidence.CountPoint]:
+    return [_evidence.CountPoint(x, {k: v[i] for k, v in kinds.items()}, {}) for i, x in enumerate(xs)]
+
+
+def test_support_needs_a_qualifying_kind() -> None:
+    xs = list(range(0, 40, 2))
+    series = [{"iteration": x, "bytes": 1e8 + 100_000 * x} for x in xs]
+    arrays = [(10 + x, 1000 + 100_000 * x) for x in xs]  # bytes explain the memory slope
+    floats = [(10 + 10 * x, 0) for x in xs]  # a history list of floats: a builtin, no bytes
+    s = _evidence.count_support(points({"numpy.ndarray": arrays}, xs), series, alpha=1e-3)
+    assert not s.supports  # 40 arrays: within the fill allowance of a bounded cache
+    many = [(10 + 200 * x, 1000 + 100_000 * x) for x in xs]
+    assert _evidence.count_support(points({"numpy.ndarray": many}, xs), series, alpha=1e-3).supports
+    s = _evidence.count_support(points({"python.float": floats}, xs), series, alpha=1e-3)
+    assert not s.supports and s.kinds[0].trend.status == "grows" and not s.kinds[0].qualifies
+    ops = [(10 + 1084 * x, 0) for x in xs]
+    assert _evidence.count_support(points({"tensorflow.Operation": ops}, xs), series, alpha=1e-3).supports
+
+
+def test_support_says_when_counts_found_nothing() -> None:
+    xs = list(range(10))
+    flat = points({"numpy.ndarray": [(5, 500)] * 10}, xs)
+    s = _evidence.count_support(flat, [{"iteration": x, "bytes": 1e8 + 1e6 * x} for x in xs], alpha=1e-3)
+    assert s.found_nothing and not s.supports
+    d = _evidence.evidence_dict(s, "", flat)
+    assert d["status"] == "found_nothing" and "outside" in d["note"]
+
+
+def test_census_budget_and_fallback() -> None:
+    assert _evidence.census_gap(0.01, 1.0) == 1
+    assert _evidence.census_gap(0.01, 0.001) == 200
+    assert _evidence.census_fallback(0.01, 120.0) == ""
+    note = _evidence.census_fallback(2.0, 120.0)  # 2 s a census, 6 s of census time allowed
+    assert "left out" in note and "rests on memory alone" in note
