@@ -54,7 +54,7 @@ class Trainer:
         self.history = []
 
     def step(self):
-        time.sleep(0.005)
+        time.sleep(0.02)
         loss = self.model(torch.randn(8, 16)).pow(2).mean()
         loss.backward()
         self.history.append(loss)  # should be loss.item()
@@ -69,7 +69,7 @@ import json, sys
 sys.path.insert(0, {folder!r})
 import {module} as mod
 import trainguard
-report = trainguard.leakcheck({step}, max_iterations=300, max_time=None, tracemalloc={tracemalloc})
+report = trainguard.leakcheck({step}, max_iterations=300, max_time="5m", tracemalloc={tracemalloc})
 print(json.dumps(report.to_dict()))
 """
 
@@ -183,7 +183,7 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 sys.path.insert(0, {str(tmp_path)!r})
 import holders_keras as mod
 import trainguard
-report = trainguard.leakcheck(mod.step, max_iterations=12, min_iterations=12, max_time=None)
+report = trainguard.leakcheck(mod.step, max_iterations=12, min_iterations=12, max_time="10m")
 print(json.dumps(report.to_dict()))
 """
     data = run(tmp_path, "holders_keras", source, script)

@@ -331,6 +331,10 @@ def run_loop(
             watch.release()
 
 
+#: Census points kept at most (thinned by half beyond it, first and last kept).
+_MAX_CENSUS_POINTS = 32
+
+
 class _Counts:
     """The census side of the loop: when to take one (within ``_evidence.CENSUS_SHARE`` of the
     step time), what the counts say at a look, and who holds what grows."""
@@ -390,6 +394,11 @@ class _Counts:
         self.objects_at_last = self.objects_now or len(gc.get_objects())
         self.objects_now = 0
         self.points.append(point)
+        if len(self.points) > _MAX_CENSUS_POINTS:
+            # the censuses live in the measured process: an unbounded list of them is itself a
+            # slow leak (tens of KB each), which a fast step's readings would see. Keep the first,
+            # the last, and every other one between.
+            self.points[1:-1] = self.points[1:-1:2]
 
     def take_final(self, iterations: int, step_time_s: float, elapsed_s: float) -> None:
         """The last census, for what grows; skipped when counts fell back, or when it would cost
