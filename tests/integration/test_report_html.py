@@ -45,10 +45,12 @@ def browser():
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> tuple[Path, str]:
     """A real run: 2 workers, workers that grow 24 MiB a trial and are recycled every 3 trials, one
-    trial killed at the memory limit, one that raises."""
+    trial killed at the memory limit, one that raises. 16 attempts on 2 slots of 3 trials make at
+    least 6 workers, of which at most one is killed and two end with the run: at least 2 recycles,
+    whichever slot the scheduler gives each trial."""
     folder = tmp_path_factory.mktemp("run")
     db = folder / "runs.db"
-    grid = [{"kind": "leak", "mb": 24, "i": i} for i in range(10)]
+    grid = [{"kind": "leak", "mb": 24, "i": i} for i in range(14)]
     grid.insert(5, {"kind": "alloc"})
     grid.insert(8, {"kind": "raise", "payload": "bad input"})
     policy = trainguard.Policy(memory_limit="400MB", max_trials_per_worker=3, peak_ratio=None)
@@ -103,7 +105,7 @@ def test_run_report_in_chromium(browser, real_run, tmp_path: Path, capsys) -> No
     assert "recycled by policy" in recycle_tip and "[rule: max_trials]" in recycle_tip
     # the trials table: all rows, then filtered by text and by status, then sorted by peak
     rows = page.locator("[data-table='trials'] tbody tr")
-    assert rows.count() == len(trials) == 12
+    assert rows.count() == len(trials) == 16
     page.fill("[data-table='trials'] input[type='search']", "alloc")
     assert rows.count() == 1 and "killed at the memory limit" in rows.first.inner_text()
     page.fill("[data-table='trials'] input[type='search']", "")
