@@ -409,8 +409,14 @@ class _Counts:
         allowed = _evidence.CENSUS_SHARE * max(step_time_s, 1.0)
         if len(self.points) < 2:
             allowed = max(allowed, 0.1 * elapsed_s)
-        if self.fallback or self.predicted_cost() > allowed:
+        predicted = self.predicted_cost()
+        if self.fallback or predicted > allowed:
             return
+        if len(self.points) < 2 and step_time_s > 0:
+            # the loop never got to weigh a census against the budget (the first one ran before
+            # the step built its heap): weigh this one against the step time the check had, and
+            # keep it for what grows either way
+            self.fallback = _evidence.census_fallback(predicted, step_time_s)
         self.take(iterations)
 
     def look(self, series: list[dict[str, Any]], alpha: float, key: str) -> bool:
