@@ -282,27 +282,18 @@ class _NodeLoop:
     def after_reading(self) -> bool:
         elapsed = time.perf_counter() - self.start
         k = self.plan.calls_per_measurement if self.plan else 1
-        final = _plan.out_of_budget(
+        final, looks_now = _plan.look_due(
             self.config,
+            self.plan,
             self.series,
             iterations=self.iterations,
             elapsed_s=elapsed,
             next_block_s=k * self.step_time() + self.measure_cost,
         )
-        looks_now = final or (self.plan is not None and len(self.series) in self.plan.schedule)
         if self.progress is not None and (time.perf_counter() - self.last_progress > 0.5 or looks_now):
             self.last_progress = time.perf_counter()
-            ys = [r["bytes"] for r in self.series[-60:]]
-            xs = [r["iteration"] for r in self.series[-60:]]
             self.progress(
-                {
-                    "iteration": self.iterations,
-                    "measurements": len(self.series),
-                    "bytes": ys[-1],
-                    "elapsed_s": elapsed,
-                    "slope_bytes_per_iter": stats.theil_sen(ys, xs) if len(ys) >= 3 else None,
-                    "calls_per_measurement": k,
-                }
+                _plan.progress_event(self.series, iterations=self.iterations, elapsed_s=elapsed, k=k)
             )
         if not looks_now or self.plan is None:
             return final

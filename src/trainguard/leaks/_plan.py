@@ -198,6 +198,40 @@ def host_key(config: Any, series: list[dict[str, Any]], children_seen: bool, fin
     return "bytes"
 
 
+def look_due(
+    config: Any,
+    plan: Any,
+    series: list[dict[str, Any]],
+    *,
+    iterations: int,
+    elapsed_s: float,
+    next_block_s: float,
+) -> tuple[bool, bool]:
+    """``(final, look_now)`` after a reading: whether the budget is spent (:func:`out_of_budget`),
+    and whether the loop looks now (the budget is spent, or the plan's schedule says so). The
+    Python and Node loops both ask this."""
+    final = out_of_budget(
+        config, series, iterations=iterations, elapsed_s=elapsed_s, next_block_s=next_block_s
+    )
+    return final, final or (plan is not None and len(series) in plan.schedule)
+
+
+def progress_event(
+    series: list[dict[str, Any]], *, iterations: int, elapsed_s: float, k: int
+) -> dict[str, Any]:
+    """What a progress callback gets after a reading: the slope over the last 60 readings."""
+    ys = [r["bytes"] for r in series[-60:]]
+    xs = [r["iteration"] for r in series[-60:]]
+    return {
+        "iteration": iterations,
+        "measurements": len(series),
+        "bytes": ys[-1],
+        "elapsed_s": elapsed_s,
+        "slope_bytes_per_iter": stats.theil_sen(ys, xs) if len(series) >= 3 else None,
+        "calls_per_measurement": k,
+    }
+
+
 def out_of_budget(
     config: Any, series: list[dict[str, Any]], *, iterations: int, elapsed_s: float, next_block_s: float
 ) -> bool:

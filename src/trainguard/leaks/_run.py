@@ -559,14 +559,14 @@ class _Loop:
         """Progress, and a look when the schedule says so; True when the loop must stop."""
         elapsed = time.perf_counter() - self.start
         k = self.plan.calls_per_measurement if self.plan else 1
-        final = _plan.out_of_budget(
+        final, looks_now = _plan.look_due(
             self.config,
+            self.plan,
             self.series,
             iterations=self.iterations,
             elapsed_s=elapsed,
             next_block_s=k * self.step_time() + self.measure_cost,
         )
-        looks_now = final or (self.plan is not None and len(self.series) in self.plan.schedule)
         self.report_progress(elapsed, k, looks_now)
         if not looks_now or self.plan is None:
             return final
@@ -590,19 +590,7 @@ class _Loop:
         if self.progress is None or (time.perf_counter() - self.last_progress <= 0.5 and not looks_now):
             return
         self.last_progress = time.perf_counter()
-        n = len(self.series)
-        ys = [r["bytes"] for r in self.series[-60:]]
-        xs = [r["iteration"] for r in self.series[-60:]]
-        self.progress(
-            {
-                "iteration": self.iterations,
-                "measurements": n,
-                "bytes": ys[-1],
-                "elapsed_s": elapsed,
-                "slope_bytes_per_iter": stats.theil_sen(ys, xs) if n >= 3 else None,
-                "calls_per_measurement": k,
-            }
-        )
+        self.progress(_plan.progress_event(self.series, iterations=self.iterations, elapsed_s=elapsed, k=k))
 
     # -- the end -------------------------------------------------------------------------------
 
