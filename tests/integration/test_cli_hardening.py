@@ -452,3 +452,14 @@ def test_log_lines_show_control_characters_too(tmp_path):
         assert proc.returncode == 0, proc.stderr
     assert "INFO" in proc.stderr and "log\\x1b[2Jname" in proc.stderr
     assert ESC not in proc.stderr
+
+
+def test_demo_refused_before_work_leaves_no_temporary_folder(tmp_path, monkeypatch) -> None:
+    """A demo refused for a bad --trials leaves no empty trainguard-demo-* folder behind."""
+    import tempfile
+
+    from trainguard.cli import main as cli_main
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert cli_main(["demo", "--trials", "1"]) == 2
+    assert list(tmp_path.iterdir()) == []

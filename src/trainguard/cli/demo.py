@@ -37,10 +37,17 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.cli._display import console
     from trainguard.demo import run_demo
 
-    store = args.store or os.path.join(tempfile.mkdtemp(prefix="trainguard-demo-"), "demo.db")
+    folder = None if args.store else tempfile.mkdtemp(prefix="trainguard-demo-")
+    store = args.store or os.path.join(folder, "demo.db")
     err = console(stderr=True)
-    # progress goes to stderr, with --json too (stdout holds only the JSON): a half takes minutes
-    result = run_demo(args.trials, store=store, progress=None if args.quiet else lambda line: err.print(line))
+    try:
+        # progress goes to stderr, with --json too (stdout holds only the JSON): a half takes minutes
+        result = run_demo(
+            args.trials, store=store, progress=None if args.quiet else lambda line: err.print(line)
+        )
+    finally:
+        if folder is not None and not os.listdir(folder):
+            os.rmdir(folder)  # refused before any work (bad --trials): no empty folder left behind
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
