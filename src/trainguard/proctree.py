@@ -39,6 +39,8 @@ __all__ = [
     "smaps_rollup_bytes",
     "children",
     "descendants",
+    "unexeced_fork_parent",
+    "fork_charge_bytes",
     "ProcessTree",
     "TreeCgroup",
     "kill_tree",
@@ -131,13 +133,97 @@ def children(pid: int) -> list[int]:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (not ``pid`` itself), parents before their children."""
+    """Every descendant of ``pid`` (not ``pid`` itself), each once, parents before their children.
+
+    Each pid is listed once even when two of a parent's threads list it (a child moves to another
+    thread's ``children`` file when the thread that forked it exits, which can happen between the
+    two reads): a pid listed twice would have its memory summed twice.
+    """
     pids = [pid]
+    seen = {pid}
     i = 0
     while i < len(pids) and len(pids) < MAX_TREE:
-        pids.extend(children(pids[i]))
+        for child in children(pids[i]):
+            if child not in seen:
+                seen.add(child)
+                pids.append(child)
         i += 1
     return pids[1:]
+
+
+# -- a fork that has not called exec yet ----------------------------------------------------------
+#
+# Between fork() and exec() a child maps its parent's pages: its RSS (statm) counts every page the
+# parent has resident, although none is new memory (copy-on-write), and a vfork() child (what
+# Python's subprocess and posix_spawn use) even shares the parent's address space, so its statm is
+# the parent's. A 10 Hz sample that lands in that window read a TensorFlow worker starting
+# `uname -p` as about twice its size. Such a child is charged what it owns: nothing while it shares
+# the address space, its private pages (USS) after a plain fork. It is recognised by its address
+# space layout (stack, brk, argument and environment addresses, randomised at every exec) being
+# its parent's.
+
+#: syscall numbers of kcmp(2), which tells whether two processes share one address space
+_KCMP_SYSCALL = {"x86_64": 312, "aarch64": 272, "i686": 349, "i386": 349}
+_KCMP_VM = 1
+_kcmp_fn: list = []
+
+
+def _layout(pid: int) -> tuple[int, tuple[int, int, int, int] | None] | None:
+    """``(ppid, (startstack, start_brk, arg_start, env_start) or None)`` of ``pid``, None if gone.
+    The layout is None when the kernel hides it (another user's process, a kernel thread)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        fields = data[data.rindex(b")") + 2 :].split()
+        ppid = int(fields[1])
+        # fields 28 (startstack), 47 (start_brk), 48 (arg_start), 50 (env_start), from field 3 on
+        layout = (int(fields[25]), int(fields[44]), int(fields[45]), int(fields[47]))
+    except (OSError, ValueError, IndexError):
+        return None
+    return ppid, (layout if any(layout) else None)
+
+
+def _same_address_space(pid_a: int, pid_b: int) -> bool | None:
+    """Whether two processes share one address space (a vfork child and its parent), by kcmp(2);
+    None where that cannot be asked."""
+    if not _kcmp_fn:
+        number = _KCMP_SYSCALL.get(os.uname().machine)
+        fn = None
+        if number is not None:
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                fn = (libc.syscall, number)
+            except (OSError, AttributeError):
+                fn = None
+        _kcmp_fn.append(fn)
+    fn = _kcmp_fn[0]
+    if fn is None:
+        return None
+    result = fn[0](fn[1], pid_a, pid_b, _KCMP_VM, 0, 0)
+    return None if result < 0 else result == 0
+
+
+def unexeced_fork_parent(pid: int) -> int | None:
+    """The parent of ``pid`` when ``pid`` is a fork of it that has not called exec yet, else None."""
+    own = _layout(pid)
+    if own is None or own[1] is None or own[0] <= 1:
+        return None
+    parent = _layout(own[0])
+    if parent is None or parent[1] != own[1]:
+        return None
+    return own[0]
+
+
+def fork_charge_bytes(pid: int, parent: int) -> int:
+    """What an unexeced fork ``pid`` of ``parent`` is charged: 0 while it shares its parent's
+    address space (vfork), its private memory (USS) after a plain fork."""
+    if _same_address_space(pid, parent) is not False:
+        # shared (vfork), or unknown: its pages are the parent's, already counted with the parent
+        return 0
+    rollup = smaps_rollup_bytes(pid)
+    return rollup.uss_bytes if rollup is not None else 0
 
 
 def _start_time(pid: int) -> float | None:
@@ -418,6 +504,8 @@ class ProcessTree:
         self.rediscover_s = rediscover_s
         self.cgroup = cgroup
         self._fds: dict[int, int] = {}
+        # members that were a fork of their parent with no exec yet, at the last look: pid -> parent
+        self._forks: dict[int, int] = {}
         self._last_discovery = 0.0
         self._lock = threading.Lock()
         self._closed = False
@@ -440,9 +528,14 @@ class ProcessTree:
                     self._fds[pid] = os.open(f"/proc/{pid}/statm", os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
                     continue
+                if pid != self.root_pid:
+                    parent = unexeced_fork_parent(pid)
+                    if parent is not None:
+                        self._forks[pid] = parent
         self._last_discovery = time.monotonic()
 
     def _forget(self, pid: int) -> None:
+        self._forks.pop(pid, None)
         fd = self._fds.pop(pid)
         try:
             os.close(fd)
@@ -470,6 +563,12 @@ class ProcessTree:
                 try:
                     fields = os.pread(fd, 128, 0).split()
                     size, resident = int(fields[0]), int(fields[1])
+                    if pid in self._forks:
+                        # a fork not exec'd yet maps its parent's pages: charge what it owns
+                        if unexeced_fork_parent(pid) is not None:
+                            rss += fork_charge_bytes(pid, self._forks[pid])
+                            continue
+                        del self._forks[pid]  # it has called exec since: its RSS is its own
                     rss += resident * PAGE_SIZE
                     # a process without an address space (size 0: a zombie, exited but not yet
                     # reaped) is not running: its zeros are no reading of the worker

@@ -133,6 +133,10 @@ def tree_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
         r = proctree.statm_rss_bytes(child)
         if r is None:
             continue
+        parent = proctree.unexeced_fork_parent(child)
+        if parent is not None:
+            # a fork not exec'd yet maps its parent's pages (a vfork shares them): not new memory
+            r = proctree.fork_charge_bytes(child, parent)
         if detail and have_detail:
             rollup = proctree.smaps_rollup_bytes(child)
             if rollup is None:
