@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.exceptions import ConfigError, TrialError
+from trainguard.runner._backend import BaseBackend
 from trainguard.runner._fnref import prepare
+from trainguard.runner._local import LocalBackend
 from trainguard.runner._supervisor import RunProgress, Session, SessionConfig, TrialResult, default_run_name
 from trainguard.runner.policy import Policy
 from trainguard.units import parse_duration, parse_size
@@ -111,6 +113,14 @@ def _check_params(params_list: Any) -> list[dict[str, Any]]:
     return [dict(p) for p in out]
 
 
+def _resolve_backend(backend: Any) -> BaseBackend:
+    if isinstance(backend, BaseBackend):
+        return backend
+    if backend == "local":
+        return LocalBackend()
+    raise ConfigError(f"backend={backend!r} is not a backend: use 'local' (the default)")
+
+
 class Runner:
     """Runs a function over many params in supervised worker processes that are recycled by policy.
 
@@ -165,6 +175,8 @@ class Runner:
             every attempt and in any worker, and the worker seeds Python's ``random``, numpy, and
             torch, TensorFlow and Keras (those the trial imports) with it before the trial. None
             seeds nothing. The seed is stored with each trial and shown by ``trainguard show``.
+        backend: where workers run: ``"local"`` (default: child processes of this one) or an
+            object implementing ``trainguard.runner._backend.BaseBackend``.
 
     Raises:
         ConfigError: any argument out of range, an unknown Keras backend or one not installed, an
@@ -194,6 +206,7 @@ class Runner:
         tree_tracking: str = "auto",
         seed: int | None = None,
         device: Any = None,
+        backend: Any = "local",
     ) -> None:
         from trainguard._nesting import refuse_nested
 
@@ -307,6 +320,7 @@ class Runner:
 
         self.workers = workers
         self.policy = policy
+        self._backend = _resolve_backend(backend)
         self._store_arg = store
         self._store: Any = None
         self._owns_store = False
@@ -414,7 +428,10 @@ class Runner:
             return iter(())
         store = self._open_store()
         self._last_run = name
-        session = Session(self._config, self.policy, store, spec, params, name, data=data)
+        self._backend.check(fn=spec, policy=self.policy, slots=self._config.workers)
+        session = Session(
+            self._config, self.policy, store, spec, params, name, data=data, backend=self._backend
+        )
         return self._drive(session)
 
     def _drive(self, session: Session) -> Iterator[TrialResult]:

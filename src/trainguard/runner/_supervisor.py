@@ -19,7 +19,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,14 +29,12 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait as wait_connections
 from typing import Any
 
-from trainguard import proctree
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
 from trainguard.frameworks import _quiet
-from trainguard.frameworks._quiet import replay_capture
-from trainguard.proctree import ProcessTree, TreeCgroup
+from trainguard.runner._backend import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner._fitted import device_key
 from trainguard.runner._fnref import FnSpec
-from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES, WORKER_CONFIG_ENV, PipePair, ProtocolError
+from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES, ProtocolError
 from trainguard.runner.policy import (
     OOM_STATUSES,
     EndCause,
@@ -46,7 +43,6 @@ from trainguard.runner.policy import (
     RecycleDecision,
     WorkerHistory,
     check_limits,
-    classify_end,
     decide_recycle,
     params_without,
     should_retry,
@@ -180,12 +176,8 @@ class _Running:
 class _Worker:
     worker_id: int
     slot: int
-    proc: subprocess.Popen[bytes]
-    pipes: PipePair
-    sampler: ProcessTree
+    handle: BaseWorker  # the process, wherever the backend runs it
     started_mono: float
-    started_wall: float
-    oom_kills_at_start: int | None
     state: str = "starting"  # starting, loading, idle, busy, exiting, dead
     trial: _Running | None = None
     trials_done: int = 0
@@ -227,16 +219,6 @@ class SessionConfig:
     seed: int | None = None
 
 
-def _cgroup_oom_kills() -> int | None:
-    try:
-        from trainguard.probes.host import cgroup_memory
-
-        info = cgroup_memory()
-    except Exception:  # noqa: BLE001 - cgroup files are optional evidence
-        return None
-    return None if info is None else info.oom_kill_count
-
-
 _TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
@@ -271,14 +253,6 @@ def _signals_as_interrupt() -> Iterator[None]:
                 signal.signal(sig, previous)
 
 
-def _stderr_fd() -> int:
-    try:
-        sys.stderr.flush()
-        return sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return 2
-
-
 class _NullStore:
     """Stands in for the store when ``store=None``: nothing is kept, nothing resumes."""
 
@@ -298,7 +272,13 @@ class Session:
         params: list[dict[str, Any]],
         name: str,
         data: Any = None,
+        backend: BaseBackend | None = None,
     ) -> None:
+        if backend is None:
+            from trainguard.runner._local import LocalBackend
+
+            backend = LocalBackend()
+        self.backend = backend
         self.config = config
         self.policy = policy
         self.store = store if store is not None else _NullStore()
@@ -352,7 +332,7 @@ class Session:
                 WorkerProgress(
                     w.worker_id,
                     w.slot,
-                    w.proc.pid,
+                    w.handle.pid,
                     w.state,
                     w.cur_rss,
                     w.trials_done,
@@ -390,6 +370,7 @@ class Session:
             try:
                 yield from self._begin()
                 if self._queue:
+                    self.backend.open(slots=self.config.workers, policy=self.policy)
                     self._start_sampler()
                 while self._queue or self._busy():
                     self._maintain_workers()
@@ -578,74 +559,30 @@ class Session:
             live.append(worker)
             used_slots.add(slot)
 
-    def _make_cgroup(self) -> TreeCgroup | None:
-        if self.config.tree_tracking == "subreaper" or not sys.platform.startswith("linux"):
-            return None
-        group = TreeCgroup.create(f"trainguard-{os.getpid()}-w{self._next_worker_id}-{os.urandom(3).hex()}")
-        if group is None and self.config.tree_tracking == "cgroup":
-            raise ConfigError(
-                "tree_tracking='cgroup' but no cgroup v2 can be made here (needs a writable cgroup2 "
-                "hierarchy: root, or a delegated systemd scope): use tree_tracking='auto'"
-            )
-        return group
-
     def _start_worker(self, slot: int) -> _Worker:
-        pipes = PipePair(self.config.max_result_bytes + MESSAGE_OVERHEAD_BYTES)
-        cgroup = self._make_cgroup()
         env = dict(self.config.base_env)
         if self.config.gpu_slots is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.config.gpu_slots[slot % len(self.config.gpu_slots)]
-        env[WORKER_CONFIG_ENV] = json.dumps(
-            {
-                "parent_pid": os.getpid(),
+        spec = WorkerSpec(
+            worker_id=self._next_worker_id,
+            slot=slot,
+            env=env,
+            bootstrap={
                 "sys_path": [p for p in sys.path if p],
                 "preload": list(self.config.preload),
                 "threads": self.config.threads,
                 "quiet_modules": list(_quiet.QUIET_MODULES),
-                "capture_dir": self._tmpdir,
                 "max_result_bytes": self.config.max_result_bytes,
-                "cgroup": cgroup.path if cgroup is not None else None,
                 "device": self.config.worker_config.get("device"),
-            }
+            },
+            fn_kind="node" if self.fn.kind == "node" else "python",
+            max_message_bytes=self.config.max_result_bytes + MESSAGE_OVERHEAD_BYTES,
+            tree_tracking=self.config.tree_tracking,
+            capture_dir=self._tmpdir,
+            detail={"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {},
         )
-        try:
-            stdout = sys.stderr.fileno()
-        except (AttributeError, OSError, ValueError):
-            stdout = None
-        if self.fn.kind == "node":
-            from trainguard._node import find_node, js_script
-
-            # a Node worker speaking the same protocol (js/trainguard/lib/worker.js)
-            program = [find_node(env), js_script("worker.js")]
-        else:
-            program = [sys.executable, "-m", "trainguard.runner._worker"]
-        proc = subprocess.Popen(
-            [*program, str(pipes.child_read_fd), str(pipes.child_write_fd)],
-            pass_fds=(pipes.child_read_fd, pipes.child_write_fd),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            close_fds=True,
-            # its own process group: whatever it starts can be killed with it, even after it crashed,
-            # and a Ctrl-C at the terminal reaches only the supervisor, which then stops the workers
-            start_new_session=True,
-        )
-        pipes.close_child_ends()
-        if self.fn.kind == "node" and cgroup is not None and not cgroup.join(proc.pid):
-            # a Python worker joins its cgroup itself before anything else; a Node worker is moved
-            # here, while it starts (it forks nothing before its first trial)
-            cgroup.remove()
-            cgroup = None
-        worker = _Worker(
-            worker_id=self._next_worker_id,
-            slot=slot,
-            proc=proc,
-            pipes=pipes,
-            sampler=ProcessTree(proc.pid, cgroup=cgroup),
-            started_mono=time.monotonic(),
-            started_wall=time.time(),
-            oom_kills_at_start=_cgroup_oom_kills(),
-        )
+        handle = self.backend.start(spec)
+        worker = _Worker(worker_id=spec.worker_id, slot=slot, handle=handle, started_mono=time.monotonic())
         self._next_worker_id += 1
         with self._lock:
             self._workers.append(worker)
@@ -653,20 +590,10 @@ class Session:
             self.store.start_worker(
                 self.run_id,
                 worker.worker_id,
-                proc.pid,
-                {
-                    "slot": slot,
-                    "tree_tracking": (
-                        ("cgroup+subreaper" if cgroup is not None else "subreaper")
-                        if self.fn.kind != "node"
-                        else ("cgroup" if cgroup is not None else "process group")
-                    ),
-                    **(
-                        {"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {}
-                    ),
-                },
+                handle.pid,
+                {"slot": slot, "tree_tracking": handle.tracking, **handle.where, **spec.detail},
             )
-        logger.debug("started worker %d (pid %d) in slot %d", worker.worker_id, proc.pid, slot)
+        logger.debug("started worker %d (pid %d) in slot %d", worker.worker_id, handle.pid, slot)
         return worker
 
     def _dispatch(self) -> None:
@@ -832,15 +759,10 @@ class Session:
         self._retire(worker, decision)
 
     def _send(self, worker: _Worker, msg: dict[str, Any]) -> None:
-        """One message to a worker: pickled for a Python worker; for a Node worker the same framing
-        (a 4-byte big-endian length) around JSON, which is what ``send_bytes`` writes."""
-        if self.fn.kind == "node":
-            worker.pipes.to_worker.send_bytes(json.dumps(msg).encode("utf-8"))
-        else:
-            worker.pipes.to_worker.send(msg)
+        worker.handle.send(msg)
 
     def _poll(self, timeout: float) -> None:
-        conns = {w.pipes.from_worker: w for w in self._workers if w.state != "dead"}
+        conns = {w.handle.inbox: w for w in self._workers if w.state != "dead"}
         if not conns:
             time.sleep(min(timeout, 0.05))
             return
@@ -870,7 +792,7 @@ class Session:
                 "message channel, so the worker was ended"
             )
         logger.warning("worker %d: protocol error: %s", worker.worker_id, cause)
-        worker.sampler.kill(started_after=worker.started_wall)
+        worker.handle.kill()
         self._on_death(worker)
 
     def _check_starting(self) -> None:
@@ -880,7 +802,7 @@ class Session:
                 worker.state in ("starting", "loading")
                 and now - worker.started_mono > self.config.start_timeout_s
             ):
-                worker.sampler.kill(started_after=worker.started_wall)
+                worker.handle.kill()
                 self._event(
                     "kill",
                     f"worker {worker.worker_id} killed: not ready after {self.config.start_timeout_s:g} s "
@@ -891,7 +813,7 @@ class Session:
                 raise WorkerCrashedError(
                     f"worker {worker.worker_id} was not ready after {self.config.start_timeout_s:g} s "
                     "(preload or fn import too slow or stuck): raise start_timeout or check the import",
-                    pid=worker.proc.pid,
+                    pid=worker.handle.pid,
                 )
 
     # -- messages ---------------------------------------------------------------------------------
@@ -899,14 +821,7 @@ class Session:
     def _on_message(self, worker: _Worker, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op == "ready":
-            cgroup, tree = worker.sampler.cgroup, msg.get("tree")
-            if cgroup is not None and tree is not None and not tree.get("cgroup"):
-                # the worker could not join the cgroup made for it: the subreaper alone keeps its tree
-                logger.warning(
-                    "worker %d could not join its cgroup; tracking its tree as subreaper", worker.worker_id
-                )
-                worker.sampler.cgroup = None
-                cgroup.remove()
+            worker.handle.on_ready(msg)
             try:
                 self._send(worker, {"op": "fn", "key": 0, "kind": self.fn.kind, "payload": self.fn.payload})
             except OSError:
@@ -1277,14 +1192,8 @@ class Session:
         self._reap(worker, grace_s=10.0)
 
     def _reap(self, worker: _Worker, grace_s: float) -> int | None:
-        # what the tree holds now: a dead worker's orphans are no longer below it (the sampler's
-        # last discovery and this walk still know them; the cgroup, when there is one, always does)
-        known = {*worker.sampler.pids(), *proctree.descendants(worker.proc.pid)}
-        try:
-            rc = worker.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            worker.sampler.kill(started_after=worker.started_wall)
-            rc = worker.proc.wait()
+        rc, killed = worker.handle.end(grace_s)
+        if killed:
             try:
                 self._event(
                     "kill",
@@ -1295,29 +1204,8 @@ class Session:
                 )
             except Exception:  # noqa: BLE001 - reaping must finish even if the store cannot be written
                 logger.exception("could not record the kill of worker %d", worker.worker_id)
-        # nothing a worker started may outlive it: its cgroup, its process group (the kernel keeps a
-        # pgid from being reused while the group exists) and every process seen in its tree, each
-        # checked to be still the process seen (start time), since the worker's own pid is reaped
-        proctree.kill_tree(
-            worker.proc.pid,
-            cgroup=worker.sampler.cgroup,
-            known=known,
-            started_after=worker.started_wall,
-            root_reaped=True,
-        )
-        # a worker that died while importing TensorFlow left its captured stderr behind: show it
-        replay_capture(
-            worker.proc.pid,
-            capture_dir=self._tmpdir,
-            out_fd=_stderr_fd(),
-            level=_quiet.min_log_level(self.config.base_env),
-        )
         with self._lock:
             worker.state = "dead"
-        worker.sampler.close()
-        if worker.sampler.cgroup is not None:
-            worker.sampler.cgroup.remove()
-        worker.pipes.close()
         return rc
 
     def _event(
@@ -1350,17 +1238,14 @@ class Session:
 
     def _on_death(self, worker: _Worker) -> None:
         previous = worker.state
-        if worker.proc.poll() is None:
-            # the pipe closed but the process lingers (it closed its fds): make sure it is gone
-            try:
-                worker.proc.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
-                worker.sampler.kill(started_after=worker.started_wall)
+        # the pipe may close while the process lingers (it closed its fds): make sure it is gone
+        if worker.handle.wait(2.0) is None:
+            worker.handle.kill()
         rc = self._reap(worker, grace_s=5.0)
         if previous == "exiting":
             return
         with self._lock:
-            run, kill = worker.trial, worker.kill
+            run, kill = worker.trial, worker.kill or worker.handle.kill_decision
             worker.trial = None
         if kill is not None:  # the sampler thread killed it; the loop records it (one store writer)
             during = f" (trial {run.index} attempt {run.attempt})" if run is not None else ""
@@ -1379,13 +1264,7 @@ class Session:
                 worker.protocol_error,
             )
         else:
-            cause = classify_end(
-                rc,
-                in_trial=run is not None,
-                kill=kill,
-                oom_kills_before=worker.oom_kills_at_start,
-                oom_kills_after=_cgroup_oom_kills(),
-            )
+            cause = worker.handle.classify(rc, in_trial=run is not None, kill=kill)
         self._end_worker(
             worker,
             cause.worker_reason,
@@ -1394,7 +1273,7 @@ class Session:
         if previous in ("starting", "loading"):
             raise WorkerCrashedError(
                 f"worker {worker.worker_id} died before it was ready: {cause.message}; see its output above",
-                pid=worker.proc.pid,
+                pid=worker.handle.pid,
                 exitcode=rc,
             )
         if run is None or cause.attempt_status is None:
@@ -1449,9 +1328,7 @@ class Session:
             if reading is None:
                 continue
             rss, uss = reading
-            gpu = None
-            if gpu_map is not None:
-                gpu = sum(gpu_map.get(pid, 0) for pid in worker.sampler.pids())
+            gpu = worker.handle.gpu_bytes(gpu_map)
             with self._lock:
                 worker.cur_rss = rss
                 run, kill = worker.trial, worker.kill
@@ -1461,7 +1338,7 @@ class Session:
                     if gpu is not None:
                         worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
                 self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
-            if run is None or kill is not None:
+            if run is None or kill is not None or worker.handle.enforces_limits:
                 continue
             decision = check_limits(
                 self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=time.monotonic() - run.started_mono
@@ -1471,7 +1348,7 @@ class Session:
                     if worker.trial is not run:
                         continue
                     worker.kill = decision
-                worker.sampler.kill(started_after=worker.started_wall)
+                worker.handle.kill()
                 logger.info("worker %d: %s", worker.worker_id, decision.message)
 
     def _read_tree(
@@ -1481,9 +1358,9 @@ class Session:
         losing a sample is harmless and a sampler fault must never end the run or its other workers."""
         try:
             if not self._private:
-                return worker.sampler.read(uss=uss, rediscover=rediscover)
+                return worker.handle.read(uss=uss, rediscover=rediscover)
             # shared data in use: the worker is charged its private memory (USS) wherever RSS is used
-            reading = worker.sampler.read(uss=True, rediscover=rediscover)
+            reading = worker.handle.read(uss=True, rediscover=rediscover)
             if reading is None or reading[1] is None:
                 return reading
             return reading[1], reading[1]
@@ -1515,7 +1392,7 @@ class Session:
                 continue
             interrupted = worker.state == "busy"
             if interrupted:
-                worker.sampler.kill(started_after=worker.started_wall)
+                worker.handle.kill()
                 try:
                     index = worker.trial.index if worker.trial is not None else None
                     self._event(
@@ -1550,6 +1427,10 @@ class Session:
         except Exception:  # noqa: BLE001 - never mask the error that brought us here
             logger.exception("could not record the end of run %s", self.name)
         finally:
+            try:
+                self.backend.close()
+            except Exception:  # noqa: BLE001 - the rest of the clean-up must still run
+                logger.exception("could not close the %s backend", self.backend.name)
             if self._lock_handle is not None:
                 self._lock_handle.release()
             if self._tmpdir is not None:

@@ -1,0 +1,169 @@
+"""The backend interface: where and how a supervised worker process runs.
+
+A :class:`~trainguard.runner._supervisor.Session` owns the run: the queue, the policy's decisions,
+retries and the store (its only writer). It asks a backend for worker processes and talks to each
+through a :class:`BaseWorker` handle, and nothing else; so the local backend (``_local.py``, workers
+as child processes of the supervisor) and the Ray backend (``_ray.py``, each worker hosted by a Ray
+actor on some node of a cluster) share the policy, the store and every decision. A third engine
+(a SLURM job per slot, say) implements these two classes and touches neither.
+
+The contract, for implementers:
+
+- :meth:`BaseBackend.start` starts one worker process from a :class:`WorkerSpec` and returns at
+  once (the worker says ``ready`` through the inbox when it has started).
+- :attr:`BaseWorker.inbox` is what the session's loop waits on: an object with ``fileno()`` (a
+  file descriptor that becomes readable when there is something to read) and ``read()``, which
+  returns the complete worker messages available now (parsed and checked by
+  :func:`~trainguard.runner._protocol.parse_message`), raises ``EOFError`` once the worker is gone
+  and nothing is left, and ``ProtocolError`` when the worker sent something that is not a message.
+- :meth:`BaseWorker.send` delivers a supervisor message (``fn``, ``trial``, ``exit``,
+  ``stage_reply``) or raises ``OSError`` when the worker is gone.
+- :meth:`BaseWorker.read` is one reading of the worker's whole process tree (RSS, and USS when
+  asked) from outside the worker; the session's sampler thread calls it at its interval. A backend
+  whose worker runs elsewhere returns the highest reading taken there since the last call, so
+  peaks survive the trip.
+- :meth:`BaseWorker.kill` ends the worker's whole tree now; :meth:`BaseWorker.wait` waits for the
+  worker to be gone; :meth:`BaseWorker.end` makes sure it and everything it started are gone and
+  releases what the handle holds.
+- Limits: when :attr:`BaseWorker.enforces_limits` is False the session checks the policy's hard
+  limits on every reading and calls :meth:`kill`; when True, something next to the worker does
+  (at the same interval, with the same :func:`~trainguard.runner.policy.check_limits`) and
+  reports its decision as :attr:`BaseWorker.kill_decision`.
+- :meth:`BaseWorker.classify` says why the worker ended, in words, as an
+  :class:`~trainguard.runner.policy.EndCause`; a backend that knows more than the exit status
+  (a lost node) says so there.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from trainguard.runner.policy import EndCause, KillDecision, Policy
+
+__all__ = ["WorkerSpec", "Inbox", "BaseWorker", "BaseBackend"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """Everything needed to start one worker; picklable, since a remote backend ships it."""
+
+    worker_id: int
+    slot: int
+    #: the worker's whole environment (the runner's base environment and the slot's devices)
+    env: dict[str, str]
+    #: what the worker bootstrap reads (``WORKER_CONFIG_ENV``), less what the starter fills in:
+    #: ``parent_pid``, ``capture_dir`` and ``cgroup``
+    bootstrap: dict[str, Any]
+    #: "python" (``python -m trainguard.runner._worker``) or "node" (the JavaScript worker)
+    fn_kind: str
+    max_message_bytes: int
+    tree_tracking: str = "auto"
+    #: where a worker started by this process keeps TensorFlow's captured start-up output
+    capture_dir: str | None = None
+    #: store-side detail recorded with the worker (its slot's devices)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Inbox(Protocol):
+    """What the session's loop waits on and reads (see the module docstring)."""
+
+    def fileno(self) -> int: ...
+
+    def read(self) -> list[dict[str, Any]]: ...
+
+
+class BaseWorker(ABC):
+    """One worker process, wherever it runs. Every method is called from the session's loop thread,
+    except :meth:`read`, :meth:`pids` and :meth:`kill`, which the sampler thread also calls."""
+
+    worker_id: int
+    slot: int
+    #: the worker's process id (on its own host)
+    pid: int
+    #: wall-clock time the worker was started (``time.time()``)
+    started_wall: float
+    #: how its process tree is tracked, for the store ("cgroup+subreaper", "subreaper", ...)
+    tracking: str
+    #: True when limits are enforced next to the worker rather than by the session's sampler
+    enforces_limits: bool = False
+
+    @property
+    @abstractmethod
+    def inbox(self) -> Inbox:
+        """The worker's messages to the supervisor."""
+
+    @property
+    def where(self) -> dict[str, Any]:
+        """Where the worker runs (host, node), recorded with the worker; empty when local."""
+        return {}
+
+    @property
+    def kill_decision(self) -> KillDecision | None:
+        """A limit kill made next to the worker (only when :attr:`enforces_limits`)."""
+        return None
+
+    @abstractmethod
+    def send(self, msg: dict[str, Any]) -> None:
+        """Deliver one supervisor message; ``OSError`` when the worker is gone."""
+
+    @abstractmethod
+    def read(self, *, uss: bool = False, rediscover: bool = False) -> tuple[int, int | None] | None:
+        """One reading of the tree's memory: (RSS bytes, USS bytes or None), or None when unreadable."""
+
+    @abstractmethod
+    def pids(self) -> tuple[int, ...]:
+        """The tree's processes as last found (for GPU memory by pid)."""
+
+    def gpu_bytes(self, gpu_by_pid: dict[int, int] | None) -> int | None:
+        """The tree's GPU memory, given this host's GPU memory by pid (None when NVML is absent);
+        a backend whose worker runs on another host returns what was measured there."""
+        if gpu_by_pid is None:
+            return None
+        return sum(gpu_by_pid.get(pid, 0) for pid in self.pids())
+
+    @abstractmethod
+    def kill(self) -> None:
+        """End the worker's whole tree now (idempotent)."""
+
+    def on_ready(self, msg: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """The worker's ``ready`` message arrived (its report of how its tree is tracked)."""
+
+    @abstractmethod
+    def wait(self, timeout_s: float | None) -> int | None:
+        """Wait for the worker to exit: its exit status (negative: killed by that signal), or None
+        when it is still running after ``timeout_s``."""
+
+    @abstractmethod
+    def end(self, grace_s: float) -> tuple[int | None, bool]:
+        """Wait up to ``grace_s`` for the worker to exit, kill its tree if it has not, end whatever
+        it started that is still alive, and release the handle's resources.
+
+        Returns:
+            (exit status, whether it had to be killed after the grace period)
+        """
+
+    @abstractmethod
+    def classify(self, returncode: int | None, *, in_trial: bool, kill: KillDecision | None) -> EndCause:
+        """Why the worker ended (see :func:`~trainguard.runner.policy.classify_end`)."""
+
+
+class BaseBackend(ABC):
+    """Starts workers. One backend object serves one Runner (all its sessions)."""
+
+    #: the name users pass as ``Runner(backend=...)``
+    name: str = ""
+
+    def check(self, *, fn: Any, policy: Policy, slots: int) -> None:  # noqa: B027 - optional hook
+        """Refuse, before any trial starts, what this backend cannot run (one-line ``ConfigError``)."""
+
+    def open(self, *, slots: int, policy: Policy) -> None:  # noqa: B027 - optional hook
+        """A session begins and will use at most ``slots`` workers at once."""
+
+    @abstractmethod
+    def start(self, spec: WorkerSpec) -> BaseWorker:
+        """Start one worker (returns without waiting for it to be ready)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """The session ended: release whatever the backend holds for it (idempotent)."""

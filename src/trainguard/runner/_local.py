@@ -1,0 +1,220 @@
+"""The local backend: workers are child processes of this process.
+
+This is also what the Ray backend runs on each node: its actor starts the worker with
+:func:`start_local_worker` and samples, kills and ends it through the same :class:`LocalWorker`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from trainguard import proctree
+from trainguard.exceptions import ConfigError
+from trainguard.frameworks import _quiet
+from trainguard.frameworks._quiet import replay_capture
+from trainguard.proctree import ProcessTree, TreeCgroup
+from trainguard.runner._backend import BaseBackend, BaseWorker, Inbox, WorkerSpec
+from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
+from trainguard.runner.policy import EndCause, KillDecision, classify_end
+
+__all__ = ["LocalBackend", "LocalWorker", "start_local_worker", "cgroup_oom_kills"]
+
+logger = logging.getLogger(__name__)
+
+
+def cgroup_oom_kills() -> int | None:
+    """The ``oom_kill`` counter of this process's cgroup (None when unreadable)."""
+    try:
+        from trainguard.probes.host import cgroup_memory
+
+        info = cgroup_memory()
+    except Exception:  # noqa: BLE001 - cgroup files are optional evidence
+        return None
+    return None if info is None else info.oom_kill_count
+
+
+def _stderr_fd() -> int:
+    try:
+        sys.stderr.flush()
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
+
+
+def _make_cgroup(tree_tracking: str, worker_id: int) -> TreeCgroup | None:
+    if tree_tracking == "subreaper" or not sys.platform.startswith("linux"):
+        return None
+    group = TreeCgroup.create(f"trainguard-{os.getpid()}-w{worker_id}-{os.urandom(3).hex()}")
+    if group is None and tree_tracking == "cgroup":
+        raise ConfigError(
+            "tree_tracking='cgroup' but no cgroup v2 can be made here (needs a writable cgroup2 "
+            "hierarchy: root, or a delegated systemd scope): use tree_tracking='auto'"
+        )
+    return group
+
+
+class LocalWorker(BaseWorker):
+    """A worker process started by this process, its two pipes and its sampled tree."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        proc: subprocess.Popen[bytes],
+        pipes: PipePair,
+        cgroup: TreeCgroup | None,
+        started_wall: float,
+    ) -> None:
+        self.worker_id = spec.worker_id
+        self.slot = spec.slot
+        self.pid = proc.pid
+        self.started_wall = started_wall
+        self.proc = proc
+        self.pipes = pipes
+        self.sampler = ProcessTree(proc.pid, cgroup=cgroup)
+        self.fn_kind = spec.fn_kind
+        self.capture_dir = spec.capture_dir
+        self.env = spec.env
+        self.oom_kills_at_start = cgroup_oom_kills()
+        if spec.fn_kind != "node":
+            self.tracking = "cgroup+subreaper" if cgroup is not None else "subreaper"
+        else:
+            self.tracking = "cgroup" if cgroup is not None else "process group"
+
+    @property
+    def inbox(self) -> Inbox:
+        return self.pipes.from_worker
+
+    def send(self, msg: dict[str, Any]) -> None:
+        """Pickled for a Python worker; for a Node worker the same framing (a 4-byte big-endian
+        length) around JSON, which is what ``send_bytes`` writes."""
+        if self.fn_kind == "node":
+            self.pipes.to_worker.send_bytes(json.dumps(msg).encode("utf-8"))
+        else:
+            self.pipes.to_worker.send(msg)
+
+    def read(self, *, uss: bool = False, rediscover: bool = False) -> tuple[int, int | None] | None:
+        return self.sampler.read(uss=uss, rediscover=rediscover)
+
+    def pids(self) -> tuple[int, ...]:
+        return self.sampler.pids()
+
+    def kill(self) -> None:
+        self.sampler.kill(started_after=self.started_wall)
+
+    def on_ready(self, msg: dict[str, Any]) -> None:
+        cgroup, tree = self.sampler.cgroup, msg.get("tree")
+        if cgroup is not None and tree is not None and not tree.get("cgroup"):
+            # the worker could not join the cgroup made for it: the subreaper alone keeps its tree
+            logger.warning(
+                "worker %d could not join its cgroup; tracking its tree as subreaper", self.worker_id
+            )
+            self.sampler.cgroup = None
+            cgroup.remove()
+
+    def wait(self, timeout_s: float | None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def end(self, grace_s: float) -> tuple[int | None, bool]:
+        # what the tree holds now: a dead worker's orphans are no longer below it (the sampler's
+        # last discovery and this walk still know them; the cgroup, when there is one, always does)
+        known = {*self.sampler.pids(), *proctree.descendants(self.proc.pid)}
+        killed = False
+        rc = self.wait(grace_s)
+        if rc is None:
+            self.kill()
+            rc = self.proc.wait()
+            killed = True
+        # nothing a worker started may outlive it: its cgroup, its process group (the kernel keeps a
+        # pgid from being reused while the group exists) and every process seen in its tree, each
+        # checked to be still the process seen (start time), since the worker's own pid is reaped
+        proctree.kill_tree(
+            self.proc.pid,
+            cgroup=self.sampler.cgroup,
+            known=known,
+            started_after=self.started_wall,
+            root_reaped=True,
+        )
+        # a worker that died while importing TensorFlow left its captured stderr behind: show it
+        replay_capture(
+            self.proc.pid,
+            capture_dir=self.capture_dir,
+            out_fd=_stderr_fd(),
+            level=_quiet.min_log_level(self.env),
+        )
+        self.sampler.close()
+        if self.sampler.cgroup is not None:
+            self.sampler.cgroup.remove()
+        self.pipes.close()
+        return rc, killed
+
+    def classify(self, returncode: int | None, *, in_trial: bool, kill: KillDecision | None) -> EndCause:
+        return classify_end(
+            returncode,
+            in_trial=in_trial,
+            kill=kill,
+            oom_kills_before=self.oom_kills_at_start,
+            oom_kills_after=cgroup_oom_kills(),
+        )
+
+
+def start_local_worker(spec: WorkerSpec, *, parent_pid: int | None = None) -> LocalWorker:
+    """Start one worker as a child of this process (its own session and process group)."""
+    pipes = PipePair(spec.max_message_bytes)
+    cgroup = _make_cgroup(spec.tree_tracking, spec.worker_id)
+    env = dict(spec.env)
+    env[WORKER_CONFIG_ENV] = json.dumps(
+        {
+            **spec.bootstrap,
+            "parent_pid": parent_pid if parent_pid is not None else os.getpid(),
+            "capture_dir": spec.capture_dir,
+            "cgroup": cgroup.path if cgroup is not None else None,
+        }
+    )
+    try:
+        stdout = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        stdout = None
+    if spec.fn_kind == "node":
+        from trainguard._node import find_node, js_script
+
+        # a Node worker speaking the same protocol (js/trainguard/lib/worker.js)
+        program = [find_node(env), js_script("worker.js")]
+    else:
+        program = [sys.executable, "-m", "trainguard.runner._worker"]
+    started_wall = time.time()
+    proc = subprocess.Popen(
+        [*program, str(pipes.child_read_fd), str(pipes.child_write_fd)],
+        pass_fds=(pipes.child_read_fd, pipes.child_write_fd),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        close_fds=True,
+        # its own process group: whatever it starts can be killed with it, even after it crashed,
+        # and a Ctrl-C at the terminal reaches only the supervisor, which then stops the workers
+        start_new_session=True,
+    )
+    pipes.close_child_ends()
+    if spec.fn_kind == "node" and cgroup is not None and not cgroup.join(proc.pid):
+        # a Python worker joins its cgroup itself before anything else; a Node worker is moved
+        # here, while it starts (it forks nothing before its first trial)
+        cgroup.remove()
+        cgroup = None
+    return LocalWorker(spec, proc, pipes, cgroup, started_wall)
+
+
+class LocalBackend(BaseBackend):
+    """Workers as child processes of the supervisor (the default)."""
+
+    name = "local"
+
+    def start(self, spec: WorkerSpec) -> BaseWorker:
+        return start_local_worker(spec)
