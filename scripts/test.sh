@@ -39,4 +39,6 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check --quiet src tests bench
+# types: strict on runner/, store/, probes/ and leaks/stats.py (settings in pyproject.toml)
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

@@ -217,7 +217,7 @@ def compare(
     from trainguard.runner import Policy, Runner
     from trainguard.runner._fnref import prepare
     from trainguard.runner._runner import KERAS_BACKENDS, _check_params, find_allocator
-    from trainguard.units import parse_size
+    from trainguard.units import parse_duration, parse_size
 
     tolerance_bytes = parse_size(tolerance, name="tolerance")
 
@@ -242,7 +242,7 @@ def compare(
                 f"unknown allocator {a!r}: use any of {', '.join(ALLOCATORS)} or a .so path, comma-separated"
             )
     thread_counts: list[int | None] = []
-    for t in _split(threads if not isinstance(threads, int) or isinstance(threads, bool) else [threads]):
+    for t in _split([threads] if isinstance(threads, int) else threads):
         try:
             count = None if t is None else int(t)
         except (TypeError, ValueError):
@@ -250,13 +250,22 @@ def compare(
         if count is not None and (count < 1 or isinstance(t, bool)):
             raise ConfigError(f"threads {t!r} must be whole numbers >= 1, such as 1,2")
         thread_counts.append(count)
-    for name, values in (("keras_backend", backends), ("allocator", allocators), ("threads", thread_counts)):
+    for option, values in (
+        ("keras_backend", backends),
+        ("allocator", allocators),
+        ("threads", thread_counts),
+    ):
         if len(set(values)) != len(values):
-            raise ConfigError(f"{name} lists a value twice: {values}")
+            raise ConfigError(f"{option} lists a value twice: {values}")
     spec = prepare(fn)
     payload = base64.b64encode(spec.payload).decode() if isinstance(spec.payload, bytes) else spec.payload
     trial_params = {"fn_kind": spec.kind, "fn_payload": payload, "params": params}
-    policy = Policy(peak_ratio=None, predictive=False, memory_limit=memory_limit, timeout=timeout)
+    policy = Policy(
+        peak_ratio=None,
+        predictive=False,
+        memory_limit=parse_size(memory_limit, name="memory_limit", allow_none=True),
+        timeout=parse_duration(timeout, name="timeout", allow_none=True),
+    )
     started = time.monotonic()
     results: list[ConfigurationResult] = []
     for backend, alloc, count in itertools.product(backends, allocators, thread_counts):
@@ -290,7 +299,7 @@ def compare(
             allocator=alloc_path,
             threads=count,
         ) as runner:
-            name = None
+            name: str | None = None
             if store is not None:
                 from trainguard.runner import default_run_name
 

@@ -258,7 +258,9 @@ def run_measured_child(
         env=env or _child_env(),
     )
     stderr_lines: list[str] = []
-    drain = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
+    out, err = proc.stdout, proc.stderr
+    assert out is not None and err is not None  # both are pipes
+    drain = threading.Thread(target=lambda: stderr_lines.extend(err), daemon=True)
     drain.start()
 
     def read() -> int | None:
@@ -269,7 +271,7 @@ def run_measured_child(
 
     rows: list[dict[str, Any]] = []
     with TreeSampler(read, interval_s=interval_s) as sampler:
-        for line in proc.stdout:
+        for line in out:
             if line.startswith(_MARK):
                 event = json.loads(line[len(_MARK) :])
                 if event["event"] == "trial":

@@ -137,9 +137,9 @@ def _cpu_quota(cgroup_path: str | None) -> float | None:
         except (ValueError, ZeroDivisionError):
             return None
     try:  # v1
-        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-        return quota / period if quota > 0 else None
+        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return quota_us / period_us if quota_us > 0 else None
     except (OSError, ValueError, ZeroDivisionError):
         return None
 

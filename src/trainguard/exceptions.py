@@ -77,7 +77,7 @@ class TrainguardError(Exception):
         return self.message
 
 
-def _rebuild(cls: type, message: str, attrs: dict[str, Any]) -> TrainguardError:
+def _rebuild(cls: type[TrainguardError], message: str, attrs: dict[str, Any]) -> TrainguardError:
     err = cls.__new__(cls)
     TrainguardError.__init__(err, message, **attrs)
     return err

@@ -143,7 +143,7 @@ def find_batch_size(
     from trainguard.runner._fitted import device_key
     from trainguard.runner._fnref import prepare
     from trainguard.runner.policy import OOM_STATUSES, params_without
-    from trainguard.units import format_bytes, parse_size
+    from trainguard.units import format_bytes, parse_duration, parse_size
 
     params = dict(params or {})
     limit = parse_size(memory_limit, name="memory_limit", allow_none=True)
@@ -180,7 +180,7 @@ def find_batch_size(
         gpu_memory_limit=gpu_limit,
         peak_ratio=None,
         predictive=False,
-        timeout=timeout,
+        timeout=parse_duration(timeout, name="timeout", allow_none=True),
     )
     runner_options.setdefault("sample_interval", "20ms")
     budget = int(limit * (1.0 - margin)) if limit else None

@@ -330,6 +330,10 @@ class _Frame:
     ids_before: frozenset[int] = frozenset()
 
 
+def _both(first: Callable[[Any], Any], second: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda o: bool(first(o)) and second(o)
+
+
 def _survivor_holders(
     survivors: tuple[Survivor, ...], ids_before: frozenset[int], top: int = 3
 ) -> tuple[tuple[str, str], ...]:
@@ -342,14 +346,14 @@ def _survivor_holders(
     def new(o: Any) -> bool:
         return not gc.is_tracked(o) or id(o) not in ids_before
 
-    predicates = {}
+    predicates: dict[str, Callable[[Any], bool]] = {}
     for s in survivors[:top]:
         label = s.describe()
         test = kind_predicate(
             label if s.dtype is not None or s.shape is not None else f"{s.framework}.{s.kind}"
         )
         if test is not None:
-            predicates[label] = lambda o, t=test: t(o) and new(o)
+            predicates[label] = _both(test, new)
     if not predicates:
         return ()
     try:
@@ -516,7 +520,7 @@ class Scope:
             )
             census_s = time.perf_counter() - start
         gpu_before, gpu_source = _gpu_bytes()
-        ids_before = frozenset()
+        ids_before: frozenset[int] = frozenset()
         if self.census_enabled:
             import gc
 

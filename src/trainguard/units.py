@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Literal, overload
 
 from trainguard.exceptions import UnitError
 
@@ -44,6 +45,12 @@ _DURATION_UNITS = {
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
+@overload
+def parse_size(
+    value: str | int | float | None, *, name: str = ..., allow_none: Literal[False] = ...
+) -> int: ...
+@overload
+def parse_size(value: str | int | float | None, *, name: str = ..., allow_none: bool) -> int | None: ...
 def parse_size(
     value: str | int | float | None, *, name: str = "size", allow_none: bool = False
 ) -> int | None:
@@ -84,6 +91,12 @@ def parse_size(
     return int(round(number * factor))
 
 
+@overload
+def parse_duration(
+    value: str | int | float | None, *, name: str = ..., allow_none: Literal[False] = ...
+) -> float: ...
+@overload
+def parse_duration(value: str | int | float | None, *, name: str = ..., allow_none: bool) -> float | None: ...
 def parse_duration(
     value: str | int | float | None, *, name: str = "duration", allow_none: bool = False
 ) -> float | None:

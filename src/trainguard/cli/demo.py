@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.demo import run_demo
 
     folder = None if args.store else tempfile.mkdtemp(prefix="trainguard-demo-")
-    store = args.store or os.path.join(folder, "demo.db")
+    store = args.store or os.path.join(folder or "", "demo.db")
     err = console(stderr=True)
     try:
         # progress goes to stderr, with --json too (stdout holds only the JSON): a half takes minutes

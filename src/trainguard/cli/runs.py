@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import Literal
 
 HELP = "list the runs in a store: status, trials ok/failed/pending, duration, peak RSS"
 
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"no runs in {escape(args.store)} yet")
         return 0
     table = Table(title=f"runs in {escape(args.store)}", title_justify="left")
-    for name, justify in [
+    columns: list[tuple[str, Literal["left", "right"]]] = [
         ("name", "left"),
         ("status", "left"),
         ("ok", "right"),
@@ -49,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         ("started", "left"),
         ("duration", "right"),
         ("peak RSS", "right"),
-    ]:
+    ]
+    for name, justify in columns:
         table.add_column(
             name, justify=justify, no_wrap=name != "name", min_width=12 if name == "name" else None
         )

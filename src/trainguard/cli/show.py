@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 HELP = "show one run: summary, per-trial results and memory, workers and why they ended, recent events"
 
@@ -159,7 +159,7 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
         out.print(f"  {sparkline(rss, 80)}")
     table = Table(title="trials", title_justify="left")
     seeded = any(t.seed is not None for t in trials)
-    columns = [
+    columns: list[tuple[str, Literal["left", "right"]]] = [
         ("#", "right"),
         ("status", "left"),
         ("params", "left"),

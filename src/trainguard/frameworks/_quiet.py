@@ -56,7 +56,7 @@ def is_startup_noise(line: str, level: int) -> bool:
     if text == _ABSL_PREINIT:
         return True
     match = _ABSL_LINE.match(text)
-    return bool(match) and _LEVEL[match.group(1)] <= level
+    return match is not None and _LEVEL[match.group(1)] <= level
 
 
 def filter_noise(text: str, level: int) -> str:

@@ -44,9 +44,10 @@ class TorchAdapter(BaseAdapter):
 
     def empty_cache(self) -> bool:
         """``torch.cuda.empty_cache()`` if CUDA is in use; returns whether it ran."""
-        if not self.cuda_initialized():
+        torch = self.loaded_module()
+        if torch is None or not self.cuda_initialized():
             return False
-        self.loaded_module().cuda.empty_cache()
+        torch.cuda.empty_cache()
         return True
 
     def allocator_stats(self, *, import_framework: bool = False) -> list[AllocatorStats]:

@@ -104,9 +104,9 @@ class MemoryCallback(_keras.callbacks.Callback):
             raise ConfigError(f"action={action!r} must be one of 'warn', 'stop', 'raise'")
         if not isinstance(predict, bool):
             raise ConfigError(f"predict must be True or False, not {predict!r}")
-        self.horizon_epochs = _positive_int(horizon_epochs, "horizon_epochs", "1")
+        self.horizon_epochs = int(_positive_int(horizon_epochs, "horizon_epochs", "1") or 0)
         self.every_n_batches = _positive_int(every_n_batches, "every_n_batches", "50", allow_none=True)
-        self.min_epochs = _positive_int(min_epochs, "min_epochs", "3")
+        self.min_epochs = int(_positive_int(min_epochs, "min_epochs", "3") or 0)
         if self.min_epochs < 3:
             raise ConfigError(f"min_epochs={min_epochs!r} must be >= 3: a slope needs 3 readings")
         if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:

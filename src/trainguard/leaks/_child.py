@@ -26,10 +26,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import ConfigError, TrainguardError
 from trainguard.proctree import kill_descendants, kill_tree
+
+if TYPE_CHECKING:
+    from trainguard.leaks._report import LeakReport
+    from trainguard.leaks._run import LeakCheckConfig
 
 __all__ = ["run_isolated", "load_target", "main"]
 
@@ -184,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_isolated(
     target: dict[str, Any],
-    config: Any,
+    config: LeakCheckConfig,
     *,
     progress: Callable[[dict[str, Any]], None] | None = None,
     env: dict[str, str] | None = None,
-) -> Any:
+) -> LeakReport:
     """Run the leak check of ``target`` in a fresh process and return its LeakReport.
 
     Raises:
@@ -297,7 +301,7 @@ def _death_cause(returncode: int | None) -> str:
     return f"exited with code {returncode} without a report"
 
 
-def died_report(returncode: int | None, rows: list[dict[str, Any]], config: Any) -> Any:
+def died_report(returncode: int | None, rows: list[dict[str, Any]], config: LeakCheckConfig) -> LeakReport:
     """The ``inconclusive`` report of a leak-check process that died without reporting.
 
     Args:

@@ -123,7 +123,7 @@ def make_config(
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 0.5:
         raise ConfigError(f"alpha={alpha!r} must be between 0 and 0.5, e.g. 0.01", value=repr(alpha))
     cpm = _positive_int("calls_per_measurement", calls_per_measurement, allow_none=True)
-    max_meas = _positive_int("max_measurements", max_measurements, minimum=12)
+    max_meas = int(_positive_int("max_measurements", max_measurements, minimum=12) or 0)
     if max_growth is None:
         import psutil
 
@@ -206,7 +206,7 @@ class _Meter:
         self._malloc_trim = malloc_trim
         self.trim_available = True
         self._pid = os.getpid()
-        self._nvml = None
+        self._nvml: bool | None = None
         #: metric "auto": the step's process tree has had a child at some reading, so PSS is read too
         self.children_seen = False
         self._pss_readable = True

@@ -261,7 +261,7 @@ class TracemallocProbe:
             site = sites.setdefault(f"{frame.filename}:{frame.lineno}", [0, 0, s.traceback])
             site[0] += s.size_diff
             site[1] += s.count_diff
-        out = []
+        out: list[KindGrowth] = []
         for where, (size, count, tb) in sorted(sites.items(), key=lambda kv: -kv[1][0]):
             if size / span < min_bytes_per_iter or len(out) >= limit:
                 continue

@@ -75,7 +75,7 @@ def _type_name(t: type) -> str:
     return t.__qualname__ if module == "builtins" else f"{module}.{t.__qualname__}"
 
 
-def _detailed(base: type, kind: str) -> Callable[[Any], bool]:
+def _detailed(base: type[Any], kind: str) -> Callable[[Any], bool]:
     # "numpy ndarray float64[200, 64] cpu": match dtype and shape too
     if "[" not in kind:
         return lambda o: isinstance(o, base)
@@ -112,7 +112,8 @@ def _root_groups() -> Iterator[list[tuple[str, Any]]]:
 
 
 def _frame_locals() -> Iterator[tuple[str, Any]]:
-    for frame in list(sys._current_frames().values()):
+    for top in list(sys._current_frames().values()):
+        frame: types.FrameType | None = top
         while frame is not None:
             code = frame.f_code
             if is_user_file(code.co_filename):
@@ -160,7 +161,7 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
     else:
         namespace = getattr(obj, "__dict__", None) if not isinstance(obj, _NO_DESCEND) else None
         seen = id(namespace) if isinstance(namespace, dict) else None
-        if seen is not None:
+        if isinstance(namespace, dict):
             for key, value in list(namespace.items()):
                 yield f".{key} of {t.__name__}", value
         for value in gc.get_referents(obj):

@@ -409,7 +409,7 @@ def _remove_jumps(ya: np.ndarray, steps: Sequence[int]) -> np.ndarray:
     adj = ya.copy()
     for i in steps:
         adj[i:] -= d[i - 1] - med
-    return adj
+    return np.asarray(adj, dtype=float)
 
 
 def plateau_test(
@@ -581,7 +581,11 @@ def decide(
             return out(None, "; ".join(problems) + "; collecting more iterations")
         plateau = plateau_test(ya, xa, tolerance=tolerance, confidence=confidence)
         stopped = recent is not None and not (recent.p_increase < alpha and recent.ci_low > 0)
-        if stopped and (plateau.is_plateau or recent.ci_high < max(tolerance, est.slope / 2)):
+        if (
+            stopped
+            and recent is not None
+            and (plateau.is_plateau or recent.ci_high < max(tolerance, est.slope / 2))
+        ):
             return out(
                 Verdict.PLATEAU,
                 f"memory grew {rate} but {problems[0]}, and the last {recent.n} measurements show no "

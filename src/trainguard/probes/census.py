@@ -38,6 +38,7 @@ from __future__ import annotations
 import gc
 import sys
 import time
+import types
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress
@@ -226,15 +227,15 @@ class _Classifier:
         self.jax_array = getattr(jax, "Array", None) if jax else None
         np = mods.get("numpy") if numpy else None
         self.ndarray = getattr(np, "ndarray", None) if np else None
-        self.cache: dict[type, tuple | None] = {}
+        self.cache: dict[type, tuple[Any, ...] | None] = {}
 
-    def classify(self, t: type) -> tuple | None:
+    def classify(self, t: type) -> tuple[Any, ...] | None:
         try:
             return self._classify(t)
         except Exception:  # exotic metaclasses can make issubclass raise
             return None
 
-    def _classify(self, t: type) -> tuple | None:
+    def _classify(self, t: type) -> tuple[Any, ...] | None:
         if self.ndarray is not None and issubclass(t, self.ndarray):
             return (_T_NDARRAY,)
         if self.torch_tensor is not None and issubclass(t, self.torch_tensor):
@@ -362,6 +363,7 @@ def _run_census(
     keras_vars: list[Any] = []
     graph_counts: dict[tuple[str, str], int] = {}
     ndarrays: dict[int, Any] = {}
+    handler: Any  # a classification, None (not counted) or 0 (not classified yet)
     objects = gc.get_objects()
     # The census allocates many small containers; letting the collector run in the middle would
     # traverse the whole heap again (a 100k-tensor heap doubled the census time).
@@ -425,7 +427,7 @@ def _count_torch(tensors: list[tuple[str, Any]], acc: dict[EntryKey, list[int]])
     if not tensors:
         return
     seen_storage: set[tuple[Any, int]] = set()
-    raw: dict[tuple, list[int]] = {}
+    raw: dict[tuple[Any, ...], list[int]] = {}
     views: list[tuple[str, Any]] = []
 
     def storage_bytes(t: Any) -> int:
@@ -529,7 +531,8 @@ def _stack_locals() -> list[Any]:
     """
     me = sys._getframe()
     namespaces: list[Any] = []
-    for frame in sys._current_frames().values():
+    for top in sys._current_frames().values():
+        frame: types.FrameType | None = top
         while frame is not None:
             if frame is not me:
                 try:
@@ -582,7 +585,7 @@ def _find_ndarrays(
             del found[key]
 
 
-def _count_ndarrays(found: dict[int, Any], ndarray: type | None, acc: dict[EntryKey, list[int]]) -> None:
+def _count_ndarrays(found: dict[int, Any], ndarray: type[Any] | None, acc: dict[EntryKey, list[int]]) -> None:
     if not found or ndarray is None:
         return
     counted_roots: set[int] = set()
@@ -590,7 +593,7 @@ def _count_ndarrays(found: dict[int, Any], ndarray: type | None, acc: dict[Entry
     raw: dict[tuple[str, Any, tuple[int, ...]], list[int]] = {}
     for arr in list(found.values()):
         # Walk to the object that owns the memory; views count toward the owner, once.
-        owner = arr
+        owner: Any = arr
         base = arr.base
         depth = 0
         while isinstance(base, ndarray) and depth < 64:

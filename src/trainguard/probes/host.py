@@ -82,7 +82,7 @@ class CgroupMemory:
 
 def rss_bytes(pid: int | None = None) -> int:
     """The resident set size of one process, the cheapest reading there is."""
-    return psutil.Process(pid or os.getpid()).memory_info().rss
+    return int(psutil.Process(pid or os.getpid()).memory_info().rss)
 
 
 def process_memory(pid: int | None = None, *, detail: bool = False) -> ProcessMemory:

@@ -18,7 +18,10 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainguard.comparison import Comparison
 
 __all__ = [
     "report",
@@ -194,7 +197,7 @@ def render_leak_html(leak_report: Any, *, title: str | None = None) -> str:
     return render_leak(leak_report, title=title)
 
 
-def render_comparison_html(comparison: Any) -> str:
+def render_comparison_html(comparison: Comparison | dict[str, Any]) -> str:
     """The HTML text of a comparison of configurations (see :func:`write_comparison`)."""
     from trainguard.report._compare import render_comparison
 
@@ -204,10 +207,11 @@ def render_comparison_html(comparison: Any) -> str:
 
 
 def write_comparison(
-    comparison: dict[str, Any], path: str | os.PathLike[str], *, flag: str = "--html"
+    comparison: Comparison | dict[str, Any], path: str | os.PathLike[str], *, flag: str = "--html"
 ) -> str:
     """Write configurations side by side as one HTML file; see :mod:`trainguard.report._compare`
-    for the input shape (``{"title", "configurations": [{"name", "settings", "growth_bytes_per_trial",
-    ...}], "recommendations"}``)."""
+    for the input shape (a :class:`~trainguard.comparison.Comparison`, its ``to_dict()``, or
+    ``{"title", "configurations": [{"name", "settings", "growth_bytes_per_trial", ...}],
+    "recommendations"}``)."""
     check_output_path(path, flag=flag)
     return str(write_html(path, render_comparison_html(comparison), flag=flag))

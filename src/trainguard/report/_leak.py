@@ -158,7 +158,7 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
             ]
             + [clean(g.get(k)) if g.get(k) is not None else "" for k in extra_keys]
         )
-    data = {
+    data: dict[str, Any] = {
         "kind": "leak",
         "verdict": verdict,
         "tables": {"attribution": {"filter": len(rows) > 12, "columns": columns, "rows": rows}},

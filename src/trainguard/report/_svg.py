@@ -171,7 +171,9 @@ def _n(v: float) -> str:
     return s[:-2] if s.endswith(".0") else s
 
 
-def minmax_downsample(points: Sequence[tuple[float, float]], x_min: float, x_max: float, columns: int):
+def minmax_downsample(
+    points: Sequence[tuple[float, float]], x_min: float, x_max: float, columns: int
+) -> list[tuple[float, float]]:
     """Reduce ``points`` (sorted by x) to at most two per column: each column's lowest and highest y,
     in the order they occurred. The highest value of the whole series is always kept."""
     if columns <= 0 or len(points) <= 2:
@@ -182,12 +184,12 @@ def minmax_downsample(points: Sequence[tuple[float, float]], x_min: float, x_max
     if len(points) <= 2 * (last - first + 1):  # already at most two points per column it covers
         return list(points)
     out: list[tuple[float, float]] = []
-    current = None
-    lo = hi = None
+    current: int | None = None
+    lo = hi = (0.0, 0.0)
     for x, y in points:
         col = min(columns - 1, max(0, int((x - x_min) / span * columns)))
         if col != current:
-            if lo is not None:
+            if current is not None:
                 out.extend(sorted({lo, hi}, key=lambda p: p[0]))
             current, lo, hi = col, (x, y), (x, y)
             continue
@@ -195,7 +197,7 @@ def minmax_downsample(points: Sequence[tuple[float, float]], x_min: float, x_max
             lo = (x, y)
         if y > hi[1]:
             hi = (x, y)
-    if lo is not None:
+    if current is not None:
         out.extend(sorted({lo, hi}, key=lambda p: p[0]))
     return out
 

@@ -117,7 +117,8 @@ def _top_level_names(tree: ast.Module) -> set[str]:
                 names.add((alias.asname or alias.name).split(".")[0])
         elif isinstance(node, (ast.If, ast.Try, ast.With)):
             # definitions under a top-level if/try (e.g. optional imports) count too
-            names |= _top_level_names(ast.Module(body=list(ast.iter_child_nodes(node)), type_ignores=[]))
+            body = [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
+            names |= _top_level_names(ast.Module(body=body, type_ignores=[]))
     return names
 
 
@@ -254,7 +255,8 @@ def load(kind: str, payload: str | bytes) -> Callable[..., Any]:
         import pickle
 
         assert isinstance(payload, bytes)
-        return pickle.loads(payload)
+        fn: Callable[..., Any] = pickle.loads(payload)
+        return fn
     assert isinstance(payload, str)
     target, attr = split_ref(payload)
     obj: Any = _load_file(target, attr) if kind == "file" else importlib.import_module(target)
@@ -262,4 +264,5 @@ def load(kind: str, payload: str | bytes) -> Callable[..., Any]:
         obj = getattr(obj, part)
     if not callable(obj):
         raise TypeError(f"{payload} is a {type(obj).__name__}, not a function")
-    return obj
+    loaded: Callable[..., Any] = obj
+    return loaded

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import ConfigError, TrialError
 from trainguard.runner._backend import BaseBackend
@@ -20,6 +20,10 @@ from trainguard.runner._local import LocalBackend
 from trainguard.runner._supervisor import RunProgress, Session, SessionConfig, TrialResult, default_run_name
 from trainguard.runner.policy import Policy
 from trainguard.units import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from trainguard.runner.device import Device
+    from trainguard.store import Store
 
 __all__ = ["Runner", "KERAS_BACKENDS", "THREAD_ENV_VARS", "find_allocator"]
 
@@ -187,7 +191,7 @@ class Runner:
         self,
         workers: int = 1,
         policy: Policy | None = None,
-        store: Any = "trainguard.db",
+        store: str | os.PathLike[str] | Store | None = "trainguard.db",
         *,
         keras_backend: str | None = None,
         threads: int | None = None,
@@ -205,7 +209,7 @@ class Runner:
         max_result_bytes: str | int = "16MiB",
         tree_tracking: str = "auto",
         seed: int | None = None,
-        device: Any = None,
+        device: Device | None = None,
         backend: Any = "local",
     ) -> None:
         from trainguard._nesting import refuse_nested
@@ -322,7 +326,7 @@ class Runner:
         self.policy = policy
         self._backend = _resolve_backend(backend)
         self._store_arg = store
-        self._store: Any = None
+        self._store: Store | None = None
         self._owns_store = False
         self._session: Session | None = None
         self._last_run: str | None = None
@@ -358,7 +362,7 @@ class Runner:
 
     # -- store ------------------------------------------------------------------------------------
 
-    def _open_store(self) -> Any:
+    def _open_store(self) -> Store | None:
         if self._store is not None or self._store_arg is None:
             return self._store
         from trainguard.store import Store
@@ -498,7 +502,7 @@ class Runner:
         return report(name, store=store, path=path)
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store | None:
         """The open store (None before the first run or with ``store=None``)."""
         return self._store
 

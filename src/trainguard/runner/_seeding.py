@@ -122,7 +122,7 @@ class _SeedingLoader(importlib.abc.Loader):
             self._loader.exec_module(module)
         finally:
             random.setstate(python_state)
-            if numpy_state is not None:
+            if numpy_random is not None:
                 numpy_random.set_state(numpy_state)
         seed = self._finder.seed
         if seed is not None:

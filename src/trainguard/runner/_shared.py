@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from trainguard.exceptions import ConfigError, SharedDataError
 
@@ -178,8 +178,8 @@ def _choose_folder(needed: int, folder: str | os.PathLike[str] | None) -> str:
         candidates = _candidate_folders()
     free: dict[str, int | None] = {}
     for candidate in candidates:
-        free[candidate] = _free_bytes(candidate)
-        if free[candidate] is not None and free[candidate] >= needed + _HEADROOM_BYTES:
+        free[candidate] = available = _free_bytes(candidate)
+        if available is not None and available >= needed + _HEADROOM_BYTES:
             return candidate
     said = ", ".join(
         f"{name} has {format_bytes(value) if value is not None else 'unknown'} free"
@@ -220,7 +220,7 @@ class SharedData:
         self._arrays: dict[str, Any] = {}
         self._cow: dict[str, Any] = {}
         self._maps: list[mmap.mmap] = []
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         #: seconds this process took to open every array's memory map (first access)
         self.attach_s: float | None = None
 
@@ -243,7 +243,7 @@ class SharedData:
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name + ".npy")
 
-    def _open(self, name: str, mode: str) -> Any:
+    def _open(self, name: str, mode: Literal["r", "c"]) -> Any:
         import numpy as np
 
         if self._closed:

@@ -24,17 +24,17 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait as wait_connections
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
 from trainguard.frameworks import _quiet
 from trainguard.runner._backend import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner._fitted import device_key
 from trainguard.runner._fnref import FnSpec
-from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES, ProtocolError
+from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES, MessageReader, ProtocolError
 from trainguard.runner.policy import (
     OOM_STATUSES,
     EndCause,
@@ -50,6 +50,9 @@ from trainguard.runner.policy import (
     start_at,
 )
 from trainguard.units import format_bytes
+
+if TYPE_CHECKING:
+    from trainguard.store import Store
 
 __all__ = ["TrialResult", "RunProgress", "WorkerProgress", "Session", "default_run_name"]
 
@@ -267,7 +270,7 @@ class Session:
         self,
         config: SessionConfig,
         policy: Policy,
-        store: Any,
+        store: Store | None,
         fn: FnSpec,
         params: list[dict[str, Any]],
         name: str,
@@ -302,7 +305,8 @@ class Session:
         self._started_mono = time.monotonic()
         self._stop_result: TrialResult | None = None
         self._last_flush = 0.0
-        self._nvml = None
+        self._nvml: Callable[[], dict[int, int] | None] | None = None
+        self._replaced: str | None = None  # the name an earlier run of this name was archived under
         self._closed = False
         # out-of-memory recovery: sizes that fitted in this session, by params without the shrunk keys
         self._fitted: dict[str, int] = {}
@@ -422,7 +426,7 @@ class Session:
         from trainguard.runner._shared import sweep_stale
 
         sweep_stale()  # shared data left by a supervisor that was killed
-        self._replaced: str | None = None
+        self._replaced = None
         old = None
         if self.persistent:
             if self.config.fresh:
@@ -460,8 +464,11 @@ class Session:
                     data={"metric": "uss", "shared": self._data.path if self._data is not None else None},
                 )
             if self.config.seed is not None:
+                from trainguard.runner._seeding import derive_seed
+
+                seed = self.config.seed
                 self.store.set_trial_seeds(
-                    info.run_id, {i: self._seed_of(i) for i in range(len(self.params))}
+                    info.run_id, {i: derive_seed(seed, i) for i in range(len(self.params))}
                 )
             records = self.store.trials(info.run_id)
             finished = [rec for rec in records if rec.status in ("ok", "failed")]
@@ -766,7 +773,10 @@ class Session:
         if not conns:
             time.sleep(min(timeout, 0.05))
             return
-        for conn in wait_connections(list(conns), timeout=timeout):
+        # wait() needs only fileno(), which MessageReader has, and returns the objects it was given
+        readers: list[Any] = list(conns)
+        ready = cast("list[MessageReader]", wait_connections(readers, timeout=timeout))
+        for conn in ready:
             worker = conns[conn]
             if worker.state == "dead":
                 continue

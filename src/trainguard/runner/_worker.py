@@ -172,15 +172,12 @@ def _cleanup() -> dict[str, float]:
 
 
 def _oom_framework(exc: BaseException) -> str | None:
+    from trainguard.frameworks import is_oom
+
     try:
-        from trainguard.frameworks import is_oom
-    except ImportError:
-        is_oom = None
-    if is_oom is not None:
-        try:
-            return is_oom(exc)
-        except Exception:  # noqa: BLE001 - fall through to the local check
-            pass
+        return is_oom(exc)
+    except Exception:  # noqa: BLE001 - fall through to the local check
+        pass
     if isinstance(exc, MemoryError):
         return "python"
     name = type(exc).__name__
@@ -255,8 +252,9 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         framework = _oom_framework(exc)
         status = "framework_oom" if framework else "exception"
         # a command trial says which of the worker's statuses its program's end maps to
-        if getattr(exc, "trial_status", None) in ("exception", "result_too_large"):
-            status = exc.trial_status
+        trial_status = getattr(exc, "trial_status", None)
+        if trial_status in ("exception", "result_too_large"):
+            status = str(trial_status)
         error = {
             "status": status,
             "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
@@ -409,11 +407,11 @@ class _PipeSafe:
 
     def write(self, text: str) -> int:
         try:
-            return self._stream.write(text)
+            return int(self._stream.write(text))
         except BrokenPipeError:
             self._silence()
             try:
-                return self._stream.write(text)
+                return int(self._stream.write(text))
             except (OSError, ValueError):
                 return len(text)
 

@@ -148,7 +148,9 @@ class Device:
                     f"Device {', '.join(fields)} needs {package}, which is not installed: install it "
                     f"(pip install {package}) or drop the setting"
                 )
-        indices = [int(v) for v in (self.visible_devices or "").split(",") if v.isdigit()]
+        # __post_init__ joined the entries into one string
+        visible = self.visible_devices if isinstance(self.visible_devices, str) else ""
+        indices = [int(v) for v in visible.split(",") if v.isdigit()]
         if indices:
             if gpu_count is None:
                 from trainguard.probes.nvml import gpus

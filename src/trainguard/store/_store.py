@@ -529,7 +529,7 @@ class Store:
                     " created_at, updated_at) VALUES (?, ?, ?, ?, 'running', ?, 1, ?, ?)",
                     (name, fn_ref, params_json, config_json, len(params), now, now),
                 )
-                run_id = int(cur.lastrowid)
+                run_id = int(cur.lastrowid or 0)  # set by the INSERT just run
                 conn.executemany(
                     "INSERT INTO trials (run_id, idx, params_json) VALUES (?, ?, ?)",
                     [(run_id, i, text) for i, text in enumerate(trial_rows)],
@@ -1308,7 +1308,20 @@ class Store:
                 if "no such table" in str(err):  # a store written before the table existed (reader)
                     return []
                 raise
-        return [FittedSize(*row[:7], _loads(row[7]), row[8]) for row in rows]
+        return [
+            FittedSize(
+                fn_ref=fn_ref,
+                params_key=params_key,
+                device=device,
+                key=key,
+                size=size,
+                peak_rss_bytes=peak,
+                source=source,
+                detail=_loads(detail),
+                updated_at=updated_at,
+            )
+            for fn_ref, params_key, device, key, size, peak, source, detail, updated_at in rows
+        ]
 
     # -- seeds and stages -------------------------------------------------------------------------
 
