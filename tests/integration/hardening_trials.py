@@ -54,9 +54,14 @@ def daemon_sleeps(params):
 
 
 def counted(params):
-    """Append one line per execution to a side file, then sleep."""
+    """Append one line per execution to a side file, then wait for the ``gate`` file (when given;
+    at most 120 s) and sleep ``sleep_s``."""
     with open(params["count_file"], "a") as fh:
         fh.write(f"{params['i']} {os.getpid()}\n")
+    gate = params.get("gate")
+    deadline = time.monotonic() + 120
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.02)
     time.sleep(params.get("sleep_s", 0.0))
     return params["i"]
 

@@ -170,9 +170,11 @@ _SUPERVISOR = textwrap.dedent(
     from trainguard.exceptions import RunLockedError
     from trainguard.runner import Runner
     store, fn, count, n, sleep_s = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    gate = sys.argv[6] if len(sys.argv) > 6 else None
+    params = [{"i": i, "count_file": count, "sleep_s": sleep_s, "gate": gate} for i in range(n)]
     try:
         with Runner(workers=2, store=store) as runner:
-            results = runner.map(fn, [{"i": i, "count_file": count, "sleep_s": sleep_s} for i in range(n)], name="shared")
+            results = runner.map(fn, params, name="shared")
     except RunLockedError as err:
         print(str(err), file=sys.stderr)
         sys.exit(75)
@@ -196,12 +198,17 @@ def _supervisor(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def test_two_supervisors_on_one_run_each_trial_runs_once_and_the_second_is_refused(tmp_path):
-    count = tmp_path / "count.txt"
-    args = (str(tmp_path / "r.db"), ref("counted"), str(count), "6", "0.5")
+    count, gate = tmp_path / "count.txt", tmp_path / "gate"
+    # the first supervisor's trials wait at the gate until the second has been answered: it holds
+    # the run's lock however long the second takes to start (a fixed sleep lost that race under load)
+    args = (str(tmp_path / "r.db"), ref("counted"), str(count), "6", "0.0", str(gate))
     first = _supervisor(tmp_path, *args)
-    assert _wait_for(lambda: count.exists() and count.read_text(), 60)
-    second = _supervisor(tmp_path, *args)
-    out2, err2 = second.communicate(timeout=60)
+    try:
+        assert _wait_for(lambda: count.exists() and count.read_text(), 60)
+        second = _supervisor(tmp_path, *args)
+        out2, err2 = second.communicate(timeout=120)
+    finally:
+        gate.touch()
     out1, err1 = first.communicate(timeout=120)
     assert first.returncode == 0, err1
     assert json.loads(out1) == ["ok"] * 6

@@ -192,10 +192,19 @@ def test_sigkilled_writer_loses_no_finished_trial_and_resume_finishes_each_once(
     script = tmp_path / "writer.py"
     script.write_text(_KILLED_WRITER)
     finished_before: dict[int, object] = {}
-    for delay_s in (0.1, 0.2, 0.3):
+    done = 0
+    # each kill lands once the writer has finished some more trials, read from the file: a fixed
+    # delay after "ready" landed before its first commit when the machine was busy
+    for more in (20, 100, 300):
         proc = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True)
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(delay_s)
+        deadline = time.monotonic() + 120
+        with Store(db, readonly=True) as watcher:
+            while time.monotonic() < deadline and proc.poll() is None:
+                (summary,) = watcher.list_runs()
+                if summary.trials_ok >= done + more:
+                    break
+                time.sleep(0.02)  # a look reads the whole run (30-80 ms): leave the writer the CPU
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         proc.stdout.close()
@@ -210,9 +219,9 @@ def test_sigkilled_writer_loses_no_finished_trial_and_resume_finishes_each_once(
                 finished_before.setdefault(t.index, t.value)
         # nothing that was finished before is ever lost
         assert all(trials[i].status == "ok" for i in finished_before)
-    assert 0 < len(finished_before) < 20000, (
-        "the kills should land mid-run; adjust delays if the machine is very fast"
-    )
+        assert len(finished_before) >= done + more, "the writer was killed before it finished enough trials"
+        done = len(finished_before)
+    assert done < 20000, "the kills should land mid-run: raise N in the writer if the machine is very fast"
     with Store(db) as store:
         run = store.begin_run("kill", "m:f", [{"i": i} for i in range(20000)], {})
         left = [i for i, _ in store.unfinished_trials(run.run_id)]
