@@ -19,6 +19,15 @@ sampled from outside the processes at 10 Hz (RSS summed over the process tree):
       raylet, agents, workers). --ray-trials gives it fewer trials (a fresh actor per trial
       costs about 7 s on 2 shared cores); the table then says so
   (f) memory-limit kill overshoot: a trial allocating 50 MB every 20 ms under memory_limit=600MB
+  (h) trainguard Runner, workers="auto", memory_budget = 1.6 x the single-trial peak of (a)
+  (i) trainguard Runner, workers="auto", memory_budget = 3 x the single-trial peak of (a)
+  (j) ProcessPoolExecutor(max_workers=2, max_tasks_per_child=1, spawn): two at once, a process per trial
+  (t) a torch workload (trainguard.workloads.torch_fit): naive loop in one process, Runner 1 worker,
+      Runner 2 workers (ratios against the torch naive loop)
+
+Issue 15's parts, each short enough for one quiet run:
+    .venv/bin/python bench/runner_bench.py --only abet     # naive, 1 worker, 2 workers; torch trio
+    .venv/bin/python bench/runner_bench.py --only ahij     # naive, budgets 1.6x and 3x, ProcessPool x2
 
 Memory basis: "peak RSS" is the RSS summed over every descendant of the benchmark process (plus, for
 (g), any process whose command line names the Ray session's temp dir), sampled at 10 Hz; it counts
@@ -191,6 +200,27 @@ def _ray_child() -> None:
     os._exit(0)
 
 
+def _torch_child() -> None:
+    """The torch naive loop's child: torch_fit in a loop in one process, one marked line per trial."""
+    import psutil
+
+    from trainguard.demo import _MARK, trial_line
+    from trainguard.workloads import torch_fit
+
+    spec = json.loads(sys.argv[2])
+    proc = psutil.Process()
+    started = time.time()
+    import torch  # noqa: F401 - start-up outside the first trial, as in the Keras naive child
+
+    print(_MARK + json.dumps({"event": "ready", "import_s": time.time() - started}), flush=True)
+    for index in range(spec["trials"]):
+        start = time.time()
+        value = torch_fit(spec["params"])
+        print(trial_line(index, start, time.time(), proc.memory_info().rss, value), flush=True)
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def _optuna_child() -> None:
     """The (d) child: an Optuna study whose objective is one fit; prints one marked line per trial."""
     import optuna
@@ -239,14 +269,74 @@ def bench_naive(trials: int) -> dict[str, Any]:
 
 def bench_runner(trials: int, workers: int, store: str) -> dict[str, Any]:
     from trainguard.demo import run_with_runner
+    from trainguard.store import Store
 
     half = run_with_runner(trials, store=store, workers=workers, name=f"bench-{workers}w-{os.getpid()}")
-    return _half_to_row(
+    row = _half_to_row(
         half, f"({'b' if workers == 1 else 'e'}) trainguard Runner, {workers} worker{'s' * (workers > 1)}"
     )
+    with Store(store, readonly=True) as reader:
+        run = reader.get_run(half.run_name)
+        events = reader.events(run.run_id, kinds=["workers", "threads", "recycle"])
+        trials_done = reader.trials(run.run_id)
+    row["events"] = [{"kind": e.kind, "message": e.message} for e in events]
+    durations = sorted(t.duration_s or 0.0 for t in trials_done)
+    row["median_trial_s"] = durations[len(durations) // 2] if durations else None
+    return row
 
 
-def bench_pool(trials: int, per_trial_timeout_s: float = 180.0) -> dict[str, Any]:
+def bench_runner_general(
+    label: str,
+    fn: Any,
+    trials: int,
+    store: str,
+    *,
+    workers: int | str = 1,
+    memory_budget: int | None = None,
+    keras_backend: str | None = "tensorflow",
+) -> dict[str, Any]:
+    """A Runner configuration sampled from outside at 10 Hz (the workers' trees summed), with the
+    pool's recorded choices (workers, threads, early starts, budget events) from the store."""
+    from trainguard.demo import TreeSampler, theil_sen_slope
+    from trainguard.probes.host import tree_memory
+    from trainguard.runner import Runner
+    from trainguard.store import Store
+
+    me = os.getpid()
+    name = f"bench-{label[:3].strip('()')}-{os.getpid()}-{time.time():.0f}"
+    t0 = time.time()
+    with TreeSampler(lambda: tree_memory(me).children_rss_bytes or None, interval_s=0.1) as sampler:
+        with Runner(
+            workers=workers, memory_budget=memory_budget, store=store, keras_backend=keras_backend
+        ) as runner:
+            results = sorted(runner.imap(fn, [{} for _ in range(trials)], name=name), key=lambda r: r.index)
+    wall_s = time.time() - t0
+    with Store(store, readonly=True) as reader:
+        run = reader.get_run(name)
+        worker_rows = reader.workers(run.run_id)
+        events = reader.events(
+            run.run_id, kinds=["workers", "threads", "prestart", "budget_wait", "budget_exceeded", "recycle"]
+        )
+    peaks = [r.peak_rss_bytes for r in results]
+    durations = sorted(r.duration_s or 0.0 for r in results)
+    return {
+        "config": label,
+        "wall_s": wall_s,
+        # the outside 10 Hz reading only: what the budget is held to
+        "peak_rss_bytes": sampler.peak_rss_bytes,
+        "runner_trial_peak_max_bytes": max((p for p in peaks if p), default=None),
+        "growth_bytes_per_trial": theil_sen_slope(peaks[1:]),
+        "trial_peak_rss_bytes": peaks,
+        "median_trial_s": durations[len(durations) // 2] if durations else None,
+        "recycles": sum(w.reason == "recycled" for w in worker_rows),
+        "workers_started": len(worker_rows),
+        "failed": sum(r.status != "ok" for r in results),
+        "memory_budget_bytes": memory_budget,
+        "events": [{"kind": e.kind, "message": e.message} for e in events],
+    }
+
+
+def bench_pool(trials: int, per_trial_timeout_s: float = 180.0, workers: int = 1) -> dict[str, Any]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures import TimeoutError as FutureTimeout
@@ -264,7 +354,7 @@ def bench_pool(trials: int, per_trial_timeout_s: float = 180.0) -> dict[str, Any
     t0 = time.time()
     with TreeSampler(lambda: tree_memory(me).children_rss_bytes or None, interval_s=0.1) as sampler:
         pool = ProcessPoolExecutor(
-            max_workers=1, max_tasks_per_child=1, mp_context=multiprocessing.get_context("spawn")
+            max_workers=workers, max_tasks_per_child=1, mp_context=multiprocessing.get_context("spawn")
         )
         try:
             futures = [pool.submit(timed_keras_fit, {}) for _ in range(trials)]
@@ -282,7 +372,9 @@ def bench_pool(trials: int, per_trial_timeout_s: float = 180.0) -> dict[str, Any
     wall_s = time.time() - t0
     peaks = [sampler.peak_between(r["start"], r["end"]) for r in rows]
     return {
-        "config": "(c) ProcessPoolExecutor, max_tasks_per_child=1, spawn",
+        "config": "(c) ProcessPoolExecutor, max_tasks_per_child=1, spawn"
+        if workers == 1
+        else f"(j) ProcessPoolExecutor, max_workers={workers}, max_tasks_per_child=1, spawn",
         "wall_s": wall_s,
         "peak_rss_bytes": sampler.peak_rss_bytes,
         "growth_bytes_per_trial": theil_sen_slope(peaks[1:]),
@@ -533,6 +625,58 @@ def render(results: dict[str, Any]) -> str:
             )
         for label, value, target in checks:
             lines.append(f"- {label}: {value:.2f} -> {'met' if value <= target else 'MISSED'}")
+    if "(e)" in by:
+        e = by["(e)"]
+        checks_15 = [
+            ("2 workers wall <= 0.70 x naive (issue 15)", e["wall_s"] / naive["wall_s"], 0.70),
+            ("2 workers peak <= 2.1 x single-trial peak (issue 15)", e["peak_rss_bytes"] / single, 2.1),
+        ]
+        if "(b)" in by:
+            checks_15.append(
+                ("1 worker wall <= 1.0 x naive (issue 15)", by["(b)"]["wall_s"] / naive["wall_s"], 1.0)
+            )
+            checks_15.append(("2 workers / 1 worker wall", e["wall_s"] / by["(b)"]["wall_s"], 0.70))
+        for label, value, target in checks_15:
+            lines.append(f"- {label}: {value:.2f} -> {'met' if value <= target else 'MISSED'}")
+    for key in ("(h)", "(i)"):
+        if key in by:
+            row = by[key]
+            budget = row["memory_budget_bytes"]
+            lines.append(
+                f"- {key} budget {budget / MIB:.0f} MiB: outside 10 Hz peak {row['peak_rss_bytes'] / MIB:.0f} MiB = "
+                f"{row['peak_rss_bytes'] / budget:.2f} x the budget -> {'under' if row['peak_rss_bytes'] <= budget else 'OVER'}; "
+                f"median trial {row['median_trial_s']:.2f} s; {row['workers_started']} workers started"
+            )
+            for event in row.get("events", []):
+                if event["kind"] != "recycle":
+                    lines.append(f"    - {event['kind']}: {event['message']}")
+    if "(h)" in by and "(i)" in by:
+        ratio = by["(i)"]["wall_s"] / by["(h)"]["wall_s"]
+        lines.append(
+            f"- budget 3x wall / budget 1.6x wall: {ratio:.2f} -> {'faster' if ratio < 1 else 'NOT faster'}"
+        )
+    for row in rows:
+        if row["config"].startswith("(e)") or row["config"].startswith("(b)"):
+            for event in row.get("events", []):
+                if event["kind"] in ("threads", "workers"):
+                    lines.append(f"- {row['config'][:3]} {event['kind']}: {event['message']}")
+    torch_rows = results.get("torch_configs") or []
+    if torch_rows:
+        tn = torch_rows[0]
+        tsingle = tn["trial_peak_rss_bytes"][0]
+        lines += [
+            "",
+            "| torch workload | wall s | wall / torch naive | peak RSS-sum MiB | peak / single trial | median trial s | workers (recycled) | failed |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for row in torch_rows:
+            med = row.get("median_trial_s")
+            lines.append(
+                f"| {row['config']} | {row['wall_s']:.1f} | {_fmt_ratio(row['wall_s'], tn['wall_s'])} | "
+                f"{row['peak_rss_bytes'] / MIB:.0f} | {_fmt_ratio(row['peak_rss_bytes'], tsingle)} | "
+                f"{'-' if med is None else f'{med:.2f}'} | {row.get('workers_started', 1) or 1} ({row.get('recycles', 0)}) | {row['failed']} |"
+            )
+        lines.append(f"torch single-trial peak (trial 0 of its naive loop): {tsingle / MIB:.0f} MiB")
     over = results.get("overshoot")
     if over:
         if over["overshoot_median_bytes"] is not None:
@@ -614,18 +758,18 @@ def main(argv: list[str] | None = None) -> int:
         got = _sum_memory("pss")
         return got[0] if got else None
 
-    def step(label: str, fn, *fn_args, pss: bool = True):
+    def step(label: str, fn, *fn_args, pss: bool = True, **fn_kwargs):
         print(f"[{time.strftime('%H:%M:%S')}] {label} ...", file=sys.stderr, flush=True)
         from trainguard.demo import TreeSampler
 
         try:
             if pss and args.pss_hz > 0:
                 with TreeSampler(read_pss, interval_s=1.0 / args.pss_hz) as pss_sampler:
-                    value = fn(*fn_args)
+                    value = fn(*fn_args, **fn_kwargs)
                 if value is not None and pss_sampler.series:
                     value["peak_pss_bytes"] = pss_sampler.peak_rss_bytes
             else:
-                value = fn(*fn_args)
+                value = fn(*fn_args, **fn_kwargs)
         except Exception as err:  # noqa: BLE001 - one broken configuration must not lose the others
             import traceback
 
@@ -655,6 +799,54 @@ def main(argv: list[str] | None = None) -> int:
             configs.append(row)
     if "e" in only and (row := step("(e) Runner 2 workers", bench_runner, trials, 2, store)) is not None:
         configs.append(row)
+    single_peak = configs[0]["trial_peak_rss_bytes"][0]
+    for key, ratio in (("h", 1.6), ("i", 3.0)):
+        if key in only:
+            label = f"({key}) trainguard Runner, workers=auto, memory_budget={ratio:g} x single-trial peak"
+            row = step(
+                label,
+                bench_runner_general,
+                label,
+                "trainguard.workloads:keras_fit",
+                trials,
+                store,
+                workers="auto",
+                memory_budget=int(ratio * single_peak),
+            )
+            if row is not None:
+                configs.append(row)
+    if "j" in only and (row := step("(j) ProcessPoolExecutor x2", bench_pool, trials, 180.0, 2)) is not None:
+        configs.append(row)
+    if "t" in only:
+        from trainguard.demo import run_measured_child
+
+        def torch_naive() -> dict[str, Any]:
+            spec = json.dumps({"trials": trials, "params": {}})
+            half = run_measured_child(
+                [sys.executable, str(Path(__file__).resolve()), "--torch-child", spec],
+                trials,
+                mode="torch naive",
+            )
+            return _half_to_row(half, "(t-a) torch: naive loop, 1 process")
+
+        torch_rows = [step("(t-a) torch naive", torch_naive)]
+        for workers in (1, 2):
+            label = f"(t-{'b' if workers == 1 else 'e'}) torch: trainguard Runner, {workers} worker{'s' * (workers > 1)}"
+            torch_rows.append(
+                step(
+                    label,
+                    bench_runner_general,
+                    label,
+                    "trainguard.workloads:torch_fit",
+                    trials,
+                    store,
+                    workers=workers,
+                    keras_backend=None,
+                )
+            )
+        torch_configs = [r for r in torch_rows if r is not None]
+    else:
+        torch_configs = []
     if "g" in only:
         import importlib.util
 
@@ -682,6 +874,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": vers,
         "single_trial_peak_bytes": configs[0]["trial_peak_rss_bytes"][0],
         "configs": configs,
+        "torch_configs": torch_configs,
         "overshoot": overshoot,
         "failures": failures,
         "skipped": skipped,
@@ -698,6 +891,8 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--optuna-child":
         _optuna_child()
+    if len(sys.argv) > 2 and sys.argv[1] == "--torch-child":
+        _torch_child()
     if len(sys.argv) > 2 and sys.argv[1] == "--ray-child":
         _ray_child()
     sys.exit(main())

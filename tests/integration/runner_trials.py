@@ -100,3 +100,12 @@ def spawn_child(params):
     if params.get("crash"):
         ctypes.string_at(0)
     return {"child": child.pid}
+
+
+def hold(params):
+    """Hold ``mb`` MiB (every page touched) for ``hold_s`` seconds, then free it: a trial whose
+    peak is known and whose memory leaves with it."""
+    block = bytearray(b"\x01") * (params.get("mb", 100) * 2**20)
+    time.sleep(params.get("hold_s", 0.3))
+    del block
+    return {"pid": os.getpid()}

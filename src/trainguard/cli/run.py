@@ -67,7 +67,20 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="seed the run: each trial gets a seed derived from N and its index, the same on every "
         "attempt, and Python, numpy, torch, TensorFlow and Keras are seeded with it before the trial",
     )
-    parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument(
+        "--workers",
+        type=_workers_arg,
+        default=1,
+        metavar="N|auto",
+        help="worker processes (default 1); 'auto' chooses and changes the number during the run from "
+        "measured per-trial peaks under --memory-budget (or --memory-limit)",
+    )
+    parser.add_argument(
+        "--memory-budget",
+        metavar="SIZE",
+        help="memory for the whole run (e.g. 6GB): the sum over all worker trees is kept under it by "
+        "choosing how many trials run at once and recycling workers before they would cross it",
+    )
     parser.add_argument(
         "--memory-limit", metavar="SIZE", help="kill a trial whose worker tree crosses this RSS (e.g. 6GB)"
     )
@@ -322,13 +335,41 @@ def _render(progress: Any) -> Any:
     return table
 
 
+def _workers_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers or 'auto'") from None
+
+
+def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
+    from trainguard.cli._device import device_from_args
+    from trainguard.runner import Runner
+
+    return Runner(
+        workers=args.workers,
+        policy=policy,
+        store=args.store,
+        keras_backend=args.keras_backend,
+        threads=args.threads,
+        allocator=args.allocator,
+        preload=tuple(args.preload),
+        fresh=args.fresh,
+        max_result_bytes=args.max_result_size,
+        seed=args.seed,
+        device=device_from_args(args),
+        memory_budget=args.memory_budget,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from trainguard.cli._display import error_text, say, to_json, visible
     from trainguard.exceptions import ConfigError, FunctionChangedWarning, TrialError
-    from trainguard.runner import Runner
 
-    if args.workers < 1:
-        raise ConfigError(f"--workers {args.workers} must be at least 1")
+    if args.workers != "auto" and args.workers < 1:
+        raise ConfigError(f"--workers {args.workers} must be at least 1, or auto")
     if args.max_trials < 1:
         raise ConfigError(f"--max-trials {args.max_trials} must be at least 1, e.g. --max-trials 500000")
     if (args.fn is None) == (args.cmd is None):
@@ -347,23 +388,16 @@ def run(args: argparse.Namespace) -> int:
         target = args.fn
     params = load_params(args.params, args.max_trials)
     policy = _policy(args)
-    from trainguard.cli._device import device_from_args
 
-    runner = Runner(
-        workers=args.workers,
-        policy=policy,
-        store=args.store,
-        keras_backend=args.keras_backend,
-        threads=args.threads,
-        allocator=args.allocator,
-        preload=tuple(args.preload),
-        fresh=args.fresh,
-        max_result_bytes=args.max_result_size,
-        seed=args.seed,
-        device=device_from_args(args),
-    )
+    with warnings.catch_warnings(record=True) as early:
+        warnings.simplefilter("always")
+        runner = _make_runner(args, policy)
+    for warning in early:
+        if not args.quiet:
+            say(f"trainguard run: warning: {visible(str(warning.message))}", sys.stderr)
     results = []
     show_live = not args.no_progress and not args.quiet and sys.stderr.isatty()
+
     per_trial_lines = not show_live and not args.quiet and not args.no_progress
     reused = 0
 

@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         stages = store.stages(info.run_id)
         trial_memory = _trial_memory(store.events(info.run_id, kinds=["trial_stats"]))
         memory_events = store.events(info.run_id, kinds=MEMORY_EVENT_KINDS)
+        pool_events = store.events(info.run_id, kinds=POOL_EVENT_KINDS)
     assert summary is not None
     fragmentation, oom = memory_rows(memory_events)
     if args.json:
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             "stages": [dataclasses.asdict(st) for st in stages],
             "fragmentation": fragmentation,
             "out_of_memory": oom,
+            "pool": [dataclasses.asdict(e) for e in pool_events],
             "memory": {
                 "samples": len(samples),
                 "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
@@ -81,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_text(args, info, summary, trials, workers, events, samples, trial_memory)
     _print_memory(fragmentation, oom)
+    _print_pool(pool_events)
     if stages:
         _print_stages(stages)
     return 0
@@ -217,6 +220,27 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
         for e in events:
             et.add_row(when(e.time)[11:], escape(e.kind), escape(e.message))
         out.print(et)
+
+
+#: Events of the pool's shape: workers at once (and why), threads per worker, the memory budget.
+POOL_EVENT_KINDS = ("workers", "threads", "prestart", "budget_wait", "budget_exceeded", "budget_too_small")
+
+
+def _print_pool(events) -> None:  # noqa: ANN001 - EventRecords
+    """Every choice and change of the pool's shape, with its reason (none is cut off)."""
+    if not events:
+        return
+    from rich.table import Table
+
+    from trainguard.cli._display import console, when
+    from trainguard.cli._display import markup_safe as escape
+
+    table = Table(title="workers, threads and the memory budget", title_justify="left")
+    for name in ("time", "kind", "why"):
+        table.add_column(name, no_wrap=name != "why")
+    for e in events:
+        table.add_row(when(e.time)[11:], escape(e.kind), escape(e.message))
+    console(pipe_width=160).print(table)
 
 
 #: Events that ``show`` turns into its fragmentation and out-of-memory tables.

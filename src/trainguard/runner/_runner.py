@@ -96,6 +96,51 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _usable_memory_bytes() -> int | None:
+    """The memory this process may use: the machine's, or its cgroup's limit when lower."""
+    from trainguard.probes.host import cgroup_memory, system_memory
+
+    try:
+        total = system_memory().total_bytes
+    except Exception:  # noqa: BLE001 - no reading: nothing to compare with
+        return None
+    try:
+        group = cgroup_memory()
+    except Exception:  # noqa: BLE001
+        group = None
+    limit = getattr(group, "limit_bytes", None) if group is not None else None
+    return min(total, limit) if limit else total
+
+
+def _warn_budget_above_memory(budget: int) -> None:
+    """A budget above what the machine (or the cgroup) has is no budget: say so with both numbers."""
+    import warnings
+
+    from trainguard.exceptions import TrainguardWarning
+    from trainguard.probes.host import cgroup_memory, system_memory
+    from trainguard.units import format_bytes
+
+    try:
+        total = system_memory().total_bytes
+        group = cgroup_memory()
+    except Exception:  # noqa: BLE001 - nothing to compare with
+        return
+    limit = getattr(group, "limit_bytes", None) if group is not None else None
+    if limit and limit < total and budget > limit:
+        where = f"this cgroup's memory limit {format_bytes(limit)} (the machine has {format_bytes(total)})"
+    elif budget > total:
+        where = f"this machine's memory {format_bytes(total)}"
+    else:
+        return
+    warnings.warn(
+        TrainguardWarning(
+            f"memory_budget={format_bytes(budget)} is above {where}: the OS will kill workers before the "
+            "budget is reached; give a budget below it"
+        ),
+        stacklevel=3,
+    )
+
+
 def _check_params(params_list: Any) -> list[dict[str, Any]]:
     if isinstance(params_list, (str, bytes, Mapping)) or not isinstance(params_list, Iterable):
         raise ConfigError(
@@ -189,7 +234,7 @@ class Runner:
 
     def __init__(
         self,
-        workers: int = 1,
+        workers: int | str = 1,
         policy: Policy | None = None,
         store: str | os.PathLike[str] | Store | None = "trainguard.db",
         *,
@@ -211,18 +256,36 @@ class Runner:
         seed: int | None = None,
         device: Device | None = None,
         backend: Any = "local",
+        memory_budget: str | int | None = None,
     ) -> None:
         from trainguard._nesting import refuse_nested
 
         refuse_nested("Runner")
         if not isinstance(fresh, bool):
             raise ConfigError(f"fresh={fresh!r} must be True or False")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ConfigError(f"workers={workers!r} must be a whole number >= 1, such as 2")
+        auto = workers == "auto"
+        if not auto and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ConfigError(f"workers={workers!r} must be a whole number >= 1 such as 2, or 'auto'")
         if policy is None:
             policy = Policy()
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
+        budget = parse_size(memory_budget, name="memory_budget", allow_none=True)
+        if budget is not None and budget <= 0:
+            raise ConfigError(f"memory_budget={memory_budget!r} must be a size above 0, such as '6GB'")
+        if auto and budget is None and policy.memory_limit is None:
+            raise ConfigError(
+                "workers='auto' has nothing to size from: give memory_budget='6GB' (the whole run's "
+                "memory) or Policy(memory_limit=...) (one trial's), or a number of workers"
+            )
+        if budget is not None:
+            _warn_budget_above_memory(budget)
+        max_workers = workers if not auto else _cores()
+        if auto and budget is None and policy.memory_limit is not None:
+            # sized from the per-trial limit: as many trials as the memory there is holds at their limit
+            usable = _usable_memory_bytes()
+            max_workers = max(1, min(_cores(), usable // policy.memory_limit)) if usable else 1
+        assert isinstance(max_workers, int)
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(
                 f"threads={threads!r} must be a whole number >= 1, or None for cores // workers"
@@ -302,11 +365,15 @@ class Runner:
                     "gpu_memory_limit needs NVML (pip install 'trainguard[nvml]') and an NVIDIA driver; none is available"
                 )
 
-        per_worker = threads if threads is not None else max(1, _cores() // workers)
+        # with a budget the number of workers changes during the run: threads follow it (at each start)
+        first_workers = 1 if budget is not None else max_workers
+        per_worker = threads if threads is not None else max(1, _cores() // first_workers)
         base_env = dict(os.environ)
+        thread_vars = []
         for var in THREAD_ENV_VARS:
             if threads is not None or var not in base_env:
                 base_env[var] = str(per_worker)
+                thread_vars.append(var)
         # TF's INFO lines (oneDNN notice) on every worker start would bury the progress display
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         if keras_backend is not None:
@@ -323,6 +390,7 @@ class Runner:
         base_env.pop("PYTHONSTARTUP", None)
 
         self.workers = workers
+        self.memory_budget = budget
         self.policy = policy
         self._backend = _resolve_backend(backend)
         self._store_arg = store
@@ -331,8 +399,13 @@ class Runner:
         self._session: Session | None = None
         self._last_run: str | None = None
         self._config = SessionConfig(
-            workers=workers,
+            workers=max_workers,
             threads=per_worker,
+            memory_budget_bytes=budget,
+            auto_workers=auto,
+            threads_chosen=threads is None,
+            thread_vars=tuple(thread_vars),
+            cores=_cores(),
             base_env=base_env,
             gpu_slots=gpu_slots,
             preload=preload,
@@ -347,6 +420,8 @@ class Runner:
             seed=seed,
             worker_config={
                 "threads": per_worker,
+                "memory_budget": budget,
+                "workers_auto": auto,
                 "keras_backend": keras_backend,
                 "allocator": allocator_path,
                 "malloc_trim_threshold": trim,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
 from trainguard.frameworks import _quiet
 from trainguard.runner._backend import BaseBackend, BaseWorker, WorkerSpec
+from trainguard.runner._budget import PoolPlanner
 from trainguard.runner._fitted import device_key
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES, MessageReader, ProtocolError
@@ -43,8 +44,12 @@ from trainguard.runner.policy import (
     RecycleDecision,
     WorkerHistory,
     check_limits,
+    decide_budget,
     decide_recycle,
+    next_peak_estimate,
     params_without,
+    recycle_expected_soon,
+    should_prestart,
     should_retry,
     shrink_step,
     start_at,
@@ -199,6 +204,13 @@ class _Worker:
     fatal: str | None = None
     protocol_error: str | None = None
     ended: bool = False
+    # the pool: a replacement started early (framework imported) that waits for a recycle; the
+    # threads it was started with and how many workers ran then; what the budget holds for its trial
+    spare: bool = False
+    threads: int = 0
+    concurrency: int = 1
+    reserved_bytes: float | None = None
+    waited: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +232,12 @@ class SessionConfig:
     max_result_bytes: int = 16 << 20
     tree_tracking: str = "auto"
     seed: int | None = None
+    # memory budget of the whole run (None: none); workers="auto"; threads left to measurement
+    memory_budget_bytes: int | None = None
+    auto_workers: bool = False
+    threads_chosen: bool = False
+    thread_vars: tuple[str, ...] = ()
+    cores: int = 1
 
 
 _TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -327,6 +345,15 @@ class Session:
         self._checkpoints: Any = None
         self._tmpdir: str | None = None
         self._end_reason: str | None = None
+        self._planner = PoolPlanner(
+            max_workers=config.workers,
+            budget_bytes=config.memory_budget_bytes,
+            cores=config.cores,
+            threads=None if config.threads_chosen else config.threads,
+        )
+        # the highest tree sum over the budget seen by the sampler and not recorded yet
+        self._budget_over: tuple[int, float] | None = None
+        self._budget_over_recorded = 0.0
 
     # -- progress ---------------------------------------------------------------------------------
 
@@ -375,6 +402,9 @@ class Session:
                 yield from self._begin()
                 if self._queue:
                     self.backend.open(slots=self.config.workers, policy=self.policy)
+                    start = self._planner.initial()
+                    if start is not None:
+                        self._event("workers", start.message, data=start.values)
                     self._start_sampler()
                 while self._queue or self._busy():
                     self._maintain_workers()
@@ -556,18 +586,95 @@ class Session:
         if self._stop_result is not None:
             return
         needed = min(
-            self.config.workers, len(self._queue) + sum(1 for w in self._workers if w.state == "busy")
+            self._planner.target, len(self._queue) + sum(1 for w in self._workers if w.state == "busy")
         )
-        live = self._live()
-        used_slots = {w.slot for w in live}
+        live = [w for w in self._live() if not w.spare]
+        used_slots = {w.slot for w in self._live()}
         while len(live) < needed:
-            slot = next(s for s in range(self.config.workers) if s not in used_slots)
+            spare = next((w for w in self._live() if w.spare), None)
+            if spare is not None:
+                with self._lock:
+                    spare.spare = False
+                    if self.config.gpu_slots is None:  # its slot label: the lowest free one
+                        spare.slot = next(
+                            s for s in range(len(self._workers) + 1) if s not in used_slots - {spare.slot}
+                        )
+                live.append(spare)
+                used_slots.add(spare.slot)
+                continue
+            if self._planner.budgeted and live:
+                fresh = self._planner.fresh_peak_bytes
+                if fresh is None or self._reserved() + fresh > (self._planner.budget_bytes or 0):
+                    break  # no room for another fresh worker's trial now
+            slot = next(s for s in range(len(self._workers) + self.config.workers + 1) if s not in used_slots)
             worker = self._start_worker(slot)
             live.append(worker)
             used_slots.add(slot)
 
-    def _start_worker(self, slot: int) -> _Worker:
+    def _reserved(self, exclude: _Worker | None = None) -> float:
+        """What the live workers hold or are expected to reach, against the memory budget: the
+        predicted peak of a running trial (or more, as sampled), the RSS of an idle worker, and the
+        measured peak of a fresh worker's trial for a worker not ready yet."""
+        total = 0.0
+        fresh = float(self._planner.fresh_peak_bytes or 0)
+        with self._lock:
+            workers = [w for w in self._workers if w.state != "dead" and w is not exclude]
+            for w in workers:
+                current = float(w.cur_rss or 0)
+                if w.state == "busy":
+                    total += max(w.reserved_bytes or 0.0, current, float(w.trial_peak_rss))
+                elif w.spare:
+                    total += max(current, float(self._planner.spare_bytes or 0) if w.state != "idle" else 0.0)
+                elif w.trials_done == 0:
+                    total += max(current, fresh)
+                else:
+                    total += current
+        return total
+
+    def _budget_check(self, worker: _Worker) -> bool:
+        """Under a memory budget, whether ``worker`` may start its next trial now; it may be
+        recycled, retired or kept waiting instead (each recorded with its reason)."""
+        if not self._planner.budgeted:
+            return True
+        history = WorkerHistory(worker.trials_done, tuple(worker.rss_after), tuple(worker.peaks))
+        predicted = next_peak_estimate(self.policy, history)
+        others = self._reserved(exclude=worker)
+        others_busy = any(w.state == "busy" for w in self._workers if w is not worker)
+        decision = decide_budget(
+            self._planner.budget_bytes or 0,
+            predicted_peak_bytes=predicted,
+            others_reserved_bytes=others,
+            fresh_peak_bytes=self._planner.fresh_peak_bytes,
+            others_busy=others_busy,
+        )
+        if decision.action == "run":
+            worker.reserved_bytes = decision.values["predicted_peak_bytes"]
+            worker.waited = False
+            return True
+        if decision.action == "wait":
+            if not worker.waited:
+                worker.waited = True
+                self._event(
+                    "budget_wait",
+                    f"worker {worker.worker_id} waits: {decision.message}",
+                    data=decision.values,
+                    worker=worker,
+                )
+            return False
+        if decision.action == "over_budget":
+            self._event("budget_too_small", decision.message, data=decision.values, worker=worker)
+            raise ConfigError(decision.message)
+        rule = "budget" if decision.action == "recycle" else "budget_fewer_workers"
+        self._retire(worker, RecycleDecision(rule, decision.values, decision.message))
+        return False
+
+    def _start_worker(self, slot: int, *, preload: tuple[str, ...] = (), spare: bool = False) -> _Worker:
         env = dict(self.config.base_env)
+        concurrency = self._planner.target
+        threads = self._planner.threads.for_new_worker(concurrency)
+        for var in self.config.thread_vars:
+            env[var] = str(threads)
+        preload = tuple(dict.fromkeys((*self.config.preload, *preload)))
         if self.config.gpu_slots is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.config.gpu_slots[slot % len(self.config.gpu_slots)]
         spec = WorkerSpec(
@@ -576,8 +683,8 @@ class Session:
             env=env,
             bootstrap={
                 "sys_path": [p for p in sys.path if p],
-                "preload": list(self.config.preload),
-                "threads": self.config.threads,
+                "preload": list(preload),
+                "threads": threads,
                 "quiet_modules": list(_quiet.QUIET_MODULES),
                 "max_result_bytes": self.config.max_result_bytes,
                 "device": self.config.worker_config.get("device"),
@@ -589,7 +696,15 @@ class Session:
             detail={"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {},
         )
         handle = self.backend.start(spec)
-        worker = _Worker(worker_id=spec.worker_id, slot=slot, handle=handle, started_mono=time.monotonic())
+        worker = _Worker(
+            worker_id=spec.worker_id,
+            slot=slot,
+            handle=handle,
+            started_mono=time.monotonic(),
+            spare=spare,
+            threads=threads,
+            concurrency=concurrency,
+        )
         self._next_worker_id += 1
         with self._lock:
             self._workers.append(worker)
@@ -598,16 +713,26 @@ class Session:
                 self.run_id,
                 worker.worker_id,
                 handle.pid,
-                {"slot": slot, "tree_tracking": handle.tracking, **handle.where, **spec.detail},
+                {
+                    "slot": slot,
+                    "tree_tracking": handle.tracking,
+                    **handle.where,
+                    **spec.detail,
+                    "threads": threads,
+                    "workers_at_start": concurrency,
+                    **({"spare": True, "preload": list(preload)} if spare else {}),
+                },
             )
         logger.debug("started worker %d (pid %d) in slot %d", worker.worker_id, handle.pid, slot)
         return worker
 
     def _dispatch(self) -> None:
-        for worker in self._workers:
+        for worker in list(self._workers):
             if not self._queue or self._stop_result is not None:
                 return
-            if worker.state != "idle":
+            if worker.state != "idle" or worker.spare:
+                continue
+            if not self._budget_check(worker):
                 continue
             run = self._queue.popleft()
             self._apply_fitted_size(run)
@@ -860,6 +985,8 @@ class Session:
         elif op == "fn_ok":
             with self._lock:
                 worker.state = "idle"
+            if worker.spare:
+                self._planner.spare_ready(worker.cur_rss)
         elif op == "fn_error":
             if msg.get("nested"):
                 raise ConfigError(msg["nested"], traceback=msg.get("traceback"))
@@ -920,6 +1047,8 @@ class Session:
                 index=run.index,
             )
         self._finish_attempt(worker, run, status, msg.get("error"), value, peak, float(msg["duration_s"]))
+        worker.reserved_bytes = None
+        self._plan_after_trial(worker, peak, rss_after, float(msg["duration_s"]), status, stats)
         if status == "framework_oom":
             # what the failed allocation held, and the fragmentation it left, stay in this process
             # (empty_cache() does not give it back): never run another trial in it
@@ -938,6 +1067,55 @@ class Session:
             )
             if decision is not None:
                 self._retire(worker, decision)
+            else:
+                self._maybe_prestart(worker, stats)
+
+    def _plan_after_trial(
+        self,
+        worker: _Worker,
+        peak: int,
+        rss_after: int,
+        duration_s: float,
+        status: str,
+        stats: dict[str, Any],
+    ) -> None:
+        """Feed one trial to the pool's planner: a fresh worker's first peak sizes the pool under a
+        budget; timed trials choose threads per worker. Changes are recorded with their reasons."""
+        if status != "ok":
+            return
+        if worker.trials_done == 1:
+            change = self._planner.first_trial_done(peak, rss_after)
+            if change is not None:
+                self._event("workers", change.message, data=change.values, worker=worker)
+            return
+        choice = self._planner.threads.observe(worker.concurrency, worker.threads, duration_s)
+        if choice is not None:
+            self._event("threads", choice.message, data=choice.values, worker=worker)
+
+    def _maybe_prestart(self, worker: _Worker, stats: dict[str, Any]) -> None:
+        """Under a budget with room, start the replacement of a worker expected to be recycled
+        soon, importing the frameworks its trials use, so the recycle costs no import."""
+        if not self._planner.budgeted or not self._queue or any(w.spare for w in self._live()):
+            return
+        history = WorkerHistory(worker.trials_done, tuple(worker.rss_after), tuple(worker.peaks))
+        if not recycle_expected_soon(self.policy, history):
+            return
+        decision = should_prestart(
+            self._planner.budget_bytes or 0,
+            reserved_bytes=self._reserved(),
+            spare_bytes=self._planner.spare_bytes,
+            recycle_expected=True,
+        )
+        if decision is None:
+            return
+        frameworks = tuple(f for f in stats.get("frameworks") or () if isinstance(f, str))
+        spare = self._start_worker(worker.slot + self.config.workers, preload=frameworks, spare=True)
+        self._event(
+            "prestart",
+            f"worker {spare.worker_id} started early to replace worker {worker.worker_id}: {decision.message}",
+            data={**decision.values, "preload": list(frameworks), "replaces": worker.worker_id},
+            worker=spare,
+        )
 
     def _finish_attempt(
         self,
@@ -1360,6 +1538,12 @@ class Session:
                     worker.kill = decision
                 worker.handle.kill()
                 logger.info("worker %d: %s", worker.worker_id, decision.message)
+        budget = self._planner.budget_bytes
+        if budget is not None:
+            with self._lock:
+                total = sum(w.cur_rss or 0 for w in self._workers if w.state != "dead")
+                if total > budget and (self._budget_over is None or total > self._budget_over[0]):
+                    self._budget_over = (total, now_wall)
 
     def _read_tree(
         self, worker: _Worker, *, uss: bool = False, rediscover: bool = False
@@ -1383,6 +1567,21 @@ class Session:
         if not force and now - self._last_flush < 1.0:
             return
         self._last_flush = now
+        with self._lock:
+            over, self._budget_over = self._budget_over, None
+        if (
+            over is not None
+            and self._planner.budget_bytes is not None
+            and over[0] > self._budget_over_recorded
+        ):
+            self._budget_over_recorded = over[0]
+            # the budget is kept by prediction, not by killing: a reading over it is said, not hidden
+            self._event(
+                "budget_exceeded",
+                f"the workers' trees summed {format_bytes(over[0])}, over the memory budget "
+                f"{format_bytes(self._planner.budget_bytes)} (one sample; the highest so far)",
+                data={"rss_bytes": over[0], "budget_bytes": self._planner.budget_bytes, "at": over[1]},
+            )
         with self._lock:
             batches, self._samples = self._samples, {}
         if self.run_id is None:

@@ -1,0 +1,125 @@
+"""The run's memory budget with real workers: the sum over every worker tree, sampled from outside
+at 10 Hz, stays under ``memory_budget``; the same trials with two fixed workers do not; a budget
+below one trial's peak stops after that trial and says so; bad input is one line."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from trainguard import Runner
+from trainguard.exceptions import ConfigError, TrainguardWarning
+from trainguard.probes.host import system_memory, tree_memory
+from trainguard.store import Store
+
+HERE = Path(__file__).parent
+MIB = 2**20
+TRIAL = {"mb": 120, "hold_s": 0.35}
+# a tree of ~30 MiB (interpreter, trainguard) plus the 120 MiB the trial holds; measured spread of
+# the peaks of one worker's trials here: under 2 MiB
+needs_two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+
+
+def ref(name: str) -> str:
+    return f"{HERE / 'runner_trials.py'}:{name}"
+
+
+class Outside:
+    """The RSS summed over this process's descendants (the workers' trees), at 10 Hz."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_memory(os.getpid()).children_rss_bytes)
+            time.sleep(0.1)
+
+    def __enter__(self) -> Outside:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture(scope="module")
+def one_trial_peak() -> int:
+    with Runner(store=None) as runner:
+        peaks = [r.peak_rss_bytes for r in runner.map(ref("hold"), [TRIAL] * 2)]
+    return max(peaks)
+
+
+@needs_two_cores
+def test_the_tree_stays_under_the_budget_where_two_fixed_workers_do_not(tmp_path, one_trial_peak):
+    budget = int(1.5 * one_trial_peak)
+    db = tmp_path / "b.db"
+    with Outside() as fixed, Runner(workers=2, store=None) as runner:
+        runner.map(ref("hold"), [TRIAL] * 6)
+    with Outside() as budgeted, Runner(workers="auto", memory_budget=budget, store=db) as runner:
+        results = runner.map(ref("hold"), [TRIAL] * 6, name="b")
+    assert all(r.ok for r in results)
+    # two trials at once reach about 2 x a trial's peak; the budget allows 1.5 x
+    assert fixed.peak > 1.7 * one_trial_peak
+    assert budgeted.peak <= budget
+    with Store(db, readonly=True) as store:
+        events = store.events(store.get_run("b").run_id, kinds=["workers", "budget_exceeded"])
+    kinds = [e.kind for e in events]
+    assert "budget_exceeded" not in kinds
+    assert any("1 worker: budget" in e.message for e in events)  # the measured choice, with its reason
+
+
+@needs_two_cores
+def test_a_roomy_budget_runs_two_at_once(tmp_path, one_trial_peak):
+    budget = int(3 * one_trial_peak)
+    db = tmp_path / "b.db"
+    with Outside() as outside, Runner(workers="auto", memory_budget=budget, store=db) as runner:
+        results = runner.map(ref("hold"), [TRIAL] * 8, name="b")
+    assert all(r.ok for r in results)
+    assert len({r.value["pid"] for r in results}) >= 2
+    assert outside.peak <= budget
+    with Store(db, readonly=True) as store:
+        events = store.events(store.get_run("b").run_id, kinds=["workers"])
+    assert events[0].message.startswith("1 worker until a trial's peak is measured")
+    assert any(e.data.get("workers") == 2 for e in events)
+
+
+def test_a_budget_below_one_trial_stops_after_it_with_the_peak(tmp_path, one_trial_peak):
+    db = tmp_path / "b.db"
+    with Runner(workers="auto", memory_budget=int(0.6 * one_trial_peak), store=db) as runner:
+        with pytest.raises(ConfigError, match=r"below one trial's measured peak .*MiB: raise it"):
+            runner.map(ref("hold"), [TRIAL] * 4, name="b")
+    with Store(db, readonly=True) as store:
+        run = store.get_run("b")
+        trials = store.trials(run.run_id)
+        assert [t.status for t in trials].count("ok") == 1  # the first trial's result is kept
+        assert store.summary(run.run_id).status == "failed"
+
+
+def test_auto_without_budget_or_limit_is_refused():
+    with pytest.raises(ConfigError, match=r"workers='auto' has nothing to size from"):
+        Runner(workers="auto", store=None)
+
+
+def test_auto_sized_from_the_memory_limit_alone():
+    runner = Runner(workers="auto", policy=__import__("trainguard").Policy(memory_limit="1GB"), store=None)
+    assert 1 <= runner._config.workers <= len(os.sched_getaffinity(0))
+
+
+def test_a_budget_above_the_machine_warns_with_both_numbers():
+    total = system_memory().total_bytes
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Runner(workers="auto", memory_budget=2 * total, store=None)
+    (w,) = [w for w in caught if issubclass(w.category, TrainguardWarning)]
+    text = str(w.message)
+    assert "is above this" in text and "GiB" in text
+    assert text.count("GiB") >= 2  # the budget and the memory it exceeds

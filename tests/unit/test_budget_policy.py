@@ -1,0 +1,161 @@
+"""The memory budget's and the thread choice's decisions, on recorded numbers (no process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainguard.runner._budget import THREAD_SAMPLES, PoolPlanner, ThreadChoice
+from trainguard.runner.policy import (
+    BUDGET_HEADROOM,
+    Policy,
+    WorkerHistory,
+    budget_workers,
+    choose_threads,
+    decide_budget,
+    next_peak_estimate,
+    recycle_expected_soon,
+    should_prestart,
+)
+
+MIB = 2**20
+PEAK = 673 * MIB  # the Keras workload's single-trial peak
+
+
+def test_one_worker_until_a_peak_is_measured():
+    d = budget_workers(4096 * MIB, 8, None)
+    assert d.values["workers"] == 1
+    assert "until a trial's peak is measured" in d.message
+
+
+@pytest.mark.parametrize(
+    ("budget_ratio", "max_workers", "expected"),
+    [(1.6, 2, 1), (3.0, 2, 2), (3.0, 8, 2), (10.0, 4, 4), (1.0, 2, 1), (0.5, 2, 1)],
+)
+def test_workers_are_as_many_fresh_trials_as_fit_with_room(budget_ratio, max_workers, expected):
+    d = budget_workers(int(budget_ratio * PEAK), max_workers, PEAK)
+    assert d.values["workers"] == expected
+    assert d.values["fit"] == pytest.approx(budget_ratio / BUDGET_HEADROOM, rel=1e-3)
+    assert "measured peak" in d.message
+
+
+def test_capped_message_names_the_cap():
+    d = budget_workers(100 * PEAK, 2, PEAK)
+    assert "capped at 2" in d.message
+
+
+def _decide(predicted, others, fresh=PEAK, busy=True, budget=int(1.6 * PEAK)):
+    return decide_budget(
+        budget,
+        predicted_peak_bytes=predicted,
+        others_reserved_bytes=others,
+        fresh_peak_bytes=fresh,
+        others_busy=busy,
+    )
+
+
+def test_a_trial_that_fits_runs():
+    assert _decide(PEAK * 1.1, 0).action == "run"
+    # nothing measured yet: the first trial runs, whatever the budget
+    assert _decide(None, 0, fresh=None).action == "run"
+
+
+def test_a_grown_worker_is_recycled_when_a_fresh_one_fits():
+    budget = int(3 * PEAK)
+    d = _decide(PEAK * 1.6, PEAK * 1.5, budget=budget)
+    assert d.action == "recycle"
+    assert "would take the run over its budget" in d.message
+
+
+def test_waits_while_another_worker_runs_and_retires_when_none_does():
+    budget = int(2.2 * PEAK)
+    # fresh does not fit beside the other either: wait for it while it runs
+    assert _decide(PEAK * 1.3, PEAK * 1.3, budget=budget, busy=True).action == "wait"
+    assert _decide(PEAK * 1.3, PEAK * 1.3, budget=budget, busy=False).action == "retire"
+
+
+def test_budget_below_one_trial_stops_with_the_peak():
+    d = _decide(PEAK, 0, budget=int(0.5 * PEAK))
+    assert d.action == "over_budget"
+    assert "below one trial's measured peak 673.0 MiB" in d.message
+    # a grown worker alone over the budget is recycled, not stopped, when a fresh one fits
+    assert _decide(PEAK * 1.7, 0, busy=False).action == "recycle"
+
+
+def test_prestart_only_with_room_and_a_recycle_coming():
+    budget = int(3 * PEAK)
+    assert should_prestart(budget, reserved_bytes=2 * PEAK, spare_bytes=0.5 * PEAK, recycle_expected=True)
+    assert (
+        should_prestart(budget, reserved_bytes=2.6 * PEAK, spare_bytes=0.5 * PEAK, recycle_expected=True)
+        is None
+    )
+    assert (
+        should_prestart(budget, reserved_bytes=PEAK, spare_bytes=0.5 * PEAK, recycle_expected=False) is None
+    )
+    assert should_prestart(budget, reserved_bytes=PEAK, spare_bytes=None, recycle_expected=True) is None
+
+
+def _growing(n, step=10 * MIB, base=600 * MIB, excess=70 * MIB):
+    rss = tuple(base + i * step for i in range(n))
+    return WorkerHistory(n, rss, tuple(r + excess for r in rss))
+
+
+def test_recycle_expected_soon_looks_ahead_of_the_default_rule():
+    policy = Policy()  # recycle before 1.2 x the first trial's peak (670 MiB -> 804 MiB)
+    assert not recycle_expected_soon(policy, _growing(3))
+    # at 9 trials the next peaks are ~760 and ~770 MiB; two ahead of 12 crosses 804 MiB
+    assert recycle_expected_soon(policy, _growing(12))
+    flat = WorkerHistory(10, (600 * MIB,) * 10, (670 * MIB,) * 10)
+    assert not recycle_expected_soon(policy, flat)
+
+
+def test_next_peak_estimate_uses_observed_peaks_before_the_slope():
+    policy = Policy(min_trials_for_slope=3)
+    one = WorkerHistory(1, (600 * MIB,), (700 * MIB,))
+    assert next_peak_estimate(policy, one) == 700 * MIB
+    assert next_peak_estimate(policy, _growing(6)) == pytest.approx((600 + 60) * MIB + 70 * MIB, rel=1e-6)
+    assert next_peak_estimate(policy, WorkerHistory(0)) is None
+
+
+def test_choose_threads_waits_for_every_candidate_then_takes_the_faster_median():
+    assert choose_threads(2, {1: [2.0, 2.1, 2.2], 2: [1.0, 1.0]}) is None
+    d = choose_threads(2, {1: [2.0, 2.1, 9.0], 2: [2.5, 2.6, 2.4]})
+    assert d.values["threads"] == 1  # one slow outlier does not decide
+    assert "by measurement" in d.message and "1 thread: 2.10 s" in d.message
+
+
+def test_thread_choice_measures_each_candidate_in_turn():
+    choice = ThreadChoice(cores=2)
+    assert choice.candidates(2) == (1, 2)
+    assert choice.candidates(1) == (2,)
+    assert choice.for_new_worker(2) == 1
+    for _ in range(THREAD_SAMPLES):
+        assert choice.observe(2, 1, 3.0) is None
+    assert choice.for_new_worker(2) == 2  # the next worker measures the other candidate
+    decisions = [choice.observe(2, 2, 4.0) for _ in range(THREAD_SAMPLES)]
+    assert decisions[-1] is not None and decisions[-1].values["threads"] == 1
+    assert choice.for_new_worker(2) == 1
+    assert choice.observe(2, 1, 1.0) is None  # chosen once for good
+
+
+def test_explicit_threads_are_never_explored():
+    choice = ThreadChoice(cores=8, explicit=3)
+    assert choice.for_new_worker(2) == 3
+    assert choice.observe(2, 3, 1.0) is None
+
+
+def test_planner_records_the_first_measurement_and_later_changes_only():
+    planner = PoolPlanner(max_workers=2, budget_bytes=int(3 * PEAK), cores=2, threads=None)
+    assert planner.initial().values["workers"] == 1
+    first = planner.first_trial_done(PEAK, 600 * MIB)
+    assert first is not None and first.values["workers"] == 2 and first.values["previous"] == 1
+    assert planner.first_trial_done(PEAK, 600 * MIB) is None  # same again: nothing to record
+    bigger = planner.first_trial_done(int(1.5 * PEAK), 600 * MIB)
+    assert bigger is not None and bigger.values["workers"] == 1
+    assert planner.spare_bytes == 600 * MIB
+
+
+def test_planner_without_budget_keeps_the_fixed_count():
+    planner = PoolPlanner(max_workers=3, budget_bytes=None, cores=2, threads=None)
+    assert planner.initial() is None
+    assert planner.first_trial_done(PEAK, PEAK) is None
+    assert planner.target == 3
