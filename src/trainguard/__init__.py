@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from trainguard._version import __version__
 from trainguard.exceptions import (
     CheckpointError,
     ConfigError,
@@ -30,8 +31,6 @@ from trainguard.exceptions import (
     WorkerError,
 )
 from trainguard.units import format_bytes, parse_duration, parse_size
-
-__version__ = "0.1.0"
 
 # public name -> module that defines it, imported on first attribute access
 _LAZY = {

@@ -159,7 +159,7 @@ def _rss_bytes() -> int:
 
 def measured_trial(params: dict[str, Any]) -> dict[str, Any]:
     """Worker side: run the user's trial once, then read this process's RSS after ``gc.collect()``."""
-    from trainguard.runner._fnref import load
+    from trainguard.runner import load_fn as load
 
     kind, payload = params["fn_kind"], params["fn_payload"]
     key = f"{kind}:{payload}"
@@ -214,15 +214,14 @@ def compare(
         ConfigError: an unknown backend or allocator, a bad thread count or trial count, a bad fn or
             params. Configurations that are valid but not installed are skipped, not errors.
     """
-    from trainguard.runner import Policy, Runner
-    from trainguard.runner._fnref import prepare
-    from trainguard.runner._runner import KERAS_BACKENDS, _check_params, find_allocator
+    from trainguard.runner import KERAS_BACKENDS, Policy, Runner, check_params, find_allocator
+    from trainguard.runner import prepare_fn as prepare
     from trainguard.units import parse_duration, parse_size
 
     tolerance_bytes = parse_size(tolerance, name="tolerance")
 
     params = dict(params or {})
-    _check_params([params])
+    check_params([params])
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 3:
         raise ConfigError(
             f"trials={trials!r} must be a whole number >= 3 (the growth interval needs 3), such as 12"

@@ -282,7 +282,7 @@ def run_measured_child(
     wall_s = time.time() - t0
     drain.join(timeout=5)
     if exit_code != 0 or len(rows) != trials:
-        from trainguard.frameworks._quiet import is_startup_noise, min_log_level
+        from trainguard.frameworks import is_startup_noise, min_log_level
 
         level = min_log_level(env or _child_env())  # TF's start-up lines must not hide the error
         kept = [line for line in stderr_lines if line.strip() and not is_startup_noise(line, level)]

@@ -255,8 +255,7 @@ def _deep(frameworks: dict[str, str | None]) -> dict[str, Any]:
     if frameworks.get("tensorflow"):
         try:
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            from trainguard.frameworks import adapter
-            from trainguard.frameworks._quiet import install_quiet_imports
+            from trainguard.frameworks import adapter, install_quiet_imports
 
             # TF prints its absl and oneDNN banners before it reads TF_CPP_MIN_LOG_LEVEL: capture them
             install_quiet_imports()

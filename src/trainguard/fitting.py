@@ -139,9 +139,8 @@ def find_batch_size(
         TrialError: a probe failed for another reason than memory (a bug in ``fn``).
     """
     from trainguard.exceptions import ConfigError, DoesNotFitError, TrialError
-    from trainguard.runner import Policy, Runner
-    from trainguard.runner._fitted import device_key
-    from trainguard.runner._fnref import prepare
+    from trainguard.runner import Policy, Runner, device_key
+    from trainguard.runner import prepare_fn as prepare
     from trainguard.runner.policy import OOM_STATUSES, params_without
     from trainguard.units import format_bytes, parse_duration, parse_size
 

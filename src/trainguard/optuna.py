@@ -16,7 +16,6 @@ Importing this module does not import optuna; using it without optuna installed 
 
 from __future__ import annotations
 
-from trainguard.integrations._optuna_worker import TrialProxy
-from trainguard.integrations.optuna import ATTR_PREFIX, IsolatedObjective, isolated, optimize
+from trainguard.integrations.optuna import ATTR_PREFIX, IsolatedObjective, TrialProxy, isolated, optimize
 
 __all__ = ["optimize", "isolated", "IsolatedObjective", "TrialProxy", "ATTR_PREFIX"]

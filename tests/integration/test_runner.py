@@ -280,10 +280,10 @@ def test_allocator_library_is_preloaded_in_the_workers():
 
 
 def test_framework_start_up_lines_are_dropped_and_real_errors_kept(monkeypatch, capfd):
-    from trainguard.frameworks import _quiet
+    from trainguard import frameworks
 
     # a stand-in module prints TensorFlow 2.21's start-up lines on import (real TF: tests/frameworks)
-    monkeypatch.setattr(_quiet, "QUIET_MODULES", ("runner_noisy",))
+    monkeypatch.setattr(frameworks, "QUIET_MODULES", ("runner_noisy",))
     with Runner(store=None, env={"TF_CPP_MIN_LOG_LEVEL": "1"}) as runner:
         (ok,) = runner.map(ref("import_noisy"), [{}])
     err = capfd.readouterr().err

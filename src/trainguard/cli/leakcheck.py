@@ -182,8 +182,7 @@ def _table(report: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainguard.leaks._child import run_isolated
-    from trainguard.leaks._run import make_config
+    from trainguard.leaks import leakcheck_file, make_config
 
     path, step_name = _split_target(args.target)
     config = make_config(
@@ -215,17 +214,8 @@ def run(args: argparse.Namespace) -> int:
         )
     progress = _Progress(enabled=not args.quiet)
     try:
-        if is_js_file(path):
-            # a TF.js (or any Node) step: looped in Node under --expose-gc, decided here
-            from trainguard.leaks._node import run_node
-
-            report = run_node(path, step_name, args.setup, config, progress=progress)
-        else:
-            report = run_isolated(
-                {"kind": "file", "path": path, "step": step_name, "setup": args.setup},
-                config,
-                progress=progress,
-            )
+        # a TF.js (or any Node) step is looped in Node under --expose-gc and decided here
+        report = leakcheck_file(path, step_name, setup=args.setup, config=config, progress=progress)
     finally:
         progress.close()
     if args.plot:

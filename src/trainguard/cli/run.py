@@ -444,7 +444,7 @@ def run(args: argparse.Namespace) -> int:
         session_name = args.name
         if session_name is None:
             from trainguard.runner import default_run_name
-            from trainguard.runner._fnref import prepare
+            from trainguard.runner import prepare_fn as prepare
 
             session_name = default_run_name(prepare(target).ref, params)
     results.sort(key=lambda r: r.index)

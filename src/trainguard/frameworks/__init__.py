@@ -28,16 +28,28 @@ from trainguard.exceptions import ConfigError
 from trainguard.frameworks._base import AllocatorStats, BaseAdapter, exception_chain
 from trainguard.frameworks._jax import JaxAdapter
 from trainguard.frameworks._keras import KerasAdapter, keras_config_path
+from trainguard.frameworks._quiet import (
+    QUIET_MODULES,
+    install_quiet_imports,
+    is_startup_noise,
+    min_log_level,
+    replay_capture,
+)
 from trainguard.frameworks._tensorflow import TensorFlowAdapter
 from trainguard.frameworks._torch import TorchAdapter
 
 __all__ = [
     "FRAMEWORKS",
+    "QUIET_MODULES",
     "AllocatorStats",
     "BaseAdapter",
     "adapter",
     "allocator_stats",
     "available",
+    "install_quiet_imports",
+    "is_startup_noise",
+    "min_log_level",
+    "replay_capture",
     "cleanup",
     "is_oom",
     "keras_backend",

@@ -195,7 +195,7 @@ class SlotFunction:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        from trainguard.runner._fnref import load
+        from trainguard.runner import load_fn as load
 
         try:
             self._objective = load(self.objective_kind, self.objective_payload)

@@ -49,10 +49,10 @@ from trainguard.exceptions import (
     WorkerError,
     missing,
 )
-from trainguard.integrations._optuna_worker import SlotFunction, recv_json, send_json
+from trainguard.integrations._optuna_worker import SlotFunction, TrialProxy, recv_json, send_json
 from trainguard.runner.policy import Policy, should_retry
 
-__all__ = ["optimize", "isolated", "IsolatedObjective", "ATTR_PREFIX"]
+__all__ = ["optimize", "isolated", "IsolatedObjective", "TrialProxy", "ATTR_PREFIX"]
 
 logger = logging.getLogger(__name__)
 
@@ -362,7 +362,7 @@ class IsolatedObjective:
     ) -> None:
         _optuna()
         from trainguard.runner import Runner
-        from trainguard.runner._fnref import prepare
+        from trainguard.runner import prepare_fn as prepare
 
         if on_failure not in ("nan", "raise"):
             raise ConfigError(f"on_failure={on_failure!r} must be 'nan' or 'raise'")

@@ -13,9 +13,19 @@ from collections.abc import Callable
 from typing import Any
 
 from trainguard.leaks._report import KindGrowth, LeakReport, StepError
+from trainguard.leaks._run import LeakCheckConfig, make_config
 from trainguard.leaks.stats import Verdict
 
-__all__ = ["leakcheck", "LeakReport", "Verdict", "KindGrowth", "StepError"]
+__all__ = [
+    "leakcheck",
+    "leakcheck_file",
+    "make_config",
+    "LeakCheckConfig",
+    "LeakReport",
+    "Verdict",
+    "KindGrowth",
+    "StepError",
+]
 
 
 def leakcheck(
@@ -89,7 +99,7 @@ def leakcheck(
     from trainguard._nesting import refuse_nested
 
     refuse_nested("leak check")
-    from trainguard.leaks._run import call_plan, make_config, run_loop
+    from trainguard.leaks._run import call_plan, run_loop
 
     config = make_config(
         max_iterations=max_iterations,
@@ -121,3 +131,35 @@ def leakcheck(
 
         return run_isolated({"kind": "pickle", "step": step, "setup": setup}, config, progress=progress)
     return run_loop(step, setup, config, progress=progress)
+
+
+def leakcheck_file(
+    path: str,
+    step: str,
+    *,
+    setup: str | None = None,
+    config: LeakCheckConfig,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> LeakReport:
+    """The leak check of function ``step`` of the file ``path``, in a fresh process: a Python file
+    in a fresh interpreter, a JavaScript file (``.js``, ``.mjs``, ``.cjs``) in Node under
+    ``--expose-gc``. This is what ``trainguard leakcheck file:step`` runs.
+
+    Args:
+        path: the file. step / setup: names of functions in it (``setup()`` runs once, before).
+        config: from :func:`make_config` (the arguments of :func:`leakcheck`, validated).
+        progress: called with each reading as it arrives.
+
+    Raises:
+        ConfigError: the file or a function in it cannot be loaded, or setup failed.
+    """
+    from trainguard._node import is_js_file
+
+    if is_js_file(path):
+        from trainguard.leaks._node import run_node
+
+        return run_node(path, step, setup, config, progress=progress)
+    from trainguard.leaks._child import run_isolated
+
+    target = {"kind": "file", "path": path, "step": step, "setup": setup}
+    return run_isolated(target, config, progress=progress)

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # TensorFlow's start-up banner, which no setting silences, is filtered from the first
         # import as in runner workers; errors and tracebacks still come through
-        from trainguard.frameworks._quiet import install_quiet_imports
+        from trainguard.frameworks import install_quiet_imports
 
         install_quiet_imports()
         spec = cloudpickle.loads(raw)

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from trainguard.runner._command import Command
 from trainguard.runner._context import TrialContext
-from trainguard.runner._runner import Runner, find_allocator
+from trainguard.runner._fitted import device_key
+from trainguard.runner._fnref import FnSpec
+from trainguard.runner._fnref import load as load_fn
+from trainguard.runner._fnref import prepare as prepare_fn
+from trainguard.runner._runner import KERAS_BACKENDS, Runner, find_allocator
+from trainguard.runner._runner import _check_params as check_params
 from trainguard.runner._shared import SharedData, share
 from trainguard.runner._supervisor import RunProgress, TrialResult, WorkerProgress, default_run_name
 from trainguard.runner.device import Device
@@ -38,4 +43,12 @@ __all__ = [
     "share",
     "SharedData",
     "TrialContext",
+    # for the library's other packages (compare, fit, optuna, the CLI): functions by reference,
+    # params checked as the Runner checks them, the device key that remembered sizes are kept under
+    "FnSpec",
+    "prepare_fn",
+    "load_fn",
+    "check_params",
+    "KERAS_BACKENDS",
+    "device_key",
 ]

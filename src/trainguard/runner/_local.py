@@ -16,8 +16,7 @@ from typing import Any
 
 from trainguard import proctree
 from trainguard.exceptions import ConfigError
-from trainguard.frameworks import _quiet
-from trainguard.frameworks._quiet import replay_capture
+from trainguard.frameworks import min_log_level, replay_capture
 from trainguard.proctree import ProcessTree, TreeCgroup
 from trainguard.runner._backend import BaseBackend, BaseWorker, Inbox, WorkerSpec
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
@@ -148,7 +147,7 @@ class LocalWorker(BaseWorker):
             self.proc.pid,
             capture_dir=self.capture_dir,
             out_fd=_stderr_fd(),
-            level=_quiet.min_log_level(self.env),
+            level=min_log_level(self.env),
         )
         self.sampler.close()
         if self.sampler.cgroup is not None:

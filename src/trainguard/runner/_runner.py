@@ -148,7 +148,7 @@ def _check_params(params_list: Any) -> list[dict[str, Any]]:
             "for a grid, expand it first (trainguard run expands a YAML/JSON mapping of lists)"
         )
     out = list(params_list)
-    from trainguard.store._store import _dumps  # the store's encoder names the offending value
+    from trainguard.store import encode_json  # the store's encoder names the offending value
 
     for i, params in enumerate(out):
         if not isinstance(params, Mapping):
@@ -158,7 +158,7 @@ def _check_params(params_list: Any) -> list[dict[str, Any]]:
         bad = [k for k in params if not isinstance(k, str)]
         if bad:
             raise ConfigError(f"params[{i}] has the non-string key {bad[0]!r}: JSON objects have string keys")
-        _dumps(dict(params), f"params[{i}]")
+        encode_json(dict(params), f"params[{i}]")
     return [dict(p) for p in out]
 
 

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait as wait_connections
 from typing import TYPE_CHECKING, Any, cast
 
+from trainguard import frameworks
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
-from trainguard.frameworks import _quiet
 from trainguard.runner._backend import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner._budget import PoolPlanner
 from trainguard.runner._fitted import device_key
@@ -685,7 +685,7 @@ class Session:
                 "sys_path": [p for p in sys.path if p],
                 "preload": list(preload),
                 "threads": threads,
-                "quiet_modules": list(_quiet.QUIET_MODULES),
+                "quiet_modules": list(frameworks.QUIET_MODULES),
                 "max_result_bytes": self.config.max_result_bytes,
                 "device": self.config.worker_config.get("device"),
             },

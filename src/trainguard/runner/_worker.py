@@ -454,7 +454,7 @@ def main(argv: list[str]) -> None:
             sys.path.insert(0, entry)
     inbox, outbox = child_connections(read_fd, write_fd)
     if config.get("quiet_modules"):
-        from trainguard.frameworks._quiet import install_quiet_imports
+        from trainguard.frameworks import install_quiet_imports
 
         install_quiet_imports(tuple(config["quiet_modules"]), capture_dir=config.get("capture_dir"))
     threads = config.get("threads")

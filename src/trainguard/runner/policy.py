@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainguard.exceptions import ConfigError
-from trainguard.store._schema import ATTEMPT_STATUSES as _STORE_ATTEMPT_STATUSES
 from trainguard.units import format_bytes, format_bytes_apart, parse_duration, parse_size
 
 __all__ = [
@@ -70,8 +69,6 @@ __all__ = [
     "signal_name",
 ]
 
-#: Outcome of one attempt, as recorded in the store (the store validates against the same set).
-ATTEMPT_STATUSES = _STORE_ATTEMPT_STATUSES
 #: Attempt statuses that mean "out of memory", whatever noticed it.
 OOM_STATUSES = ("framework_oom", "os_oom", "killed_memory", "killed_gpu_memory")
 #: Families of failures that ``retry_on`` names.
@@ -94,6 +91,9 @@ _CATEGORY = {
     "protocol_error": None,
     "ok": None,
 }
+#: Outcome of one attempt, as recorded in the store (the store validates against the same set; a
+#: test checks that the two agree, so that this pure module need not import the store).
+ATTEMPT_STATUSES = tuple(_CATEGORY)
 
 
 @dataclass(frozen=True, slots=True)

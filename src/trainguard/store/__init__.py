@@ -29,6 +29,7 @@ from trainguard.store._schema import (
     describe_worker_end,
 )
 from trainguard.store._store import DEFAULT_STORE, Store
+from trainguard.store._store import _dumps as encode_json
 
 __all__ = [
     "Store",
@@ -47,4 +48,5 @@ __all__ = [
     "Sample",
     "FittedSize",
     "StageRecord",
+    "encode_json",
 ]

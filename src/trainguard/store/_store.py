@@ -336,7 +336,7 @@ class Store:
                 else:
                     for statement in _ddl_statements():
                         conn.execute(statement)
-                    from trainguard import __version__
+                    from trainguard._version import __version__
 
                     conn.executemany(
                         "INSERT INTO meta (key, value) VALUES (?, ?)",
