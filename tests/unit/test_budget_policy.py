@@ -131,6 +131,7 @@ def test_thread_choice_measures_each_candidate_in_turn():
     for _ in range(THREAD_SAMPLES):
         assert choice.observe(2, 1, 3.0) is None
     assert choice.for_new_worker(2) == 2  # the next worker measures the other candidate
+    assert choice.for_new_worker(2, live_threads=[1, 2]) == 1  # one at a time
     decisions = [choice.observe(2, 2, 4.0) for _ in range(THREAD_SAMPLES)]
     assert decisions[-1] is not None and decisions[-1].values["threads"] == 1
     assert choice.for_new_worker(2) == 1
@@ -159,3 +160,11 @@ def test_planner_without_budget_keeps_the_fixed_count():
     assert planner.initial() is None
     assert planner.first_trial_done(PEAK, PEAK) is None
     assert planner.target == 3
+
+
+def test_an_unmeasured_alternative_is_said_at_the_end():
+    choice = ThreadChoice(cores=2)
+    choice.observe(2, 1, 1.0)
+    (line,) = choice.unresolved([(2, 1), (2, 1)])
+    assert "not compared with 2" in line and "1 thread: 1" in line
+    assert ThreadChoice(cores=2).unresolved([(1, 2)]) == []  # one worker: nothing to choose

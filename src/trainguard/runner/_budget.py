@@ -8,6 +8,7 @@ changed so the supervisor can record it with its reason.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +27,10 @@ class ThreadChoice:
     For ``k`` workers on ``cores`` cores the candidates are ``cores // k`` (no core shared) and, when
     different, ``cores`` (each worker may use every core, as a plain process does). Workers started
     while a choice is open run the first candidate until it has :data:`THREAD_SAMPLES` timed trials
-    (each worker's first trial, which pays the framework import, is left out), then the second;
-    the faster median wins and every later worker gets it. With no worker started after the first
-    candidate is measured (no recycling), the first candidate stays, and that is said too.
+    (each worker's first trial, which pays the framework import, is left out), then one worker at
+    a time runs the second; the faster median wins and every later worker gets it. With no worker
+    started after the first candidate is measured (no recycling), the first candidate stays, and
+    :meth:`unresolved` says so.
     """
 
     cores: int
@@ -40,7 +42,10 @@ class ThreadChoice:
         base = max(1, self.cores // max(1, workers))
         return (base,) if base == self.cores else (base, self.cores)
 
-    def for_new_worker(self, workers: int) -> int:
+    def for_new_worker(self, workers: int, live_threads: Sequence[int] = ()) -> int:
+        """Threads for a worker starting now among ``workers``; ``live_threads`` are the settings of
+        the workers alive now: one worker at a time measures the alternative, so a generation of
+        replacements started together does not all run the setting that may be the slower."""
         if self.explicit is not None:
             return self.explicit
         if workers in self.chosen:
@@ -48,8 +53,26 @@ class ThreadChoice:
         options = self.candidates(workers)
         for threads in options:
             if len(self.samples.get((workers, threads), ())) < THREAD_SAMPLES:
+                if threads != options[0] and threads in live_threads:
+                    return options[0]  # another worker is measuring it now
                 return threads
         return options[0]
+
+    def unresolved(self, used: Sequence[tuple[int, int]]) -> list[str]:
+        """For each ``(workers, threads)`` a session ran with and left unchosen, why it stayed."""
+        out = []
+        for workers in sorted({w for w, _ in used}):
+            options = self.candidates(workers)
+            if self.explicit is not None or workers in self.chosen or len(options) < 2:
+                continue
+            counts = {t: len(self.samples.get((workers, t), ())) for t in options}
+            out.append(
+                f"{options[0]} thread{'s' if options[0] != 1 else ''} per worker with {workers} workers "
+                f"(cores // workers), not compared with {options[1]}: timed trials "
+                + ", ".join(f"{t} thread{'s' if t != 1 else ''}: {n}" for t, n in counts.items())
+                + f" (each needs {THREAD_SAMPLES}; the other setting is tried by a worker started after the first is measured)"
+            )
+        return out
 
     def observe(self, workers: int, threads: int, duration_s: float) -> BudgetDecision | None:
         """One timed trial (not a worker's first) of a worker started with ``threads`` among

@@ -275,8 +275,9 @@ class Runner:
             raise ConfigError(f"memory_budget={memory_budget!r} must be a size above 0, such as '6GB'")
         if auto and budget is None and policy.memory_limit is None:
             raise ConfigError(
-                "workers='auto' has nothing to size from: give memory_budget='6GB' (the whole run's "
-                "memory) or Policy(memory_limit=...) (one trial's), or a number of workers"
+                "workers='auto' has nothing to size from: give memory_budget='6GB' (--memory-budget 6GB, "
+                "the whole run's memory) or Policy(memory_limit=...) (--memory-limit, one trial's), or a "
+                "number of workers"
             )
         if budget is not None:
             _warn_budget_above_memory(budget)

@@ -671,7 +671,7 @@ class Session:
     def _start_worker(self, slot: int, *, preload: tuple[str, ...] = (), spare: bool = False) -> _Worker:
         env = dict(self.config.base_env)
         concurrency = self._planner.target
-        threads = self._planner.threads.for_new_worker(concurrency)
+        threads = self._planner.threads.for_new_worker(concurrency, [w.threads for w in self._live()])
         for var in self.config.thread_vars:
             env[var] = str(threads)
         preload = tuple(dict.fromkeys((*self.config.preload, *preload)))
@@ -1626,6 +1626,12 @@ class Session:
             except Exception:  # noqa: BLE001 - shutting down must reach every worker
                 logger.exception("could not record the end of worker %d", worker.worker_id)
             self._reap(worker, grace_s=3.0)
+        try:
+            used = [(w.concurrency, w.threads) for w in self._workers]
+            for message in self._planner.threads.unresolved(used):
+                self._event("threads", message)
+        except Exception:  # noqa: BLE001 - shutting down must reach every worker
+            logger.exception("could not record the thread choice")
         self._stop_event.set()
         if self._sampler_thread is not None:
             self._sampler_thread.join(timeout=2.0)
