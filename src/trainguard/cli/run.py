@@ -82,6 +82,22 @@ def register(parser: argparse.ArgumentParser) -> None:
         "choosing how many trials run at once and recycling workers before they would cross it",
     )
     parser.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where workers run: local (default) or ray (on a Ray cluster, pip install 'trainguard[ray]')",
+    )
+    parser.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="with --backend ray: the cluster, 'auto' or the head's HOST:PORT (default: Ray's own default)",
+    )
+    parser.add_argument(
+        "--resources",
+        metavar="R=N,...",
+        help="with --backend ray: what each worker slot reserves on its node, e.g. CPU=2,GPU=1 (default CPU=1)",
+    )
+    parser.add_argument(
         "--memory-limit", metavar="SIZE", help="kill a trial whose worker tree crosses this RSS (e.g. 6GB)"
     )
     parser.add_argument(
@@ -361,6 +377,9 @@ def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
         seed=args.seed,
         device=device_from_args(args),
         memory_budget=args.memory_budget,
+        backend=args.backend,
+        address=args.address,
+        resources=args.resources,
     )
 
 

@@ -155,11 +155,15 @@ class BaseBackend(ABC):
     #: the name users pass as ``Runner(backend=...)``
     name: str = ""
 
-    def check(self, *, fn: Any, policy: Policy, slots: int) -> None:  # noqa: B027 - optional hook
-        """Refuse, before any trial starts, what this backend cannot run (one-line ``ConfigError``)."""
+    def check(self, *, fn: Any, policy: Policy, slots: int, data: Any = None) -> None:  # noqa: B027
+        """Refuse, before any trial starts, what this backend cannot run (one-line ``ConfigError``):
+        ``fn`` is the prepared :class:`~trainguard.runner._fnref.FnSpec`, ``data`` what ``map`` got."""
 
-    def open(self, *, slots: int, policy: Policy) -> None:  # noqa: B027 - optional hook
-        """A session begins and will use at most ``slots`` workers at once."""
+    def open(  # noqa: B027 - optional hook
+        self, *, slots: int, policy: Policy, sample_interval_s: float = 0.1, uss: bool = False
+    ) -> None:
+        """A session begins: it will use at most ``slots`` workers at once, sample each every
+        ``sample_interval_s`` (USS too when ``uss``) and hold them to ``policy``'s limits."""
 
     @abstractmethod
     def start(self, spec: WorkerSpec) -> BaseWorker:

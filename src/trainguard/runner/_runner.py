@@ -162,12 +162,18 @@ def _check_params(params_list: Any) -> list[dict[str, Any]]:
     return [dict(p) for p in out]
 
 
-def _resolve_backend(backend: Any) -> BaseBackend:
+def _resolve_backend(backend: Any, *, address: str | None = None, resources: Any = None) -> BaseBackend:
+    if backend == "ray":
+        from trainguard.runner._ray import RayBackend
+
+        return RayBackend(address, resources=resources)
+    if address is not None or resources is not None:
+        raise ConfigError("address= and resources= are for backend='ray' (a Ray cluster)")
     if isinstance(backend, BaseBackend):
         return backend
     if backend == "local":
         return LocalBackend()
-    raise ConfigError(f"backend={backend!r} is not a backend: use 'local' (the default)")
+    raise ConfigError(f"backend={backend!r} is not a backend: use 'local' (the default) or 'ray'")
 
 
 class Runner:
@@ -224,8 +230,15 @@ class Runner:
             every attempt and in any worker, and the worker seeds Python's ``random``, numpy, and
             torch, TensorFlow and Keras (those the trial imports) with it before the trial. None
             seeds nothing. The seed is stored with each trial and shown by ``trainguard show``.
-        backend: where workers run: ``"local"`` (default: child processes of this one) or an
-            object implementing ``trainguard.runner._backend.BaseBackend``.
+        backend: where workers run: ``"local"`` (default: child processes of this one), ``"ray"``
+            (on the nodes of a Ray cluster, one node-local supervisor actor per worker slot; needs
+            ``pip install 'trainguard[ray]'``), or an object implementing
+            ``trainguard.runner._backend.BaseBackend``.
+        address: with ``backend="ray"``: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, or
+            ``"ray://HOST:PORT"``); None uses Ray's default (``RAY_ADDRESS``, else a Ray started here).
+        resources: with ``backend="ray"``: what each worker slot reserves on its node, as Ray names
+            it: ``{"CPU": 2, "GPU": 1, "my_resource": 1}`` (default one CPU); threads per worker
+            default to the slot's CPUs.
 
     Raises:
         ConfigError: any argument out of range, an unknown Keras backend or one not installed, an
@@ -257,6 +270,8 @@ class Runner:
         device: Device | None = None,
         backend: Any = "local",
         memory_budget: str | int | None = None,
+        address: str | None = None,
+        resources: Any = None,
     ) -> None:
         from trainguard._nesting import refuse_nested
 
@@ -271,6 +286,11 @@ class Runner:
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
         budget = parse_size(memory_budget, name="memory_budget", allow_none=True)
+        if backend == "ray" and (auto or budget is not None):
+            raise ConfigError(
+                "workers='auto' and memory_budget= size a run to this machine's memory; with backend='ray' "
+                "give workers=N (slots, spread over the nodes) and Policy(memory_limit=...) per trial"
+            )
         if budget is not None and budget <= 0:
             raise ConfigError(f"memory_budget={memory_budget!r} must be a size above 0, such as '6GB'")
         if auto and budget is None and policy.memory_limit is None:
@@ -366,9 +386,12 @@ class Runner:
                     "gpu_memory_limit needs NVML (pip install 'trainguard[nvml]') and an NVIDIA driver; none is available"
                 )
 
-        # with a budget the number of workers changes during the run: threads follow it (at each start)
+        self._backend = _resolve_backend(backend, address=address, resources=resources)
+        # with a budget the number of workers changes during the run: threads follow it (at each start);
+        # on a cluster a worker gets the CPUs its slot reserves on its node
         first_workers = 1 if budget is not None else max_workers
-        per_worker = threads if threads is not None else max(1, _cores() // first_workers)
+        default_threads = getattr(self._backend, "threads", None) or max(1, _cores() // first_workers)
+        per_worker = threads if threads is not None else default_threads
         base_env = dict(os.environ)
         thread_vars = []
         for var in THREAD_ENV_VARS:
@@ -393,7 +416,6 @@ class Runner:
         self.workers = workers
         self.memory_budget = budget
         self.policy = policy
-        self._backend = _resolve_backend(backend)
         self._store_arg = store
         self._store: Store | None = None
         self._owns_store = False
@@ -508,7 +530,7 @@ class Runner:
             return iter(())
         store = self._open_store()
         self._last_run = name
-        self._backend.check(fn=spec, policy=self.policy, slots=self._config.workers)
+        self._backend.check(fn=spec, policy=self.policy, slots=self._config.workers, data=data)
         session = Session(
             self._config, self.policy, store, spec, params, name, data=data, backend=self._backend
         )

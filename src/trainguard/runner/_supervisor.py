@@ -401,7 +401,12 @@ class Session:
             try:
                 yield from self._begin()
                 if self._queue:
-                    self.backend.open(slots=self.config.workers, policy=self.policy)
+                    self.backend.open(
+                        slots=self.config.workers,
+                        policy=self.policy,
+                        sample_interval_s=self.config.sample_interval_s,
+                        uss=self.config.uss or self._private,
+                    )
                     start = self._planner.initial()
                     if start is not None:
                         self._event("workers", start.message, data=start.values)
@@ -1458,7 +1463,8 @@ class Session:
             cause.worker_reason,
             {**cause.detail, "message": cause.message, "trials": worker.trials_done},
         )
-        if previous in ("starting", "loading"):
+        if previous in ("starting", "loading") and cause.worker_reason != "node_lost":
+            # a worker that cannot start is a configuration problem; one whose node was lost is not
             raise WorkerCrashedError(
                 f"worker {worker.worker_id} died before it was ready: {cause.message}; see its output above",
                 pid=worker.handle.pid,

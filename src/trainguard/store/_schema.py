@@ -19,6 +19,8 @@ WORKER_REASONS: dict[str, str] = {
     "exited": "exited on its own",
     "protocol_error": "ended: it sent a message outside the protocol",
     "shutdown": "shut down at the end of the run",
+    # the Ray backend: the node (or the actor) that ran the worker is gone
+    "node_lost": "lost with its Ray node or actor",
     # written by the store itself when a run is resumed and a worker of an earlier session was
     # never closed: its supervisor was killed
     "interrupted": "lost: its supervisor stopped before recording why it ended",

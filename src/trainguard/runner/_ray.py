@@ -1,0 +1,852 @@
+"""The Ray backend: the same supervised workers, on the nodes of a Ray cluster.
+
+Shape. One Ray actor per worker slot (:class:`SlotAgent`), scheduled with the slot's CPUs, GPUs
+and custom resources and spread over the nodes, is a node-local supervisor for that slot's
+trainguard worker process: it starts the worker with the local backend's own code
+(:func:`~trainguard.runner._local.start_local_worker`, so the worker is the same
+``python -m trainguard.runner._worker`` with its own process group, cgroup or subreaper), samples
+its process tree with :mod:`trainguard.proctree` (and its GPU memory with NVML by pid) at the
+session's interval, enforces the policy's hard limits and timeout there with the same
+:func:`~trainguard.runner.policy.check_limits`, kills and ends the tree there, and forwards the
+worker's message bytes, its samples, its kills and its exit to the driver. The driver keeps the
+session: the queue, the policy's recycling and retries, and the store (the single source of truth,
+so a run resumes by name after the driver restarts, whatever happened to the cluster).
+
+On the driver, :class:`RayWorker` is the :class:`~trainguard.runner._backend.BaseWorker` handle:
+its inbox is a local pipe into which a pump thread (one per actor) writes the bytes the worker
+wrote, so the session parses and checks them exactly as it does a local worker's (a trial that
+writes garbage onto the channel is a ``protocol_error`` in the same place). An actor that dies
+(its node removed or lost, its process killed) ends its worker's handle with a cause in words,
+recorded as the attempt's error and retried per the policy like any crash; the slot's next worker
+starts in a new actor, on a node that is alive.
+
+Ray is imported only here, and only when a Ray backend is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import logging
+import os
+import select
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from trainguard.exceptions import ConfigError, missing
+from trainguard.runner._backend import BaseBackend, BaseWorker, Inbox, WorkerSpec
+from trainguard.runner._protocol import MessageReader
+from trainguard.runner.policy import EndCause, KillDecision, Policy, check_limits, classify_end
+
+__all__ = ["RayBackend", "RayWorker", "SlotAgent", "parse_resources"]
+
+logger = logging.getLogger(__name__)
+
+_HEADER = 4
+#: how long the driver waits for an actor to start a worker, and for a killed worker's end
+_START_TIMEOUT_S = 120.0
+_POLL_S = 0.5
+
+
+def _import_ray() -> Any:
+    if importlib.util.find_spec("ray") is None:
+        raise missing("ray", "the Ray backend (Runner(backend='ray'), trainguard run --backend ray)", "ray")
+    import ray
+
+    return ray
+
+
+def parse_resources(value: Mapping[str, Any] | str | None) -> dict[str, float]:
+    """What one worker slot reserves on a node: ``{"CPU": 1, "GPU": 1, "my_resource": 2}`` or the
+    CLI's ``"CPU=1,GPU=1,my_resource=2"``. Default: one CPU."""
+    if value is None:
+        return {"CPU": 1.0}
+    if isinstance(value, str):
+        pairs: dict[str, Any] = {}
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            key, sep, amount = part.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"resources {value!r}: write NAME=AMOUNT pairs such as 'CPU=2,GPU=1'")
+            pairs[key.strip()] = amount.strip()
+        value = pairs
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"resources must be a dict such as {{'CPU': 2, 'GPU': 1}}, not {type(value).__name__}"
+        )
+    out: dict[str, float] = {}
+    for key, amount in value.items():
+        name = {"cpu": "CPU", "cpus": "CPU", "gpu": "GPU", "gpus": "GPU"}.get(str(key).lower(), str(key))
+        try:
+            number = float(amount)
+        except (TypeError, ValueError):
+            number = -1.0
+        if isinstance(amount, bool) or number < 0 or number != number:
+            raise ConfigError(f"resources: {key}={amount!r} must be a number >= 0, such as {key}=1")
+        out[name] = number
+    out.setdefault("CPU", 1.0)
+    return out
+
+
+def _format_resources(resources: Mapping[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(resources.items()))
+
+
+# -- the node side ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class _Hosted:
+    """One worker process that an agent runs, and what the agent knows about its trial."""
+
+    worker: Any  # LocalWorker
+    fd: int
+    max_bytes: int
+    buf: bytearray = dataclasses.field(default_factory=bytearray)
+    raw: bool = False  # a frame over the cap went by: the rest is forwarded unparsed
+    trial_started: float | None = None
+    kill: KillDecision | None = None
+    ended: bool = False
+
+
+class SlotAgent:
+    """The node-local supervisor of one worker slot (made a Ray actor by :class:`RayBackend`).
+
+    Its methods are called by the driver; one thread of its own reads the workers' pipes and
+    samples their trees. Events for the driver wait in a list that :meth:`poll` hands over.
+    """
+
+    def __init__(self, slot: int, policy: Policy, interval_s: float, uss: bool) -> None:
+        self.slot = slot
+        self.policy = policy
+        self.interval_s = interval_s
+        self.uss = uss
+        self._hosted: dict[int, _Hosted] = {}
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._events: list[tuple[Any, ...]] = []
+        self._stop = threading.Event()
+        self._tmpdir = tempfile.mkdtemp(prefix="trainguard-ray-")
+        self._nvml = None
+        try:
+            from trainguard.probes.nvml import gpu_memory_by_pid, nvml_available
+
+            if nvml_available():
+                self._nvml = gpu_memory_by_pid
+        except ImportError:
+            self._nvml = None
+        self._thread = threading.Thread(target=self._loop, name="trainguard-ray-agent", daemon=True)
+        self._thread.start()
+
+    # -- called by the driver --
+
+    def where(self) -> dict[str, Any]:
+        import platform
+
+        node_id = None
+        with contextlib.suppress(Exception):
+            import ray
+
+            node_id = ray.get_runtime_context().get_node_id()
+        return {"host": platform.node(), "node_id": node_id, "agent_pid": os.getpid()}
+
+    def start_worker(self, spec: WorkerSpec, env_overrides: dict[str, str]) -> dict[str, Any]:
+        from trainguard.runner._local import start_local_worker
+
+        env = dict(os.environ)
+        ray_gpus = env.get("CUDA_VISIBLE_DEVICES")
+        env.update(env_overrides)
+        if ray_gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ray_gpus  # the GPUs Ray gave this slot's actor
+        local = dataclasses.replace(spec, env=env, capture_dir=self._tmpdir)
+        worker = start_local_worker(local)
+        hosted = _Hosted(worker, worker.inbox.fileno(), spec.max_message_bytes)
+        with self._lock:
+            self._hosted[spec.worker_id] = hosted
+        return {
+            "pid": worker.pid,
+            "tracking": worker.tracking,
+            "started_wall": worker.started_wall,
+            **self.where(),
+        }
+
+    def send(self, worker_id: int, msg: dict[str, Any]) -> None:
+        with self._lock:
+            hosted = self._hosted.get(worker_id)
+            if hosted is None or hosted.ended:
+                return
+            if msg.get("op") == "trial":
+                hosted.trial_started = time.monotonic()
+                hosted.kill = None
+        try:
+            hosted.worker.send(msg)
+        except OSError:
+            pass  # it died: its end reaches the driver as an "exit" event
+
+    def kill(self, worker_id: int) -> None:
+        with self._lock:
+            hosted = self._hosted.get(worker_id)
+        if hosted is not None and not hosted.ended:
+            hosted.worker.kill()
+
+    def poll(self, timeout_s: float) -> list[tuple[Any, ...]]:
+        with self._cond:
+            if not self._events:
+                self._cond.wait(timeout_s)
+            events, self._events = self._events, []
+        return events
+
+    def shutdown(self) -> None:
+        """End every worker this agent runs (the driver is done with the slot)."""
+        self._stop.set()
+        with self._lock:
+            hosted = list(self._hosted.values())
+        for h in hosted:
+            if not h.ended:
+                h.worker.kill()
+        self._thread.join(timeout=10.0)
+
+    # -- the agent's own thread --
+
+    def _emit(self, *event: Any) -> None:
+        with self._cond:
+            self._events.append(event)
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        next_sample = time.monotonic()
+        while not self._stop.is_set():
+            with self._lock:
+                live = {h.fd: h for h in self._hosted.values() if not h.ended}
+            delay = max(0.0, next_sample - time.monotonic())
+            if live:
+                try:
+                    readable, _, _ = select.select(list(live), [], [], delay)
+                except (OSError, ValueError):
+                    readable = []
+            else:
+                time.sleep(min(delay, 0.05))
+                readable = []
+            for fd in readable:
+                try:
+                    self._read(live[fd])
+                except Exception:  # noqa: BLE001 - one worker's fault must not stop the agent
+                    logger.exception("agent of slot %d: reading a worker failed", self.slot)
+            if time.monotonic() >= next_sample:
+                next_sample += self.interval_s
+                if next_sample < time.monotonic():
+                    next_sample = time.monotonic() + self.interval_s
+                try:
+                    self._sample()
+                except Exception:  # noqa: BLE001 - the sampler must outlive any one bad reading
+                    logger.exception("agent of slot %d: sampling failed", self.slot)
+        with self._lock:
+            hosted = [h for h in self._hosted.values() if not h.ended]
+        for h in hosted:
+            self._finish(h, grace_s=3.0)
+
+    def _read(self, hosted: _Hosted) -> None:
+        eof = False
+        while True:
+            try:
+                chunk = os.read(hosted.fd, 1 << 16)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            except OSError:
+                eof = True
+                break
+            if not chunk:
+                eof = True
+                break
+            hosted.buf += chunk
+        self._forward(hosted)
+        if eof:
+            if hosted.buf:  # a torn frame: the driver's reader names it
+                self._emit("out", hosted.worker.worker_id, bytes(hosted.buf))
+                hosted.buf.clear()
+            self._finish(hosted, grace_s=5.0)
+
+    def _forward(self, hosted: _Hosted) -> None:
+        """Forward whole frames; a result ends the trial's clock and is preceded by a fresh sample
+        (the driver reads the tree's size after the trial from it)."""
+        buf = hosted.buf
+        wid = hosted.worker.worker_id
+        if hosted.raw:
+            if buf:
+                self._emit("out", wid, bytes(buf))
+                buf.clear()
+            return
+        while len(buf) >= _HEADER:
+            size = int.from_bytes(buf[:_HEADER], "big")
+            if size > hosted.max_bytes:
+                hosted.raw = True  # the driver refuses it by its header; nothing to parse here
+                self._emit("out", wid, bytes(buf))
+                buf.clear()
+                return
+            if len(buf) < _HEADER + size:
+                return
+            frame = bytes(buf[: _HEADER + size])
+            del buf[: _HEADER + size]
+            op = None
+            with contextlib.suppress(Exception):
+                op = json.loads(frame[_HEADER:]).get("op")
+            if op == "result":
+                with self._lock:
+                    hosted.trial_started = None
+                self._sample_one(hosted, rediscover=True)
+            self._emit("out", wid, frame)
+
+    def _sample(self) -> None:
+        with self._lock:
+            hosted = [h for h in self._hosted.values() if not h.ended]
+        gpu_map = self._nvml() if self._nvml is not None and hosted else None
+        for h in hosted:
+            self._sample_one(h, gpu_map=gpu_map)
+
+    def _sample_one(self, hosted: _Hosted, *, rediscover: bool = False, gpu_map: Any = None) -> None:
+        try:
+            reading = hosted.worker.read(uss=self.uss, rediscover=rediscover)
+        except Exception:  # noqa: BLE001 - a lost sample is harmless
+            return
+        if reading is None:
+            return
+        rss, uss = reading
+        gpu = hosted.worker.gpu_bytes(gpu_map)
+        self._emit("sample", hosted.worker.worker_id, rss, uss, gpu)
+        with self._lock:
+            started, kill = hosted.trial_started, hosted.kill
+        if started is None or kill is not None or rediscover:
+            return
+        decision = check_limits(
+            self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=time.monotonic() - started
+        )
+        if decision is None:
+            return
+        with self._lock:
+            if hosted.trial_started != started:
+                return
+            hosted.kill = decision
+        hosted.worker.kill()
+        self._emit(
+            "kill", hosted.worker.worker_id, decision.status, decision.limit, decision.value, decision.message
+        )
+
+    def _finish(self, hosted: _Hosted, grace_s: float) -> None:
+        with self._lock:
+            if hosted.ended:
+                return
+            hosted.ended = True
+        from trainguard.runner._local import cgroup_oom_kills
+
+        worker = hosted.worker
+        try:
+            rc, _ = worker.end(grace_s)
+        except Exception:  # noqa: BLE001 - the driver must still hear of the end
+            logger.exception("agent of slot %d: ending worker %d failed", self.slot, worker.worker_id)
+            rc = None
+        self._emit("exit", worker.worker_id, rc, worker.oom_kills_at_start, cgroup_oom_kills())
+        with self._lock:
+            self._hosted.pop(worker.worker_id, None)
+
+
+# -- the driver side -------------------------------------------------------------------------------
+
+
+class RayWorker(BaseWorker):
+    """The driver's handle on a worker that a :class:`SlotAgent` runs on some node."""
+
+    enforces_limits = True
+
+    def __init__(self, spec: WorkerSpec, actor: Any, info: dict[str, Any]) -> None:
+        self.worker_id = spec.worker_id
+        self.slot = spec.slot
+        self.pid = int(info["pid"])
+        self.started_wall = float(info["started_wall"])
+        self.tracking = str(info["tracking"])
+        self.host = str(info.get("host") or "")
+        self.node_id = info.get("node_id")
+        self._actor = actor
+        read_fd, self._write_fd = os.pipe()
+        os.set_inheritable(read_fd, False)
+        os.set_inheritable(self._write_fd, False)
+        self._inbox = MessageReader(read_fd, spec.max_message_bytes)
+        self._lock = threading.Lock()
+        self._latest: tuple[int, int | None] | None = None
+        self._peak: tuple[int, int | None] | None = None
+        self._gpu: int | None = None
+        self._kill: KillDecision | None = None
+        self._rc: int | None = None
+        self._oom: tuple[int | None, int | None] = (None, None)
+        self._lost: str | None = None
+        self._exited = threading.Event()
+        self._closed = False
+
+    # -- events from the pump thread --
+
+    def _deliver(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(self._write_fd, view)
+            except OSError:
+                return  # the session closed the inbox: nothing waits for these bytes
+            view = view[written:]
+
+    def _sample(self, rss: int, uss: int | None, gpu: int | None) -> None:
+        with self._lock:
+            self._latest = (rss, uss)
+            if self._peak is None or rss > self._peak[0]:
+                self._peak = (rss, uss)
+            if gpu is not None:
+                self._gpu = max(self._gpu or 0, gpu)
+
+    def _killed(self, status: str, limit: float, value: float, message: str) -> None:
+        with self._lock:
+            self._kill = KillDecision(status, limit, value, message)  # type: ignore[arg-type]
+
+    def _exit(self, rc: int | None, oom_before: int | None, oom_after: int | None) -> None:
+        with self._lock:
+            if self._exited.is_set():
+                return
+            self._rc, self._oom = rc, (oom_before, oom_after)
+        self._close_write()
+        self._exited.set()
+
+    def _lose(self, cause: str) -> None:
+        with self._lock:
+            if self._exited.is_set():
+                return
+            self._lost = cause
+        self._close_write()
+        self._exited.set()
+
+    def _close_write(self) -> None:
+        with self._lock:
+            fd, self._write_fd = self._write_fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # -- BaseWorker --
+
+    @property
+    def inbox(self) -> Inbox:
+        return self._inbox
+
+    @property
+    def where(self) -> dict[str, Any]:
+        return {"backend": "ray", "host": self.host, "node_id": self.node_id}
+
+    @property
+    def kill_decision(self) -> KillDecision | None:
+        return self._kill
+
+    def send(self, msg: dict[str, Any]) -> None:
+        if self._exited.is_set():
+            raise OSError(f"worker {self.worker_id} has ended")
+        self._actor.send.remote(self.worker_id, msg)
+
+    def read(self, *, uss: bool = False, rediscover: bool = False) -> tuple[int, int | None] | None:
+        with self._lock:
+            if rediscover:  # "now": the agent sampled right before it forwarded the result
+                return self._latest
+            reading, self._peak = self._peak, None
+            return reading if reading is not None else self._latest
+
+    def gpu_bytes(self, gpu_by_pid: dict[int, int] | None) -> int | None:
+        with self._lock:
+            gpu, self._gpu = self._gpu, None
+        return gpu
+
+    def pids(self) -> tuple[int, ...]:
+        return (self.pid,)  # on another host: the driver's NVML cannot see them anyway
+
+    def kill(self) -> None:
+        if not self._exited.is_set():
+            with contextlib.suppress(Exception):
+                self._actor.kill.remote(self.worker_id)
+
+    def wait(self, timeout_s: float | None) -> int | None:
+        if not self._exited.wait(timeout_s):
+            return None
+        return self._rc
+
+    def end(self, grace_s: float) -> tuple[int | None, bool]:
+        killed = False
+        if not self._exited.wait(grace_s):
+            self.kill()
+            killed = True
+            if not self._exited.wait(30.0):
+                self._lose(
+                    f"the Ray actor running worker {self.worker_id} on {self.host or 'its node'} did not "
+                    "report the worker's end 30 s after it was killed"
+                )
+        if not self._closed:
+            self._closed = True
+            self._close_write()
+            self._inbox.close()
+        return self._rc, killed
+
+    def classify(self, returncode: int | None, *, in_trial: bool, kill: KillDecision | None) -> EndCause:
+        if self._lost is not None:
+            detail = {"exitcode": None, "node_id": self.node_id, "host": self.host, "why": self._lost}
+            return EndCause("crashed" if in_trial else None, "node_lost", detail, self._lost)
+        cause = classify_end(
+            returncode,
+            in_trial=in_trial,
+            kill=kill,
+            oom_kills_before=self._oom[0],
+            oom_kills_after=self._oom[1],
+        )
+        cause.detail.setdefault("host", self.host)
+        return cause
+
+
+class _Slot:
+    """The driver's side of one slot's actor: the actor, its pump thread, its workers."""
+
+    def __init__(self, backend: RayBackend, slot: int, actor: Any) -> None:
+        self.backend = backend
+        self.slot = slot
+        self.actor = actor
+        self.workers: dict[int, RayWorker] = {}
+        self.lock = threading.Lock()
+        self.dead: str | None = None
+        self.closing = False
+        self.node_id: str | None = None
+        self.host = ""
+        self.thread = threading.Thread(target=self._pump, name=f"trainguard-ray-slot{slot}", daemon=True)
+
+    def _pump(self) -> None:
+        ray = self.backend._ray
+        while not self.closing:
+            try:
+                events = ray.get(self.actor.poll.remote(_POLL_S), timeout=60.0)
+            except ray.exceptions.GetTimeoutError:
+                continue
+            except Exception as err:  # noqa: BLE001 - the actor or its node is gone
+                if self.closing:
+                    return
+                self._died(err)
+                return
+            for event in events:
+                kind, worker_id = event[0], event[1]
+                with self.lock:
+                    worker = self.workers.get(worker_id)
+                if worker is None:
+                    continue
+                if kind == "out":
+                    worker._deliver(event[2])
+                elif kind == "sample":
+                    worker._sample(event[2], event[3], event[4])
+                elif kind == "kill":
+                    worker._killed(*event[2:])
+                elif kind == "exit":
+                    worker._exit(*event[2:])
+                    with self.lock:
+                        self.workers.pop(worker_id, None)
+
+    def _died(self, err: BaseException) -> None:
+        cause = self.backend._death_cause(self, err)
+        self.dead = cause
+        logger.warning("slot %d: %s", self.slot, cause)
+        with self.lock:
+            workers, self.workers = list(self.workers.values()), {}
+        for worker in workers:
+            worker._lose(cause)
+
+
+class RayBackend(BaseBackend):
+    """Workers on a Ray cluster, one node-local :class:`SlotAgent` actor per worker slot.
+
+    Args:
+        address: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, ``"ray://HOST:PORT"``), or None
+            for Ray's own default (``RAY_ADDRESS``, else a Ray started on this machine). Ignored when
+            this process is already connected (``ray.init`` was called).
+        resources: what one worker slot reserves on a node: ``{"CPU": 1}`` by default; ``"GPU"`` and
+            custom resources as Ray names them.
+        connect_timeout: seconds to wait for the head's address to answer before saying there is no
+            cluster there.
+
+    Raises:
+        MissingDependencyError: ray is not installed.
+        ConfigError: a malformed address or resources.
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        resources: Mapping[str, Any] | str | None = None,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        if importlib.util.find_spec("ray") is None:
+            raise missing(
+                "ray", "the Ray backend (Runner(backend='ray'), trainguard run --backend ray)", "ray"
+            )
+        if address is not None and (not isinstance(address, str) or not address.strip()):
+            raise ConfigError(f"address={address!r} must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
+        self.address = address.strip() if address else None
+        self.resources = parse_resources(resources)
+        self.connect_timeout_s = float(connect_timeout)
+        self._ray: Any = None
+        self._agent_cls: Any = None
+        self._slots: dict[int, _Slot] = {}
+        self._policy: Policy | None = None
+        self._interval_s = 0.1
+        self._uss = False
+        self._started_ray = False
+
+    @property
+    def threads(self) -> int:
+        """Threads per worker that match the slot's CPUs."""
+        return max(1, int(self.resources.get("CPU", 1)))
+
+    # -- connecting and checking --
+
+    def _tcp_check(self) -> None:
+        """Say at once when nothing listens at the address (``ray.init`` would retry for minutes)."""
+        address = self.address
+        if address in (None, "auto"):
+            return
+        hostport = address.removeprefix("ray://")
+        if ":" not in hostport:
+            raise ConfigError(f"address={address!r} is not 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
+        hostport = address.removeprefix("ray://")
+        host, _, port = hostport.rpartition(":")
+        try:
+            port_n = int(port)
+        except ValueError:
+            raise ConfigError(f"address={address!r}: the port {port!r} is not a number") from None
+        try:
+            with socket.create_connection((host or "127.0.0.1", port_n), timeout=self.connect_timeout_s):
+                pass
+        except OSError as err:
+            raise ConfigError(
+                f"no Ray cluster at {address}: nothing answered there within {self.connect_timeout_s:g} s "
+                f"({err.strerror or err}); start one with `ray start --head` or give the head's HOST:PORT"
+            ) from None
+
+    def connect(self) -> Any:
+        """Connect to the cluster (once); the ``ray`` module."""
+        ray = _import_ray()
+        self._ray = ray
+        if ray.is_initialized():
+            return ray
+        self._tcp_check()
+        try:
+            ray.init(
+                address=self.address,
+                logging_level=logging.WARNING,
+                configure_logging=False,
+                log_to_driver=True,
+            )
+        except ConnectionError as err:
+            raise ConfigError(f"no Ray cluster at {self.address or 'the default address'}: {err}") from err
+        self._started_ray = True
+        return ray
+
+    def check(self, *, fn: Any, policy: Policy, slots: int, data: Any = None) -> None:
+        if data is not None:
+            raise ConfigError(
+                "data= (arrays shared through /dev/shm) cannot be shipped to Ray nodes: load the data "
+                "inside the trial function, or use backend='local'"
+            )
+        ray = self.connect()
+        self._check_resources(ray)
+        self._check_fn(ray, fn)
+
+    def _alive_nodes(self, ray: Any) -> list[dict[str, Any]]:
+        return [n for n in ray.nodes() if n.get("Alive")]
+
+    def _check_resources(self, ray: Any) -> None:
+        need = {k: v for k, v in self.resources.items() if v > 0}
+        nodes = self._alive_nodes(ray)
+        if any(all(n["Resources"].get(k, 0) >= v for k, v in need.items()) for n in nodes):
+            return
+        short = []
+        for key, amount in sorted(need.items()):
+            best = max((n["Resources"].get(key, 0) for n in nodes), default=0)
+            if best < amount:
+                short.append(f"{key}={amount:g} (the most any node has is {best:g})")
+        what = ", ".join(short) or f"{_format_resources(need)} together"
+        raise ConfigError(
+            f"no node of the Ray cluster has what one worker slot asks for: {what}; lower resources= "
+            f"or add a node that has them ({len(nodes)} node{'s' if len(nodes) != 1 else ''} alive)"
+        )
+
+    def _check_fn(self, ray: Any, fn: Any) -> None:
+        """Load the function on every node before any trial: a module or file a node lacks, or a
+        pickled function that needs one, is refused in one line naming the node."""
+        if fn is None or fn.kind not in ("module", "file", "pickle"):
+            return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        probe = ray.remote(num_cpus=0, max_retries=0)(_probe_fn)
+        nodes = self._alive_nodes(ray)
+        refs = [
+            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                fn.kind, fn.payload, [p for p in sys.path if p]
+            )
+            for n in nodes
+        ]
+        for node, ref in zip(nodes, refs, strict=True):
+            try:
+                problem = ray.get(ref, timeout=60.0)
+            except Exception as err:  # noqa: BLE001 - e.g. the payload itself failed to travel
+                problem = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            if problem:
+                raise ConfigError(
+                    f"fn {fn.ref} cannot be shipped to the Ray cluster: on node {node.get('NodeManagerAddress')} "
+                    f"it fails to load ({problem}); install its module on every node, or pass a function "
+                    "defined in the driver's script"
+                )
+
+    # -- sessions --
+
+    def open(self, *, slots: int, policy: Policy, sample_interval_s: float = 0.1, uss: bool = False) -> None:
+        ray = self.connect()
+        self._policy = policy
+        self._interval_s = sample_interval_s
+        self._uss = uss
+        for slot in range(slots):
+            self._slot(slot, ray)
+
+    def _slot(self, slot: int, ray: Any) -> _Slot:
+        current = self._slots.get(slot)
+        if current is not None and current.dead is None:
+            return current
+        if self._agent_cls is None:
+            self._agent_cls = ray.remote(SlotAgent)
+        custom = {k: v for k, v in self.resources.items() if k not in ("CPU", "GPU") and v > 0}
+        actor = self._agent_cls.options(
+            num_cpus=self.resources.get("CPU", 1.0),
+            num_gpus=self.resources.get("GPU", 0.0),
+            resources=custom or None,
+            scheduling_strategy="SPREAD",
+            max_restarts=0,
+            max_concurrency=8,
+        ).remote(slot, self._policy or Policy(), self._interval_s, self._uss)
+        state = _Slot(self, slot, actor)
+        state.thread.start()
+        self._slots[slot] = state
+        return state
+
+    def start(self, spec: WorkerSpec) -> BaseWorker:
+        ray = self.connect()
+        base = os.environ
+        overrides = {k: v for k, v in spec.env.items() if base.get(k) != v}
+        for attempt in range(2):
+            state = self._slot(spec.slot, ray)
+            try:
+                info = ray.get(state.actor.start_worker.remote(spec, overrides), timeout=_START_TIMEOUT_S)
+            except Exception as err:  # noqa: BLE001 - the actor could not start or died: try a new one
+                if attempt == 0 and state.dead is None:
+                    state.closing = True
+                    state.dead = self._death_cause(state, err)
+                    continue
+                from trainguard.exceptions import WorkerCrashedError
+
+                raise WorkerCrashedError(
+                    f"worker slot {spec.slot} could not start on the Ray cluster: {state.dead or err}"
+                ) from err
+            state.node_id, state.host = info.get("node_id"), str(info.get("host") or "")
+            worker = RayWorker(spec, state.actor, info)
+            with state.lock:
+                state.workers[spec.worker_id] = worker
+            if state.dead is not None:  # died between the start and now
+                worker._lose(state.dead)
+            return worker
+        raise AssertionError("unreachable")
+
+    def _death_cause(self, state: _Slot, err: BaseException) -> str:
+        node_alive = None
+        if state.node_id is not None:
+            with contextlib.suppress(Exception):
+                for node in self._ray.nodes():
+                    if node.get("NodeID") == state.node_id:
+                        node_alive = bool(node.get("Alive"))
+        where = f"node {state.node_id[:12]} ({state.host})" if state.node_id else "its node"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if node_alive is False:
+            return f"the Ray node running worker slot {state.slot} was lost ({where} is dead: {first})"
+        return (
+            f"the Ray actor hosting worker slot {state.slot} on {where} died ({type(err).__name__}: {first})"
+        )
+
+    def close(self) -> None:
+        ray = self._ray
+        slots, self._slots = list(self._slots.values()), {}
+        for state in slots:
+            state.closing = True
+        for state in slots:
+            if state.dead is None and ray is not None:
+                with contextlib.suppress(Exception):
+                    ray.get(state.actor.shutdown.remote(), timeout=15.0)
+                with contextlib.suppress(Exception):
+                    ray.kill(state.actor, no_restart=True)
+        for state in slots:
+            state.thread.join(timeout=2.0)
+
+
+def _pickled_modules(payload: bytes) -> set[str]:
+    """The top-level modules a pickle refers to (its GLOBAL and STACK_GLOBAL opcodes), read without
+    unpickling it, so that checking a node imports nothing heavy there."""
+    import pickletools
+
+    modules: set[str] = set()
+    strings: list[Any] = []
+    memo: dict[int, Any] = {}
+    for op, arg, _ in pickletools.genops(payload):
+        if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"):
+            strings.append(arg)
+        elif op.name == "MEMOIZE":
+            memo[len(memo)] = strings[-1] if strings else None
+        elif op.name in ("BINGET", "LONG_BINGET", "GET"):
+            strings.append(memo.get(int(arg)))
+        elif op.name == "GLOBAL":
+            modules.add(str(arg).split(" ")[0].split(".")[0])
+        elif op.name == "STACK_GLOBAL" and len(strings) >= 2 and isinstance(strings[-2], str):
+            modules.add(strings[-2].split(".")[0])
+    return modules
+
+
+def _probe_fn(kind: str, payload: Any, sys_path: list[str]) -> str | None:
+    """Runs on a node: can this function be loaded here, with the import path a worker gets (the
+    driver's)? None, or what is missing. Nothing is imported (a module that imports TensorFlow
+    would stay in a pooled Ray worker)."""
+    import importlib.util
+
+    added = [p for p in sys_path if p not in sys.path]
+    sys.path[:0] = added
+    importlib.invalidate_caches()
+    try:
+        if kind == "module":
+            module = str(payload).partition(":")[0]
+            if importlib.util.find_spec(module) is None:
+                return f"no module named {module!r}"
+        elif kind == "file":
+            path = str(payload).rpartition(":")[0]
+            if not os.path.isfile(path):
+                return f"no file {path}"
+        elif kind == "pickle":
+            for module in sorted(_pickled_modules(payload)):
+                if importlib.util.find_spec(module) is None:
+                    return f"it needs the module {module!r}, which is not installed there"
+    except Exception as err:  # noqa: BLE001 - reported, not raised
+        return f"{type(err).__name__}: {err}"
+    finally:
+        for p in added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(p)
+    return None

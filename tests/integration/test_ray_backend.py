@@ -1,0 +1,264 @@
+"""The Ray backend on a real multi-node Ray cluster on this machine (``ray.cluster_utils.Cluster``:
+a head and two more nodes, each its own raylet), with real worker processes and a real store.
+
+One cluster serves the module (starting one costs ~10 s); the test that removes a node runs last
+and adds a node back. Skipped only when ray is not installed (``pip install 'trainguard[ray]'``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from trainguard.exceptions import ConfigError, MissingDependencyError  # noqa: E402
+from trainguard.runner import Policy, Runner  # noqa: E402
+from trainguard.store import Store  # noqa: E402
+
+HERE = Path(__file__).parent
+TRIALS = str(HERE / "ray_trials.py")
+NODE_ARGS = {"num_cpus": 2, "object_store_memory": 80 * 2**20}
+
+
+def ref(name: str) -> str:
+    return f"{TRIALS}:{name}"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "resources": {"head": 1}})
+    try:
+        c.add_node(**NODE_ARGS, resources={"spare": 1})
+        c.add_node(**NODE_ARGS, resources={"spare": 1})
+        c.wait_for_nodes()
+        ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _head_node_id(cluster) -> str:
+    return cluster.head_node.node_id
+
+
+def _run_in_thread(fn):
+    out: dict[str, object] = {}
+
+    def target():
+        try:
+            out["value"] = fn()
+        except BaseException as err:  # noqa: BLE001 - re-raised by the test
+            out["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _wait_for(predicate, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
+# -- runs -------------------------------------------------------------------------------------------
+
+
+def test_run_spreads_over_nodes_and_equals_the_local_backend(cluster, tmp_path):
+    params = [{"x": i, "sleep_s": 0.3} for i in range(9)]
+    with Runner(workers=3, backend="ray", store=tmp_path / "r.db", seed=7) as runner:
+        on_ray = runner.map(ref("draw"), params, name="sweep")
+        store = runner.store
+        run = store.get_run("sweep")
+        workers = store.workers(run.run_id)
+    with Runner(workers=2, store=tmp_path / "l.db", seed=7) as runner:
+        local = runner.map(ref("draw"), params, name="sweep")
+    assert [r.status for r in on_ray] == ["ok"] * 9
+    assert [r.value for r in on_ray] == [r.value for r in local]  # seeded draws included
+    nodes = {w.config["node_id"] for w in workers}
+    assert len(nodes) == 3, workers  # one slot per node: SPREAD scheduling
+    assert all(w.config["backend"] == "ray" and w.config["tree_tracking"] for w in workers)
+    # samples from the nodes reached the driver's store
+    assert all(r.peak_rss_bytes and r.peak_rss_bytes > 5 * 2**20 for r in on_ray)
+    assert Store(tmp_path / "r.db").samples(run.run_id)
+
+
+def test_memory_limit_kills_the_trial_on_its_node_and_the_run_goes_on(cluster, tmp_path):
+    policy = Policy(memory_limit="200MB")
+    with Runner(workers=1, backend="ray", store=tmp_path / "r.db", policy=policy) as runner:
+        killed = runner.map(ref("alloc"), [{"x": 1}], name="alloc")[0]
+        after = runner.map(ref("where"), [{"x": 2}], name="after")[0]
+        store = runner.store
+        run = store.get_run("alloc")
+        attempt = store.attempts(run.run_id)[0]
+        worker = store.workers(run.run_id)[0]
+    assert killed.status == "failed" and attempt.status == "killed_memory"
+    assert "memory_limit" in killed.error["message"] and killed.error["limit_bytes"] == 200 * 10**6
+    # killed by the node's agent at 10 Hz: caught within a few 10 MiB steps of the limit
+    assert 200 * 10**6 <= killed.peak_rss_bytes < 200 * 10**6 + 120 * 2**20
+    assert worker.reason == "killed_memory" and worker.config["node_id"]
+    assert after.status == "ok"
+
+
+def test_worker_killed_from_outside_is_recorded_and_rerun(cluster, tmp_path):
+    folder = tmp_path / "hold"
+    folder.mkdir()
+    policy = Policy(retries=1)
+    runner = Runner(workers=1, backend="ray", store=tmp_path / "r.db", policy=policy)
+    thread, out = _run_in_thread(lambda: runner.map(ref("hold"), [{"x": 0, "folder": str(folder)}], name="k"))
+    started = _wait_for(lambda: list(folder.glob("started-0-*")))
+    os.kill(int(started[0].read_text()), signal.SIGKILL)
+    (folder / "release").write_text("")
+    thread.join(60)
+    runner.close()
+    assert "error" not in out, out
+    result = out["value"][0]
+    assert result.status == "ok" and result.attempts == 2
+    store = Store(tmp_path / "r.db")
+    first = store.attempts(store.get_run("k").run_id, 0)[0]
+    assert first.status == "crashed" and "SIGKILL from outside trainguard" in first.error["message"]
+
+
+def test_bad_input_resources_no_node_has(cluster, tmp_path):
+    with Runner(backend="ray", store=tmp_path / "r.db", resources={"CPU": 1, "GPU": 1}) as runner:
+        with pytest.raises(
+            ConfigError, match=r"no node of the Ray cluster .*GPU=1 \(the most any node has is 0\)"
+        ):
+            runner.map(ref("where"), [{"x": 0}])
+    with Runner(backend="ray", store=tmp_path / "r.db", resources="CPU=3") as runner:
+        with pytest.raises(ConfigError, match=r"CPU=3 \(the most any node has is 2\)"):
+            runner.map(ref("where"), [{"x": 0}])
+    assert Store(tmp_path / "r.db").list_runs() == []  # refused before any run was recorded
+
+
+def test_bad_input_function_or_data_that_cannot_be_shipped(cluster, tmp_path):
+    # a module only the driver can import (its folder is not on the path the workers get)
+    folder = tmp_path / "only_here"
+    folder.mkdir()
+    (folder / "tg_driver_only.py").write_text("def train(params):\n    return 1\n")
+    sys.path.insert(0, str(folder))
+    try:
+        import tg_driver_only
+    finally:
+        sys.path.remove(str(folder))
+    try:
+        with Runner(backend="ray", store=None) as runner:
+            with pytest.raises(
+                ConfigError, match=r"cannot be shipped to the Ray cluster: on node .*tg_driver_only"
+            ):
+                runner.map(tg_driver_only.train, [{"x": 0}])
+            np = pytest.importorskip("numpy")
+            with pytest.raises(ConfigError, match=r"data= .* cannot be shipped to Ray nodes"):
+                runner.map(ref("where"), [{"x": 0}], data={"a": np.zeros(3)})
+            lock = threading.Lock()
+            with pytest.raises(ConfigError, match="cannot be pickled"):
+                runner.map(lambda p: lock.locked(), [{"x": 0}])
+    finally:
+        sys.modules.pop("tg_driver_only", None)
+
+
+def test_bad_input_ray_not_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'trainguard\[ray\]'"):
+        Runner(backend="ray", store=None)
+
+
+def test_bad_input_address_with_no_cluster_says_so_within_seconds(tmp_path):
+    # a fresh process: this one is connected to the test cluster already
+    start = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainguard",
+            "run",
+            ref("where"),
+            "--backend",
+            "ray",
+            "--address",
+            "127.0.0.1:9",
+            "--store",
+            str(tmp_path / "r.db"),
+            "--no-progress",
+            "--params",
+            str(_params_file(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    took = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "no Ray cluster at 127.0.0.1:9" in lines[0], proc.stderr
+    assert took < 20
+
+
+def _params_file(tmp_path: Path) -> Path:
+    path = tmp_path / "grid.yaml"
+    path.write_text("- {x: 0}\n")
+    return path
+
+
+# -- node loss (last: it changes the cluster) -------------------------------------------------------
+
+
+def test_node_removed_mid_run_is_recorded_and_its_trial_rerun(cluster, tmp_path):
+    folder = tmp_path / "hold"
+    folder.mkdir()
+    db = tmp_path / "r.db"
+    policy = Policy(retries=1)
+    runner = Runner(workers=3, backend="ray", store=db, policy=policy)
+    params = [{"x": i, "folder": str(folder)} for i in range(3)]
+    thread, out = _run_in_thread(lambda: runner.map(ref("hold"), params, name="loss"))
+    _wait_for(lambda: len(list(folder.glob("started-*"))) == 3)
+    store = Store(db)
+    run_id = store.get_run("loss").run_id
+    by_pid = {w.pid: w for w in store.workers(run_id)}
+    victim_pid = None
+    for marker in folder.glob("started-*"):
+        worker = by_pid[int(marker.read_text())]
+        if worker.config["node_id"] != _head_node_id(cluster):
+            victim_index, victim_pid, victim_node = (
+                int(marker.name.split("-")[1]),
+                worker.pid,
+                worker.config["node_id"],
+            )
+            break
+    assert victim_pid is not None
+    node = next(n for n in cluster.list_all_nodes() if n.node_id == victim_node)
+    cluster.remove_node(node)
+    try:
+        _wait_for(lambda: any(a.status == "crashed" for a in store.attempts(run_id, victim_index)), 60)
+        (folder / "release").write_text("")
+        thread.join(90)
+        runner.close()
+        assert "error" not in out, out
+        results = out["value"]
+        assert [r.status for r in results] == ["ok"] * 3
+        assert results[victim_index].attempts == 2
+        first = store.attempts(run_id, victim_index)[0]
+        assert (
+            first.status == "crashed"
+            and "node" in first.error["message"]
+            and "lost" in first.error["message"]
+        )
+        lost = [w for w in store.workers(run_id) if w.reason == "node_lost"]
+        assert [w.config["node_id"] for w in lost] == [victim_node]
+    finally:
+        cluster.add_node(**NODE_ARGS, resources={"spare": 1})
