@@ -813,7 +813,7 @@ def _pickled_modules(payload: bytes) -> set[str]:
         elif op.name == "MEMOIZE":
             memo[len(memo)] = strings[-1] if strings else None
         elif op.name in ("BINGET", "LONG_BINGET", "GET"):
-            strings.append(memo.get(int(arg)))
+            strings.append(memo.get(arg if isinstance(arg, int) else -1))
         elif op.name == "GLOBAL":
             modules.add(str(arg).split(" ")[0].split(".")[0])
         elif op.name == "STACK_GLOBAL" and len(strings) >= 2 and isinstance(strings[-2], str):
