@@ -16,6 +16,13 @@ Importing this module does not import optuna; using it without optuna installed 
 
 from __future__ import annotations
 
-from trainguard.integrations.optuna import ATTR_PREFIX, IsolatedObjective, TrialProxy, isolated, optimize
+from trainguard.integrations.optuna import (
+    ATTR_PREFIX,
+    IsolatedObjective,
+    TrialProxy,
+    default_policy,
+    isolated,
+    optimize,
+)
 
-__all__ = ["optimize", "isolated", "IsolatedObjective", "TrialProxy", "ATTR_PREFIX"]
+__all__ = ["optimize", "isolated", "default_policy", "IsolatedObjective", "TrialProxy", "ATTR_PREFIX"]

@@ -29,6 +29,12 @@ def tiny(trial):
     return trial.suggest_float("x", 0, 1)
 
 
+def hoards(trial):
+    """Keeps 6 MiB more in its worker on every call (a leak the default policy must recycle)."""
+    _HOLD.append(bytearray(6 * 2**20))  # touched: bytearray zero-fills
+    return trial.suggest_float("x", 0, 1)
+
+
 def steps(trial):
     """Reports 6 intermediate values equal to x; prunes when Optuna's pruner says so."""
     x = trial.suggest_float("x", 0, 10)

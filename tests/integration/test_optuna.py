@@ -12,7 +12,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-from optuna_objectives import faulty, quadratic, returns, steps, tiny  # noqa: E402
+from optuna_objectives import faulty, hoards, quadratic, returns, steps, tiny  # noqa: E402
 
 import trainguard  # noqa: E402
 import trainguard.optuna as tgo  # noqa: E402
@@ -37,6 +37,26 @@ def _consistent(study):
 
 
 # -- the proxy, parallel workers, any storage ------------------------------------------------------
+
+
+def _recycles(store_path, name):
+    from trainguard.store import Store
+
+    with Store(store_path, readonly=True) as store:
+        return [e for e in store.events(store.get_run(f"{name}-0").run_id, kinds=["recycle"])]
+
+
+def test_the_default_policy_counts_the_study_process_against_the_budget(tmp_path):
+    assert tgo.default_policy() == Policy(budget_counts_supervisor=True)
+    store = tmp_path / "runs.db"
+    tgo.optimize(_study(), hoards, n_trials=6, store=store, name="counted")
+    recycles = _recycles(store, "counted")
+    assert recycles and all(r.data["supervisor_counted_bytes"] > 0 for r in recycles), recycles
+    assert "less the supervisor's" in recycles[0].message
+    # a policy the user gives is used as it is
+    tgo.optimize(_study(), hoards, n_trials=6, store=store, name="plain", policy=Policy())
+    plain = _recycles(store, "plain")
+    assert plain and all("supervisor_counted_bytes" not in r.data for r in plain)
 
 
 def test_optimize_runs_each_trial_in_a_reused_worker_with_sqlite_storage(tmp_path):

@@ -135,6 +135,49 @@ def test_default_budget_recycles_the_leaking_keras_worker_before_1_2x():
     assert "peak_ratio budget" in decision.message
 
 
+def _first_recycle_beside(policy, rss, peaks, supervisor_mib):
+    for n in range(1, len(rss) + 1):
+        history = WorkerHistory(n, tuple(_mib(rss[:n])), tuple(_mib(peaks[:n])), supervisor_mib * MiB)
+        decision = decide_recycle(policy, history)
+        if decision is not None:
+            return n, decision
+    return None
+
+
+def test_a_budget_that_counts_the_supervisor_keeps_the_whole_tree_under_1_2x():
+    policy = Policy(budget_counts_supervisor=True)
+    n, decision = _first_recycle_beside(policy, KERAS_TF_RSS, KERAS_TF_PEAK, 40)
+    assert decision.rule == "predictive_budget"
+    budget = 1.2 * KERAS_TF_PEAK[0]
+    # the tree (supervisor + worker) stays under the budget, and the worker uses what is left
+    assert max(KERAS_TF_PEAK[:n]) + 40 <= budget < KERAS_TF_PEAK[n] + 40
+    assert n < first_recycle(Policy(), _mib(KERAS_TF_RSS), _mib(KERAS_TF_PEAK))[0]
+    assert decision.values["supervisor_counted_bytes"] == 40 * MiB
+    assert "less the supervisor's 40.0 MiB" in decision.message
+    # without the flag the supervisor's reading is ignored
+    assert (
+        _first_recycle_beside(Policy(), KERAS_TF_RSS, KERAS_TF_PEAK, 40)[0]
+        == first_recycle(Policy(), _mib(KERAS_TF_RSS), _mib(KERAS_TF_PEAK))[0]
+    )
+
+
+def test_a_supervisor_large_next_to_the_worker_is_counted_for_half_the_headroom_only():
+    # a 60 MiB worker beside a 200 MiB supervisor: the budget could never be met by recycling
+    rss = [60, 61, 62, 63, 64, 65, 66, 67, 68, 69]
+    policy = Policy(budget_counts_supervisor=True)
+    n, decision = _first_recycle_beside(policy, rss, rss, 200)
+    assert decision.values["supervisor_counted_bytes"] == pytest.approx(
+        0.1 * 60 * MiB, abs=1
+    )  # (1.2 - 1) x 60 / 2
+    assert n >= 4  # the worker still grows into half its headroom, not recycled after each trial
+    assert _first_recycle_beside(policy, [60] * 10, [60] * 10, 200) is None  # flat: never
+
+
+def test_budget_counts_supervisor_must_be_a_bool():
+    with pytest.raises(ConfigError, match="budget_counts_supervisor must be True or False"):
+        Policy(budget_counts_supervisor="yes")
+
+
 def test_default_budget_leaves_a_flat_noisy_worker_alone():
     assert first_recycle(Policy(), _mib(FLAT_NOISY), _mib([v + 5 for v in FLAT_NOISY])) is None
 

@@ -52,7 +52,7 @@ from trainguard.exceptions import (
 from trainguard.integrations._optuna_worker import SlotFunction, TrialProxy, recv_json, send_json
 from trainguard.runner.policy import Policy, should_retry
 
-__all__ = ["optimize", "isolated", "IsolatedObjective", "TrialProxy", "ATTR_PREFIX"]
+__all__ = ["optimize", "isolated", "IsolatedObjective", "TrialProxy", "ATTR_PREFIX", "default_policy"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,18 @@ def _optuna() -> Any:
     except ImportError as err:
         raise missing("optuna", "trainguard.optuna", extra="optuna") from err
     return optuna
+
+
+def default_policy() -> Policy:
+    """The policy a guarded study runs with when given none: the Runner's default, with the
+    ``peak_ratio`` budget also paying for the study's own process (``budget_counts_supervisor``).
+
+    The reference a guarded study is held to is the same study in one process, where the study
+    and the objective share one interpreter; guarded, the study's process (Optuna, its sampler,
+    trainguard's supervisor: about 50-60 MiB) sits beside the worker, so the worker's own budget
+    is that much smaller.
+    """
+    return Policy(budget_counts_supervisor=True)
 
 
 def _check_study(study: Any) -> None:
@@ -372,7 +384,7 @@ class IsolatedObjective:
             raise ConfigError(
                 f"the objective cannot be sent to a worker process: {err}", value=repr(objective)
             ) from err
-        policy = Policy() if policy is None else policy
+        policy = default_policy() if policy is None else policy
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
         if getattr(policy, "on_oom", None) is not None:
@@ -554,7 +566,9 @@ def isolated(
             importable, else cloudpickled) or ``"module:function"`` / ``"file.py:function"``.
         workers: worker processes (the Runner's ``workers``).
         policy: a :class:`trainguard.Policy`: recycling, ``memory_limit``, ``timeout``,
-            ``retries`` (a retried trial's params are enqueued in the study again).
+            ``retries`` (a retried trial's params are enqueued in the study again). Default:
+            :func:`default_policy` (the Runner's default, its budget also paying for the study's
+            own process); a policy you give is used as it is.
         store: a trainguard store for the workers' history (default None: the study is the record).
         name: the run name in the store.
         on_failure: what a trial whose worker was killed or crashed does: ``"nan"`` (default; Optuna
@@ -607,7 +621,7 @@ def optimize(
         objective: as for :func:`isolated`.
         n_trials: trials to run (retries come on top).
         workers: worker processes, and Optuna threads that wait for them.
-        policy: a :class:`trainguard.Policy`.
+        policy: a :class:`trainguard.Policy` (default: :func:`default_policy`).
         timeout: stop starting trials after this many seconds (or a duration such as ``"10m"``).
         catch: exception types of the objective that fail a trial without stopping the study.
         callbacks: Optuna callbacks ``f(study, frozen_trial)``, run in the parent.
@@ -633,7 +647,7 @@ def optimize(
     catch = tuple(catch)
     if not all(isinstance(c, type) and issubclass(c, BaseException) for c in catch):
         raise ConfigError("catch must be exception classes, such as (ValueError,)")
-    policy = Policy() if policy is None else policy
+    policy = default_policy() if policy is None else policy
     slots = n_trials * (1 + (policy.retries if isinstance(policy, Policy) else 0)) + workers
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     with IsolatedObjective(

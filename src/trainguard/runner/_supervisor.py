@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait as wait_connections
 from typing import TYPE_CHECKING, Any, cast
 
-from trainguard import frameworks
+from trainguard import frameworks, proctree
 from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
 from trainguard.runner._backend import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner._budget import PoolPlanner
@@ -844,7 +844,12 @@ class Session:
                 )
             decision = decide_stage(
                 self.policy,
-                WorkerHistory(worker.stages_done, tuple(worker.stage_rss_after), tuple(worker.stage_peaks)),
+                WorkerHistory(
+                    worker.stages_done,
+                    tuple(worker.stage_rss_after),
+                    tuple(worker.stage_peaks),
+                    self._supervisor_rss(),
+                ),
             )
             if decision is not None and msg.get("remaining") == 0:
                 decision = None  # the trial ends after this stage: leaving now would only cost a start
@@ -1004,6 +1009,12 @@ class Session:
         elif op == "result":
             self._on_result(worker, msg)
 
+    def _supervisor_rss(self) -> int:
+        """This process's own RSS, when the policy's budget counts it (0 otherwise: not read)."""
+        if not self.policy.budget_counts_supervisor:
+            return 0
+        return proctree.statm_rss_bytes(os.getpid()) or 0  # None (unreadable): the worker alone
+
     def _on_result(self, worker: _Worker, msg: dict[str, Any]) -> None:
         run = worker.trial
         if run is None or run.index != msg["index"]:
@@ -1068,7 +1079,10 @@ class Session:
             return
         if self._queue and self._stop_result is None:
             decision = decide_recycle(
-                self.policy, WorkerHistory(worker.trials_done, tuple(worker.rss_after), tuple(worker.peaks))
+                self.policy,
+                WorkerHistory(
+                    worker.trials_done, tuple(worker.rss_after), tuple(worker.peaks), self._supervisor_rss()
+                ),
             )
             if decision is not None:
                 self._retire(worker, decision)
@@ -1102,7 +1116,9 @@ class Session:
         soon, importing the frameworks its trials use, so the recycle costs no import."""
         if not self._planner.budgeted or not self._queue or any(w.spare for w in self._live()):
             return
-        history = WorkerHistory(worker.trials_done, tuple(worker.rss_after), tuple(worker.peaks))
+        history = WorkerHistory(
+            worker.trials_done, tuple(worker.rss_after), tuple(worker.peaks), self._supervisor_rss()
+        )
         if not recycle_expected_soon(self.policy, history):
             return
         decision = should_prestart(

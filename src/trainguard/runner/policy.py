@@ -13,6 +13,8 @@ Recycling rules, checked after every trial, first match wins:
                       (less ``predictive_margin``): recycle now instead of being killed mid-trial.
 ``predictive_budget`` the next trial's peak would cross ``peak_ratio`` x the peak of the worker's first
                       trial. This is the default that keeps memory flat when the user sets nothing.
+                      With ``budget_counts_supervisor`` the supervisor's own RSS (the process that
+                      runs the Runner) is added to the prediction, so the whole tree stays in budget.
 
 The growth per trial is a robust slope (Theil-Sen, as in :mod:`trainguard.leaks.stats`) so a single
 noisy reading does not recycle a worker.
@@ -352,6 +354,14 @@ class Policy:
         peak_ratio: the default budget of predictive recycling: a worker's next trial must stay under
             ``peak_ratio`` x the peak of its first trial (which includes the framework import).
             None turns the budget off, so workers grow up to ``memory_limit`` only.
+        budget_counts_supervisor: the ``peak_ratio`` budget also pays for the supervisor's own
+            process (the one that runs the Runner): a worker is recycled when its predicted next
+            peak plus that process's RSS would cross ``peak_ratio`` x its first trial's peak. For
+            when the reference is the whole job in one process, as for ``trainguard.optuna``
+            (whose default policy sets it), where the supervisor's process is the study's. The
+            supervisor is counted for at most half the budget's headroom, so a worker whose first
+            trial is small next to it still gets room to grow instead of being recycled after
+            every trial.
         predictive_margin: the fraction of ``memory_limit`` kept free by predictive recycling.
         min_trials_for_slope: readings needed before the growth per trial is trusted.
         memory_limit: hard limit on the worker tree's RSS: the tree is killed when a sample crosses it.
@@ -376,6 +386,7 @@ class Policy:
     recycle_growth: int | None = None
     predictive: bool = True
     peak_ratio: float | None = 1.2
+    budget_counts_supervisor: bool = False
     predictive_margin: float = 0.05
     min_trials_for_slope: int = 3
     memory_limit: int | None = None
@@ -414,6 +425,10 @@ class Policy:
             raise ConfigError("timeout=0 would kill every trial: give a duration such as '10m', or None")
         if not isinstance(self.predictive, bool):
             raise ConfigError(f"predictive must be True or False, not {self.predictive!r}")
+        if not isinstance(self.budget_counts_supervisor, bool):
+            raise ConfigError(
+                f"budget_counts_supervisor must be True or False, not {self.budget_counts_supervisor!r}"
+            )
         if self.peak_ratio is not None:
             if (
                 isinstance(self.peak_ratio, bool)
@@ -470,12 +485,15 @@ class WorkerHistory:
     """What the supervisor knows about one worker at a trial boundary.
 
     ``rss_after_bytes[i]`` is the worker tree's RSS right after its trial ``i``; ``peak_bytes[i]`` is
-    the tree's peak during that trial (it includes the framework import for trial 0).
+    the tree's peak during that trial (it includes the framework import for trial 0);
+    ``supervisor_rss_bytes`` the supervisor's own process RSS now (read only when the policy's
+    ``budget_counts_supervisor`` asks for it; 0 otherwise).
     """
 
     trials_done: int
     rss_after_bytes: tuple[int, ...] = ()
     peak_bytes: tuple[int, ...] = ()
+    supervisor_rss_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -617,19 +635,21 @@ def _predictive(policy: Policy, history: WorkerHistory, unit: str) -> RecycleDec
     last = rss[-1] if rss else None
     if not policy.predictive or not rss:
         return None
-    limits: list[tuple[str, float, str]] = []
+    # (rule, threshold, label, bytes outside the worker's tree that the threshold also pays for)
+    limits: list[tuple[str, float, str, float]] = []
     if policy.memory_limit is not None:
         limits.append(
-            ("predictive_limit", policy.memory_limit * (1.0 - policy.predictive_margin), "memory_limit")
+            ("predictive_limit", policy.memory_limit * (1.0 - policy.predictive_margin), "memory_limit", 0.0)
         )
     if policy.peak_ratio is not None and history.peak_bytes:
-        limits.append(
-            (
-                "predictive_budget",
-                policy.peak_ratio * history.peak_bytes[0],
-                f"peak_ratio budget (x its first {unit}'s peak)",
-            )
-        )
+        first = history.peak_bytes[0]
+        outside = 0.0
+        label = f"peak_ratio budget (x its first {unit}'s peak)"
+        if policy.budget_counts_supervisor and history.supervisor_rss_bytes > 0:
+            # at most half the headroom: a fresh worker could never pay for more than the headroom
+            outside = min(float(history.supervisor_rss_bytes), (policy.peak_ratio - 1.0) * first / 2.0)
+            label = f"peak_ratio budget (x its first {unit}'s peak, less the supervisor's {format_bytes(outside)})"
+        limits.append(("predictive_budget", policy.peak_ratio * first, label, outside))
     if not limits:
         return None
     if len(rss) >= policy.min_trials_for_slope:
@@ -641,20 +661,24 @@ def _predictive(policy: Policy, history: WorkerHistory, unit: str) -> RecycleDec
         basis = "observed"
     if predicted is None:
         return None
-    for rule, threshold, label in limits:
-        if predicted > threshold:
+    for rule, threshold, label, outside in limits:
+        if predicted + outside > threshold:
             slope = growth_per_trial(rss)
+            values = {
+                "predicted_peak_bytes": int(predicted),
+                "threshold_bytes": int(threshold),
+                "growth_per_trial_bytes": None if slope is None else int(slope),
+                "basis": basis,
+                f"{unit}s_done": n,
+            }
+            if outside:
+                values["supervisor_counted_bytes"] = int(outside)
+            shown = format_bytes_apart(predicted, threshold - outside)
             return RecycleDecision(
                 rule,
-                {
-                    "predicted_peak_bytes": int(predicted),
-                    "threshold_bytes": int(threshold),
-                    "growth_per_trial_bytes": None if slope is None else int(slope),
-                    "basis": basis,
-                    f"{unit}s_done": n,
-                },
-                f"next {unit}'s peak {basis} at {format_bytes_apart(predicted, threshold)[0]} would cross the "
-                f"{label} {format_bytes_apart(predicted, threshold)[1]} (growth {format_bytes(slope or 0, signed=True)}/{unit})",
+                values,
+                f"next {unit}'s peak {basis} at {shown[0]} would cross the {label} "
+                f"{shown[1]} (growth {format_bytes(slope or 0, signed=True)}/{unit})",
             )
     return None
 
@@ -984,7 +1008,8 @@ def recycle_expected_soon(policy: Policy, history: WorkerHistory, trials_ahead: 
     for ahead in range(1, trials_ahead + 1):
         rss.append(int(rss[-1] + slope))
         peaks.append(int(rss[-1] + excess))
-        if decide_recycle(policy, WorkerHistory(n + ahead, tuple(rss), tuple(peaks))) is not None:
+        ahead_history = WorkerHistory(n + ahead, tuple(rss), tuple(peaks), history.supervisor_rss_bytes)
+        if decide_recycle(policy, ahead_history) is not None:
             return True
     return False
 
