@@ -53,8 +53,11 @@ def test_the_default_policy_counts_the_study_process_against_the_budget(tmp_path
     recycles = _recycles(store, "counted")
     assert recycles and all(r.data["supervisor_counted_bytes"] > 0 for r in recycles), recycles
     assert "less the supervisor's" in recycles[0].message
-    # a policy the user gives is used as it is
-    tgo.optimize(_study(), hoards, n_trials=6, store=store, name="plain", policy=Policy())
+    # a policy the user gives counts it too, unless it says not to
+    tgo.optimize(_study(), hoards, n_trials=6, store=store, name="given", policy=Policy(timeout="1m"))
+    assert all(r.data["supervisor_counted_bytes"] > 0 for r in _recycles(store, "given"))
+    uncounted = Policy(budget_counts_supervisor=False)
+    tgo.optimize(_study(), hoards, n_trials=6, store=store, name="plain", policy=uncounted)
     plain = _recycles(store, "plain")
     assert plain and all("supervisor_counted_bytes" not in r.data for r in plain)
 

@@ -174,7 +174,7 @@ def test_a_supervisor_large_next_to_the_worker_is_counted_for_half_the_headroom_
 
 
 def test_budget_counts_supervisor_must_be_a_bool():
-    with pytest.raises(ConfigError, match="budget_counts_supervisor must be True or False"):
+    with pytest.raises(ConfigError, match="budget_counts_supervisor must be True, False or None"):
         Policy(budget_counts_supervisor="yes")
 
 

@@ -83,7 +83,8 @@ def _optuna() -> Any:
 
 def default_policy() -> Policy:
     """The policy a guarded study runs with when given none: the Runner's default, with the
-    ``peak_ratio`` budget also paying for the study's own process (``budget_counts_supervisor``).
+    ``peak_ratio`` budget also paying for the study's own process (``budget_counts_supervisor``,
+    which a policy you give gets too unless it sets it to False).
 
     The reference a guarded study is held to is the same study in one process, where the study
     and the objective share one interpreter; guarded, the study's process (Optuna, its sampler,
@@ -387,6 +388,8 @@ class IsolatedObjective:
         policy = default_policy() if policy is None else policy
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
+        if policy.budget_counts_supervisor is None:
+            policy = dataclasses.replace(policy, budget_counts_supervisor=True)
         if getattr(policy, "on_oom", None) is not None:
             raise ConfigError(
                 "Policy(on_oom=...) cannot shrink an Optuna trial's params (the study chooses them): "
@@ -568,7 +571,8 @@ def isolated(
         policy: a :class:`trainguard.Policy`: recycling, ``memory_limit``, ``timeout``,
             ``retries`` (a retried trial's params are enqueued in the study again). Default:
             :func:`default_policy` (the Runner's default, its budget also paying for the study's
-            own process); a policy you give is used as it is.
+            own process); a policy you give counts the study's process too unless it says
+            ``budget_counts_supervisor=False``.
         store: a trainguard store for the workers' history (default None: the study is the record).
         name: the run name in the store.
         on_failure: what a trial whose worker was killed or crashed does: ``"nan"`` (default; Optuna

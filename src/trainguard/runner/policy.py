@@ -357,11 +357,12 @@ class Policy:
         budget_counts_supervisor: the ``peak_ratio`` budget also pays for the supervisor's own
             process (the one that runs the Runner): a worker is recycled when its predicted next
             peak plus that process's RSS would cross ``peak_ratio`` x its first trial's peak. For
-            when the reference is the whole job in one process, as for ``trainguard.optuna``
-            (whose default policy sets it), where the supervisor's process is the study's. The
-            supervisor is counted for at most half the budget's headroom, so a worker whose first
-            trial is small next to it still gets room to grow instead of being recycled after
-            every trial.
+            when the reference is the whole job in one process, as for ``trainguard.optuna``,
+            where the supervisor's process is the study's. None (default): the caller decides; a
+            Runner leaves it out (that process is your program, its memory yours), and
+            ``trainguard.optuna`` counts it. The supervisor is counted for at most half the
+            budget's headroom, so a worker whose first trial is small next to it still gets room
+            to grow instead of being recycled after every trial.
         predictive_margin: the fraction of ``memory_limit`` kept free by predictive recycling.
         min_trials_for_slope: readings needed before the growth per trial is trusted.
         memory_limit: hard limit on the worker tree's RSS: the tree is killed when a sample crosses it.
@@ -386,7 +387,7 @@ class Policy:
     recycle_growth: int | None = None
     predictive: bool = True
     peak_ratio: float | None = 1.2
-    budget_counts_supervisor: bool = False
+    budget_counts_supervisor: bool | None = None
     predictive_margin: float = 0.05
     min_trials_for_slope: int = 3
     memory_limit: int | None = None
@@ -425,9 +426,9 @@ class Policy:
             raise ConfigError("timeout=0 would kill every trial: give a duration such as '10m', or None")
         if not isinstance(self.predictive, bool):
             raise ConfigError(f"predictive must be True or False, not {self.predictive!r}")
-        if not isinstance(self.budget_counts_supervisor, bool):
+        if self.budget_counts_supervisor is not None and not isinstance(self.budget_counts_supervisor, bool):
             raise ConfigError(
-                f"budget_counts_supervisor must be True or False, not {self.budget_counts_supervisor!r}"
+                f"budget_counts_supervisor must be True, False or None, not {self.budget_counts_supervisor!r}"
             )
         if self.peak_ratio is not None:
             if (
