@@ -41,7 +41,6 @@ _LAZY = {
     "Timeline": "trainguard.sampling",
     "census": "trainguard.probes.census",
     "Census": "trainguard.probes.census",
-    "host_memory": "trainguard.probes.host",
     "tree_memory": "trainguard.probes.host",
     "leakcheck": "trainguard.leaks",
     "LeakReport": "trainguard.leaks",
@@ -102,6 +101,15 @@ _SUBMODULES = ("optuna", "keras")
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"trainguard.{name}")
+    if name == "host_memory":  # deprecated: it was tree_memory under a second name
+        import warnings
+
+        warnings.warn(
+            "trainguard.host_memory is deprecated: it is trainguard.tree_memory, use that",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        name = "tree_memory"
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'trainguard' has no attribute {name!r}")
@@ -119,6 +127,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed 
     from trainguard.fitting import FitResult, find_batch_size, probing  # noqa: F401
     from trainguard.leaks import LeakReport, leakcheck  # noqa: F401
     from trainguard.probes.census import Census, census  # noqa: F401
-    from trainguard.probes.host import host_memory, tree_memory  # noqa: F401
+    from trainguard.probes.host import tree_memory  # noqa: F401
     from trainguard.runner import Command, Device, Policy, Runner, Shrink, TrialResult  # noqa: F401
     from trainguard.sampling import Sampler, Timeline  # noqa: F401

@@ -141,7 +141,16 @@ class TrialTimeoutError(WorkerError):
 
 
 class TrialError(TrainguardError):
-    """The trial function raised. ``exc_type`` and ``traceback`` hold the remote exception."""
+    """A trial failed and the policy stops the run (``on_error="stop"``), or (Optuna, staged
+    trials) the objective's own exception crossed back from a worker.
+
+    ``index`` is the failed trial's, ``status`` its attempt status (``exception``, ``timeout``,
+    ``killed_memory``...), ``error`` the stored error (``message``, ``type``, ``traceback`` for an
+    exception); ``Runner.map`` adds ``results`` (what finished). When the worker was killed or
+    crashed rather than the function raising, ``__cause__`` is the matching error of
+    :data:`FAILURE_ERRORS` (``MemoryLimitError``, ``TrialTimeoutError``...). A rebuilt objective
+    exception carries ``exc_type`` and ``traceback`` instead.
+    """
 
 
 class FrameworkOOMError(TrainguardError):
@@ -158,6 +167,18 @@ class SharedDataError(TrainguardError):
 
 class CheckpointError(TrainguardError):
     """A staged trial's checkpoint cannot be written (state not picklable) or restored (none yet)."""
+
+
+#: The error for each way an attempt fails without the trial function raising, by attempt status
+#: (the Runner's ``on_error="stop"`` chains it as the TrialError's cause; Optuna raises it).
+FAILURE_ERRORS: dict[str, type[TrainguardError]] = {
+    "killed_memory": MemoryLimitError,
+    "killed_gpu_memory": MemoryLimitError,
+    "os_oom": WorkerCrashedError,
+    "crashed": WorkerCrashedError,
+    "timeout": TrialTimeoutError,
+    "framework_oom": FrameworkOOMError,
+}
 
 
 class TrainguardWarning(UserWarning):

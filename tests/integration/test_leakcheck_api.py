@@ -132,13 +132,22 @@ def test_pytest_marker_fails_a_leaking_test_and_passes_a_clean_one(pytester: pyt
         import pytest
         KEEP = []
 
-        @pytest.mark.leakcheck(max_mb_per_iter=0.5, max_iterations=60, max_time="20s")
+        @pytest.mark.leakcheck(max_growth_per_iter="512KiB", max_iterations=60, max_time="20s")
         def test_leaks():
             KEEP.append(bytearray(2_000_000))
 
-        @pytest.mark.leakcheck(max_mb_per_iter=0.5, max_iterations=60, max_time="20s")
+        @pytest.mark.leakcheck(max_growth_per_iter="512KiB", max_iterations=60, max_time="20s")
         def test_clean():
             x = bytearray(2_000_000)
+
+        # the deprecated form still works, in its old unit (10^6 bytes), with a warning
+        @pytest.mark.leakcheck(max_mb_per_iter=0.5, max_iterations=60, max_time="20s")
+        def test_leaks_old_form():
+            KEEP.append(bytearray(2_000_000))
+
+        @pytest.mark.leakcheck(max_growth_per_iter="a lot")
+        def test_bad_size():
+            pass
 
         def test_fixture(leakcheck):
             report = leakcheck(lambda: None, max_iterations=100, max_time=None)
@@ -146,8 +155,11 @@ def test_pytest_marker_fails_a_leaking_test_and_passes_a_clean_one(pytester: pyt
         """
     )
     result = pytester.runpytest_subprocess("--strict-markers", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*leakcheck: memory grows faster than 0.5 MB/iter*", "*verdict: leak*"])
+    result.assert_outcomes(passed=2, failed=3)
+    result.stdout.fnmatch_lines(["*leakcheck: memory grows faster than 512.0 KiB/iter*", "*verdict: leak*"])
+    result.stdout.fnmatch_lines(["*leakcheck: memory grows faster than 488.3 KiB/iter*"])
+    result.stdout.fnmatch_lines(["*max_mb_per_iter=0.5) is deprecated*max_growth_per_iter='0.5MB'*"])
+    result.stdout.fnmatch_lines(["*test_bad_size*max_growth_per_iter='a lot' is not a size*"])
     # the failure is the report, not a traceback through pytest's and pluggy's hook machinery
     out = result.stdout.str()
     failure = out[out.index("test_leaks ___") : out.index("short test summary")]

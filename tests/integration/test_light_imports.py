@@ -116,7 +116,6 @@ def test_public_names_are_pinned():
             "compare",
             "find_batch_size",
             "format_bytes",
-            "host_memory",
             "leakcheck",
             "parse_duration",
             "parse_size",

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 import trainguard
-from trainguard.exceptions import ConfigError, TrialError, UnitError
+from trainguard.exceptions import (
+    ConfigError,
+    FrameworkOOMError,
+    MemoryLimitError,
+    TrialError,
+    TrialTimeoutError,
+    UnitError,
+    WorkerCrashedError,
+)
 from trainguard.runner import Policy, Runner, find_allocator
 from trainguard.store import Store
 
@@ -160,6 +168,25 @@ def test_on_error_stop_stops_and_resumes(tmp_path):
     assert [r.status for r in results] == ["ok", "failed", "ok", "ok", "ok", "ok"]
     finished = [a.index for a in attempts if a.status in ("ok", "exception")]
     assert sorted(finished) == list(range(6))
+    # the function raised: no other cause to chain
+    assert info.value.status == "exception" and info.value.__cause__ is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "policy", "status", "cause"),
+    [
+        ("hang", {"timeout": "1s"}, "timeout", TrialTimeoutError),
+        ("alloc", {"memory_limit": "300MB"}, "killed_memory", MemoryLimitError),
+        ("sigkill", {}, "crashed", WorkerCrashedError),
+        ("memory_error", {}, "framework_oom", FrameworkOOMError),
+    ],
+)
+def test_on_error_stop_chains_the_error_of_what_ended_the_trial(kind, policy, status, cause):
+    with Runner(policy=Policy(on_error="stop", **policy), store=None) as runner:
+        with pytest.raises(TrialError, match="on_error='stop'") as info:
+            runner.map(ref("fault"), [{"kind": kind}])
+    assert info.value.status == status and info.value.index == 0
+    assert type(info.value.__cause__) is cause and info.value.__cause__.status == status
 
 
 # -- recycling -------------------------------------------------------------------------------------

@@ -96,3 +96,15 @@ def test_policy_and_store_agree_on_attempt_statuses():
     from trainguard.runner import policy
 
     assert set(policy.ATTEMPT_STATUSES) == set(store.ATTEMPT_STATUSES)
+
+
+def test_host_memory_is_a_deprecated_name_of_tree_memory():
+    import warnings
+
+    assert "host_memory" not in trainguard.__all__
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        alias = trainguard.host_memory
+    assert alias is trainguard.tree_memory
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "use that" in str(caught[0].message)

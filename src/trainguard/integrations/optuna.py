@@ -39,13 +39,10 @@ from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 from trainguard.exceptions import (
+    FAILURE_ERRORS,
     ConfigError,
     FrameworkOOMError,
-    MemoryLimitError,
-    TrainguardError,
     TrialError,
-    TrialTimeoutError,
-    WorkerCrashedError,
     WorkerError,
     missing,
 )
@@ -60,14 +57,7 @@ logger = logging.getLogger(__name__)
 ATTR_PREFIX = "trainguard_"
 
 # what a failed attempt's status becomes in the parent, when it is not the objective's own exception
-_ERRORS: dict[str, type[TrainguardError]] = {
-    "killed_memory": MemoryLimitError,
-    "killed_gpu_memory": MemoryLimitError,
-    "os_oom": WorkerCrashedError,
-    "crashed": WorkerCrashedError,
-    "timeout": TrialTimeoutError,
-    "framework_oom": FrameworkOOMError,
-}
+_ERRORS = FAILURE_ERRORS
 _GETTABLE = ("params", "user_attrs", "relative_params", "datetime_start")
 _CALLABLE = ("report", "should_prune", "set_user_attr")
 _DROP_IN_SLOTS = 1000

@@ -138,10 +138,6 @@ class Census:
             out[name] = (count + e.count, nbytes + e.nbytes)
         return out
 
-    def count_of(self, kind: str) -> int:
-        """The count for one ``"framework.kind"`` (0 when absent)."""
-        return self.by_kind().get(kind, (0, 0))[0]
-
     def diff(self, before: Census) -> tuple[CensusEntry, ...]:
         """Entries that grew since ``before``; their ``count``/``nbytes`` are the growth (>= 0),
         sorted by grown bytes then grown count, largest first."""

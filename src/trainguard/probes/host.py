@@ -14,29 +14,13 @@ from pathlib import Path
 import psutil
 
 __all__ = [
-    "ProcessMemory",
     "TreeMemory",
     "SystemMemory",
     "CgroupMemory",
-    "process_memory",
     "tree_memory",
-    "host_memory",
     "system_memory",
     "cgroup_memory",
-    "rss_bytes",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessMemory:
-    """Memory of one process. ``uss_bytes``/``pss_bytes`` are None unless read with ``detail=True``."""
-
-    pid: int
-    rss_bytes: int
-    vms_bytes: int
-    uss_bytes: int | None = None
-    pss_bytes: int | None = None
-    swap_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,31 +62,6 @@ class CgroupMemory:
     limit_bytes: int | None
     usage_bytes: int | None
     oom_kill_count: int | None = None
-
-
-def rss_bytes(pid: int | None = None) -> int:
-    """The resident set size of one process, the cheapest reading there is."""
-    return int(psutil.Process(pid or os.getpid()).memory_info().rss)
-
-
-def process_memory(pid: int | None = None, *, detail: bool = False) -> ProcessMemory:
-    """Memory of one process (default: this one). ``detail=True`` adds USS, PSS and swap."""
-    proc = psutil.Process(pid or os.getpid())
-    if detail:
-        try:
-            full = proc.memory_full_info()
-            return ProcessMemory(
-                pid=proc.pid,
-                rss_bytes=full.rss,
-                vms_bytes=full.vms,
-                uss_bytes=getattr(full, "uss", None),
-                pss_bytes=getattr(full, "pss", None),
-                swap_bytes=getattr(full, "swap", None),
-            )
-        except psutil.AccessDenied:
-            pass
-    info = proc.memory_info()
-    return ProcessMemory(pid=proc.pid, rss_bytes=info.rss, vms_bytes=info.vms)
 
 
 def tree_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
@@ -162,11 +121,6 @@ def system_memory() -> SystemMemory:
     return SystemMemory(
         total_bytes=vm.total, available_bytes=vm.available, used_bytes=vm.used, percent=vm.percent
     )
-
-
-def host_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
-    """Alias of :func:`tree_memory`: what a worker and its children hold on the host."""
-    return tree_memory(pid, detail=detail)
 
 
 def _read_int(path: Path) -> int | None:

@@ -30,7 +30,7 @@ from multiprocessing.connection import wait as wait_connections
 from typing import TYPE_CHECKING, Any, cast
 
 from trainguard import frameworks, proctree
-from trainguard.exceptions import ConfigError, TrialError, WorkerCrashedError
+from trainguard.exceptions import FAILURE_ERRORS, ConfigError, TrialError, WorkerCrashedError
 from trainguard.runner._backend import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner._budget import PoolPlanner
 from trainguard.runner._fitted import device_key
@@ -430,12 +430,17 @@ class Session:
                 self._shutdown(status)
         if self._stop_result is not None:
             r = self._stop_result
+            error = r.error or {}
+            why, status = error.get("message", r.status), error.get("status", r.status)
+            # a kill or a crash: the error of that cause, chained (the function itself did not raise)
+            cause = FAILURE_ERRORS.get(status)
             raise TrialError(
-                f"trial {r.index} failed ({(r.error or {}).get('message', r.status)}) and on_error='stop': "
+                f"trial {r.index} failed ({why}) and on_error='stop': "
                 f"the run stopped; run it again to resume the trials left",
                 index=r.index,
+                status=status,
                 error=r.error,
-            )
+            ) from (cause(why, index=r.index, status=status) if cause is not None else None)
 
     def _replace_stored_run(self) -> None:
         """``fresh=True``: keep the stored run of this name under another name, start anew."""

@@ -175,20 +175,6 @@ CREATE TABLE IF NOT EXISTS sample_series (
 );
 """
 
-TABLES = (
-    "meta",
-    "runs",
-    "trials",
-    "attempts",
-    "workers",
-    "events",
-    "samples",
-    "sample_series",
-    "fitted_sizes",
-    "trial_seeds",
-    "stages",
-)
-
 #: Tables added after schema 1 without a version bump: a writer creates them in an older store of
 #: the same version, a reader treats them as empty when absent.
 ADDITIVE_TABLES = ("fitted_sizes", "trial_seeds", "stages")
