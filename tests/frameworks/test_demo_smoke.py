@@ -41,7 +41,11 @@ def test_demo_two_trials_json(tmp_path: Path) -> None:
         # a TF process that ran a fit holds hundreds of MB: a reading of a few MB would mean the
         # sampler watched the wrong process
         assert all(p > 200 * 2**20 for p in part["trial_peak_rss_bytes"])
-        assert part["peak_rss_bytes"] >= max(part["trial_peak_rss_bytes"])
+        # the half's peak is its own sampler's highest reading or a trial's: with two trials in one
+        # process (one worker) it is the highest trial's, give or take the moments between trials,
+        # not a sum over processes or a reading of the wrong tree
+        top = max(part["trial_peak_rss_bytes"])
+        assert top <= part["peak_rss_bytes"] <= 1.25 * top, (part["peak_rss_bytes"], top)
     with Store(store, readonly=True) as reader:
         (summary,) = reader.list_runs()
         assert summary.name == data["runner"]["run_name"]

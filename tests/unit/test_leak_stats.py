@@ -141,8 +141,14 @@ def test_one_jump_is_not_a_leak():
     y = 500 * MB + rng.normal(0, 0.2 * MB, 40)
     y[25:] += 60 * MB
     d = S.decide(y, alpha=0.001, tolerance=1024, final=False)
-    assert d.verdict is not Verdict.LEAK
+    # 15 readings after the jump: too few to rule out a leak, so the check asks for more
+    assert d.verdict is None and "not ruled out" in d.reason
     assert 25 in d.step_indices
+    # given them, it calls the jump what it is: growth that stopped
+    y = 500 * MB + rng.normal(0, 0.2 * MB, 120)
+    y[25:] += 60 * MB
+    d = S.decide(y, alpha=0.001, tolerance=1024, final=True)
+    assert d.verdict is Verdict.PLATEAU and "leveled off" in d.reason, d.reason
 
 
 def test_staircase_is_a_leak():

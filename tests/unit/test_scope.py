@@ -106,8 +106,21 @@ def test_nested_scopes_report_separately():
     assert ("numpy", "ndarray", (311, 18)) not in _survivor_shapes(inner.report)
     outer_s = _survivor_shapes(outer.report)
     assert outer_s[("numpy", "ndarray", SHAPE)][0] == 1 and outer_s[("numpy", "ndarray", (311, 18))][0] == 1
-    assert outer.report.rss_peak_bytes >= outer.report.rss_before_bytes
     del a, b
+
+
+def test_a_short_lived_allocation_raises_the_peak_and_not_the_end():
+    import time
+
+    size = 256 * 2**20
+    with _scope(peak_interval_s="10ms") as s:
+        block = np.ones(size, dtype=np.uint8)  # touched: resident, not just reserved
+        time.sleep(0.5)  # many peak readings' worth, even on a loaded machine
+        del block
+    r = s.report
+    # the peak saw the block (less a margin for pages the reader missed), the end did not
+    assert r.rss_peak_delta_bytes > 0.75 * size, r.to_text()
+    assert r.rss_delta_bytes < 0.25 * size, r.to_text()
 
 
 def test_limits_raise_a_readable_picklable_leak_error():

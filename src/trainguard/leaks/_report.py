@@ -65,7 +65,11 @@ class LeakReport:
         tolerance_bytes_per_iter: growth below this is not a leak.
         elapsed_s: wall time of the check, setup excluded.
         step_time_s: median time of one call.
-        series: ``[{"iteration", "bytes", "untrimmed_bytes", "gpu_bytes"}, ...]`` one per reading.
+        series: one dict per reading: ``iteration``, ``elapsed_s``, ``bytes`` (the metric decided
+            on), ``untrimmed_bytes`` (before ``malloc_trim``; None without it), ``gpu_allocated_bytes``
+            and ``gpu_nvml_bytes`` (None without a GPU), ``processes``; with metric ``auto`` on a
+            tree, ``pss_bytes``/``rss_bytes``; a Node check adds the V8 heap and TF.js counts
+            (``heap_used_bytes``, ``tf_num_bytes``...).
         growth_by_kind: census kinds (and allocation sites) that grow, largest first.
         hints: framework-specific explanations (retracing, Keras global state, autograd graphs).
         gpu: the same analysis on GPU memory, when a GPU allocator or NVML was seen.

@@ -2,7 +2,9 @@
 
 Nothing here measures anything or touches a process: every function takes a sequence of floats
 (``y``, bytes) and optionally the iteration numbers they were read at (``x``, defaults to
-``0, 1, 2, ...``) and returns a frozen record. The runner's recycling policy uses the same functions.
+``0, 1, 2, ...``) and returns a frozen record. :func:`robust_slope` is also what ``compare``, the
+run report and the Keras callback use for growth per trial or epoch; the runner's recycling policy
+computes the same Theil-Sen slope in plain Python (``runner/policy.py``), without an interval.
 
 The pieces, and why each is there:
 
@@ -103,7 +105,9 @@ class SlopeEstimate:
 
     Attributes:
         slope: Theil-Sen slope, units of ``y`` per unit of ``x`` (bytes per iteration).
-        ci_low: lower end of the two-sided ``confidence`` interval (Sen's method).
+        ci_low: lower end of the two-sided ``confidence`` interval: Student's t on the robust,
+            autocorrelation-corrected standard error (not Sen's rank interval, whose pairs
+            assume independent noise).
         ci_high: upper end of that interval.
         n: number of points used.
         z: t statistic of the slope (robust scale, corrected for autocorrelation); > 0 means growth.
@@ -257,9 +261,11 @@ def robust_slope(
 ) -> SlopeEstimate:
     """Theil-Sen slope with a robust standard error, a confidence interval and a trend test.
 
-    The standard error is the least-squares formula with the noise scale taken robustly
-    (1.4826 x MAD of the residuals from the Theil-Sen line, so spikes do not widen it), times
-    1.05 for Theil-Sen's efficiency, times ``sqrt((1 + rho) / (1 - rho))`` for the lag-1
+    The standard error is the least-squares formula with the noise scale taken robustly (the
+    largest of 1.4826 x MAD of the residuals from the Theil-Sen line, their standard deviation
+    winsorised at 3 MADs, half their plain standard deviation, and the measurement's resolution
+    over sqrt(12): spikes do not widen it, a small n does not make it tiny), times 1.05 for
+    Theil-Sen's efficiency, times ``sqrt((1 + rho) / (1 - rho))`` for the lag-1
     autocorrelation ``rho`` of the residuals. The test and the interval use Student's t with
     ``n - 2`` degrees of freedom.
 
