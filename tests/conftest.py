@@ -33,3 +33,24 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def python_exe() -> str:
     return sys.executable
+
+
+def _run_trainguard(
+    *args: str, timeout: float = 120, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    # the child imports the trainguard this test run imports (a worktree's src, say)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(
+        [sys.executable, "-m", "trainguard", *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        env=env,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def trainguard_cli():
+    """``trainguard_cli("show", "run1", "--json")``: the CLI in a subprocess, its output as text."""
+    return _run_trainguard

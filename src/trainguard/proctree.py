@@ -27,7 +27,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import psutil
@@ -336,17 +336,7 @@ class TreeCgroup:
             return members
         except OSError:
             pass
-        killed: list[int] = []
-        for _ in range(20):
-            current = self.pids()
-            if not current:
-                break
-            for pid in current:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-            time.sleep(0.01)
-        return killed
+        return _kill_until_none(self.pids, passes=20, pause_s=0.01)
 
     def remove(self, timeout_s: float = 2.0) -> bool:
         """Kill what is left and remove the cgroup (it can be removed once its members are reaped)."""
@@ -458,17 +448,24 @@ def kill_descendants(pid: int | None = None, *, passes: int = 10) -> list[int]:
     it and found on the next pass, and a child forked during a pass is found on the next.
     """
     root = os.getpid() if pid is None else pid
+    return _kill_until_none(
+        lambda: [p for p in descendants(root) if _is_running(p)], passes=passes, pause_s=0.005
+    )
+
+
+def _kill_until_none(find: Callable[[], list[int]], *, passes: int, pause_s: float) -> list[int]:
+    """SIGKILL what ``find()`` lists, again after ``pause_s``, until it lists nothing or ``passes``
+    ran out (what was killed may leave orphans, or a fork in flight, for the next pass)."""
     killed: list[int] = []
     for _ in range(passes):
-        found = descendants(root)
-        alive = [p for p in found if _is_running(p)]
+        alive = find()
         if not alive:
             break
         for target in alive:
             with contextlib.suppress(OSError):
                 os.kill(target, signal.SIGKILL)
                 killed.append(target)
-        time.sleep(0.005)
+        time.sleep(pause_s)
     return killed
 
 

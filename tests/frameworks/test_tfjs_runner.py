@@ -4,10 +4,7 @@ workers, tf.memory() and process.memoryUsage() stored per trial, bad input in on
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 
 import pytest
 from tfjs_support import FIXTURES, needs_tfjs
@@ -21,7 +18,7 @@ pytestmark = needs_tfjs
 TRIALS = f"{FIXTURES / 'trials.js'}:train"
 
 
-def test_leaking_node_training_stays_flat_by_recycling_where_one_process_grows(tmp_path):
+def test_leaking_node_training_stays_flat_by_recycling_where_one_process_grows(tmp_path, trainguard_cli):
     params = [{"leak_mb": 3, "seed": i} for i in range(30)]
     peaks = {}
     for name, policy in [
@@ -52,23 +49,7 @@ def test_leaking_node_training_stays_flat_by_recycling_where_one_process_grows(t
     assert tensors[-1] - tensors[0] == 29  # one kept tensor per trial
     assert stats[29]["tfjs"]["numBytes"] - stats[0]["tfjs"]["numBytes"] == 29 * 3 * 262144 * 4
     assert stats[29]["node"]["heapUsed"] > 0
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainguard",
-            "show",
-            "one_process",
-            "--store",
-            str(tmp_path / "runs.db"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    shown = trainguard_cli("show", "one_process", "--store", str(tmp_path / "runs.db"), "--json", timeout=60)
     assert shown.returncode == 0, shown.stderr
     memory = json.loads(shown.stdout)["trial_memory"]
     assert memory["29"]["tfjs"]["numTensors"] == tensors[-1]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -92,30 +91,18 @@ def test_command_bad_input_before_any_work(tmp_path):
         trainguard.Command([sys.executable, "missing_train.py"])
 
 
-def test_cli_run_cmd(tmp_path):
-    import subprocess
-
+def test_cli_run_cmd(tmp_path, trainguard_cli):
     grid = tmp_path / "grid.json"
     grid.write_text('{"mode": ["ok"], "x": [1, 2, 3]}')
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainguard",
-            "run",
-            "--cmd",
-            f"{sys.executable} {PYTHON}",
-            "--params",
-            str(grid),
-            "--store",
-            str(tmp_path / "r.db"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
+    out = trainguard_cli(
+        "run",
+        "--cmd",
+        f"{sys.executable} {PYTHON}",
+        "--params",
+        str(grid),
+        "--store",
+        str(tmp_path / "r.db"),
+        "--json",
     )
     assert out.returncode == 0, out.stderr
     import json
@@ -123,12 +110,6 @@ def test_cli_run_cmd(tmp_path):
     payload = json.loads(out.stdout)
     assert payload["run"].startswith("cmd-command_trial.py-")
     assert [r["value"] for r in payload["results"]] == [{"x2": 2}, {"x2": 4}, {"x2": 6}]
-    both = subprocess.run(
-        [sys.executable, "-m", "trainguard", "run", "x.py:f", "--cmd", "python3 x.py", "--params", str(grid)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    both = trainguard_cli("run", "x.py:f", "--cmd", "python3 x.py", "--params", str(grid), timeout=60)
     assert both.returncode == 2 and "not both" in both.stderr
     assert signal.SIGSEGV  # the shell test above relies on it

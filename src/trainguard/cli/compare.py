@@ -11,10 +11,10 @@ __all__ = ["HELP", "register", "run"]
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("fn", metavar="FN", help="the trial: 'file.py:function' or 'package.module:function'")
-    parser.add_argument(
-        "--params", metavar="FILE", help="a JSON/YAML file with the trial's params (one object)"
-    )
+    from trainguard.cli._options import add_limits, add_params_file, add_trial_fn
+
+    add_trial_fn(parser)
+    add_params_file(parser)
     parser.add_argument(
         "--keras-backend", metavar="LIST", help="Keras backends, comma-separated: tensorflow,torch,jax"
     )
@@ -26,8 +26,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", metavar="LIST", help="threads per worker, comma-separated: 1,2")
     parser.add_argument("--trials", type=int, default=12, help="trials per configuration (default 12)")
-    parser.add_argument("--memory-limit", metavar="SIZE", help="kill a trial whose worker tree crosses this")
-    parser.add_argument("--timeout", metavar="DURATION", help="kill a trial running longer than this")
+    add_limits(parser, gpu=False)
     parser.add_argument(
         "--tolerance", default="256KiB", metavar="SIZE", help="growth per trial that counts as none (256KiB)"
     )

@@ -12,22 +12,18 @@ __all__ = ["HELP", "register", "run", "load_one_params"]
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from trainguard.cli._options import add_limits, add_params_file, add_trial_fn
     from trainguard.store import DEFAULT_STORE
 
-    parser.add_argument("fn", metavar="FN", help="the trial: 'file.py:function' or 'package.module:function'")
+    add_trial_fn(parser)
     parser.add_argument(
         "--key", default="batch_size", help="the integer parameter to size (default batch_size)"
     )
-    parser.add_argument(
-        "--params", metavar="FILE", help="a JSON/YAML file with the trial's params (one object); default {}"
-    )
+    add_params_file(parser, default_note="; default {}")
     parser.add_argument(
         "--start", type=int, metavar="N", help="the size to start from (default params[key], else 32)"
     )
-    parser.add_argument(
-        "--memory-limit", metavar="SIZE", help="hard limit on the worker tree's RSS (e.g. 4GB)"
-    )
-    parser.add_argument("--gpu-memory-limit", metavar="SIZE", help="hard limit on its GPU memory (NVML)")
+    add_limits(parser, trial="probe")
     parser.add_argument(
         "--margin",
         type=float,
@@ -42,7 +38,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--accumulate", metavar="KEY", help="the gradient-accumulation key (left out of the stored key)"
     )
-    parser.add_argument("--timeout", metavar="DURATION", help="per-probe timeout (e.g. 5m)")
     parser.add_argument("--keras-backend", metavar="NAME", help="KERAS_BACKEND for the probes")
     parser.add_argument("--threads", type=int, metavar="N", help="threads per probe worker")
     parser.add_argument(

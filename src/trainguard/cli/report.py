@@ -9,14 +9,9 @@ HELP = "write one run as a self-contained HTML report: memory per worker, trials
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from trainguard.store import DEFAULT_STORE
+    from trainguard.cli._options import add_run_in_store
 
-    parser.add_argument(
-        "run_name", metavar="RUN", help="the run's name (or its id), as `trainguard runs` lists it"
-    )
-    parser.add_argument(
-        "--store", default=DEFAULT_STORE, metavar="PATH", help=f"the store file (default {DEFAULT_STORE})"
-    )
+    add_run_in_store(parser)
     parser.add_argument(
         "-o",
         "--output",

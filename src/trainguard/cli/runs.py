@@ -10,11 +10,9 @@ HELP = "list the runs in a store: status, trials ok/failed/pending, duration, pe
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from trainguard.store import DEFAULT_STORE
+    from trainguard.cli._options import add_run_in_store
 
-    parser.add_argument(
-        "--store", default=DEFAULT_STORE, metavar="PATH", help=f"the store file (default {DEFAULT_STORE})"
-    )
+    add_run_in_store(parser, run=False)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 

@@ -10,14 +10,9 @@ HELP = "show one run: summary, per-trial results and memory, workers and why the
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from trainguard.store import DEFAULT_STORE
+    from trainguard.cli._options import add_run_in_store
 
-    parser.add_argument(
-        "run_name", metavar="RUN", help="the run's name (or its id), as `trainguard runs` lists it"
-    )
-    parser.add_argument(
-        "--store", default=DEFAULT_STORE, metavar="PATH", help=f"the store file (default {DEFAULT_STORE})"
-    )
+    add_run_in_store(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument(
         "--events", type=int, default=10, metavar="N", help="how many recent events to show (default 10)"

@@ -57,7 +57,7 @@ from trainguard.runner.policy import (
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
-    from trainguard.store import Store
+    from trainguard.store import Store, TrialRecord
 
 __all__ = ["TrialResult", "RunProgress", "WorkerProgress", "Session", "default_run_name"]
 
@@ -97,6 +97,23 @@ class TrialResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_record(cls, rec: TrialRecord) -> TrialResult:
+        """A finished trial an earlier session stored (``reused``: it is not run again)."""
+        return cls(
+            rec.index,
+            rec.params,
+            rec.status,
+            rec.value,
+            rec.error,
+            rec.attempts,
+            rec.peak_rss_bytes,
+            rec.worker_id,
+            rec.duration_s,
+            reused=True,
+            seed=rec.seed,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,27 +506,7 @@ class Session:
         attempts_by_index: dict[int, int] = {}
         if info is not None:
             self.run_id = info.run_id
-            if self._replaced is not None:
-                self._event(
-                    "run_replaced",
-                    f"started afresh; the earlier run of this name is kept as {self._replaced}",
-                    data={"replaced": self._replaced},
-                )
-            self._record_environment()
-            if self._private:
-                self._event(
-                    "memory_accounting",
-                    "shared data is in use: each worker is charged its private memory (USS), so the shared "
-                    "pages do not count once per worker against the limits",
-                    data={"metric": "uss", "shared": self._data.path if self._data is not None else None},
-                )
-            if self.config.seed is not None:
-                from trainguard.runner._seeding import derive_seed
-
-                seed = self.config.seed
-                self.store.set_trial_seeds(
-                    info.run_id, {i: derive_seed(seed, i) for i in range(len(self.params))}
-                )
+            self._record_session_start(info.run_id)
             records = self.store.trials(info.run_id)
             finished = [rec for rec in records if rec.status in ("ok", "failed")]
             if finished and stored_version and self.fn.version and stored_version != self.fn.version:
@@ -519,19 +516,7 @@ class Session:
                 if rec.status in ("ok", "failed"):
                     self._done += 1
                     self._failed += rec.status == "failed"
-                    yield TrialResult(
-                        rec.index,
-                        rec.params,
-                        rec.status,
-                        rec.value,
-                        rec.error,
-                        rec.attempts,
-                        rec.peak_rss_bytes,
-                        rec.worker_id,
-                        rec.duration_s,
-                        reused=True,
-                        seed=rec.seed,
-                    )
+                    yield TrialResult.from_record(rec)
             workers = self.store.workers(info.run_id)
             if workers:
                 self._next_worker_id = max(w.worker_id for w in workers) + 1
@@ -544,6 +529,29 @@ class Session:
 
         store_path = getattr(self.store, "path", None) if self.persistent else None
         self._checkpoints = CheckpointFolders(store_path, self.run_id)
+
+    def _record_session_start(self, run_id: int) -> None:
+        """The events that say how this session runs (a replaced run, the environment, memory
+        accounting with shared data) and the trials' seeds."""
+        if self._replaced is not None:
+            self._event(
+                "run_replaced",
+                f"started afresh; the earlier run of this name is kept as {self._replaced}",
+                data={"replaced": self._replaced},
+            )
+        self._record_environment()
+        if self._private:
+            self._event(
+                "memory_accounting",
+                "shared data is in use: each worker is charged its private memory (USS), so the shared "
+                "pages do not count once per worker against the limits",
+                data={"metric": "uss", "shared": self._data.path if self._data is not None else None},
+            )
+        if self.config.seed is not None:
+            from trainguard.runner._seeding import derive_seed
+
+            seed = self.config.seed
+            self.store.set_trial_seeds(run_id, {i: derive_seed(seed, i) for i in range(len(self.params))})
 
     def _seed_of(self, index: int) -> int | None:
         if self.config.seed is None:

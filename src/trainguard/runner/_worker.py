@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, child_connections, write_message
@@ -440,6 +441,17 @@ def main(argv: list[str]) -> None:
         if stream is not None and not isinstance(stream, _PipeSafe):
             setattr(sys, name, _PipeSafe(stream))
     config = json.loads(os.environ.pop(WORKER_CONFIG_ENV, "{}"))
+    inbox, outbox = _bootstrap(config, read_fd, write_fd)
+    global _STAGE_CHANNEL
+    _STAGE_CHANNEL = _stage_channel(inbox, outbox)
+    _serve(inbox, outbox, config.get("threads"), config.get("max_result_bytes"))
+    _flush_std()
+    _end_tree_and_exit(0)
+
+
+def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any, Any]:
+    """Everything before the first trial, in order: the tree, the pipes, quiet imports, device
+    settings, preloads, thread counts; ends with the ``ready`` message (or a ``fatal`` one and exit)."""
     from trainguard import _nesting, proctree
 
     _nesting.set_role("worker")
@@ -458,7 +470,6 @@ def main(argv: list[str]) -> None:
 
         install_quiet_imports(tuple(config["quiet_modules"]), capture_dir=config.get("capture_dir"))
     threads = config.get("threads")
-    max_result_bytes = config.get("max_result_bytes")
     start = time.perf_counter()
     device_report = None
     if config.get("device"):
@@ -476,8 +487,7 @@ def main(argv: list[str]) -> None:
     except BaseException as exc:  # noqa: BLE001
         write_message(outbox, {"op": "fatal", "message": f"preload failed: {type(exc).__name__}: {exc}"})
         _end_tree_and_exit(3)
-    torch_threads_done = [False]
-    _apply_torch_threads(threads, torch_threads_done)
+    _apply_torch_threads(threads, _TORCH_THREADS_DONE)
     write_message(
         outbox,
         {
@@ -489,8 +499,48 @@ def main(argv: list[str]) -> None:
             "device": device_report,
         },
     )
-    functions: dict[int, Any] = {}
+    return inbox, outbox
 
+
+#: whether torch's thread count has been set in this worker (torch may be imported by any trial)
+_TORCH_THREADS_DONE = [False]
+
+
+def _serve(inbox: Any, outbox: Any, threads: int | None, max_result_bytes: int | None) -> None:
+    """Answer the supervisor's messages (load a function, run a trial) until it says ``exit``."""
+    functions: dict[int, Any] = {}
+    while True:
+        try:
+            msg = inbox.recv()
+        except (EOFError, OSError):
+            _end_tree_and_exit(0)
+        op = msg.get("op")
+        if op == "trial":
+            _apply_torch_threads(threads, _TORCH_THREADS_DONE)
+            reply = run_trial(functions[msg["key"]], msg, max_result_bytes)
+            _apply_torch_threads(threads, _TORCH_THREADS_DONE)
+            write_message(outbox, reply)
+        elif op == "fn":
+            try:
+                functions[msg["key"]] = _load_fn(msg, max_result_bytes)
+                write_message(outbox, {"op": "fn_ok", "key": msg["key"]})
+            except BaseException as exc:  # noqa: BLE001
+                from trainguard.exceptions import ConfigError
+
+                reply = {
+                    "op": "fn_error",
+                    "key": msg["key"],
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "traceback": "".join(traceback.format_exception(exc))[-20000:],
+                }
+                if isinstance(exc, ConfigError) and getattr(exc, "nested", False):
+                    reply["nested"] = str(exc)
+                write_message(outbox, reply)
+        elif op == "exit":
+            return
+
+
+def _stage_channel(inbox: Any, outbox: Any) -> Callable[..., None]:
     def stage_channel(
         msg: dict[str, Any], stage: int, remaining: int | None, started: float, fn: Any
     ) -> None:
@@ -529,50 +579,18 @@ def main(argv: list[str]) -> None:
                 "stats": {"stage": stage},
             },
         )
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        _flush_std()
         _end_tree_and_exit(0)
 
-    global _STAGE_CHANNEL
-    _STAGE_CHANNEL = stage_channel
-    while True:
-        try:
-            msg = inbox.recv()
-        except (EOFError, OSError):
-            _end_tree_and_exit(0)
-        op = msg.get("op")
-        if op == "trial":
-            _apply_torch_threads(threads, torch_threads_done)
-            reply = run_trial(functions[msg["key"]], msg, max_result_bytes)
-            _apply_torch_threads(threads, torch_threads_done)
-            write_message(outbox, reply)
-        elif op == "fn":
-            try:
-                functions[msg["key"]] = _load_fn(msg, max_result_bytes)
-                write_message(outbox, {"op": "fn_ok", "key": msg["key"]})
-            except BaseException as exc:  # noqa: BLE001
-                from trainguard.exceptions import ConfigError
+    return stage_channel
 
-                reply = {
-                    "op": "fn_error",
-                    "key": msg["key"],
-                    "message": f"{type(exc).__name__}: {exc}",
-                    "traceback": "".join(traceback.format_exception(exc))[-20000:],
-                }
-                if isinstance(exc, ConfigError) and getattr(exc, "nested", False):
-                    reply["nested"] = str(exc)
-                write_message(outbox, reply)
-        elif op == "exit":
-            break
+
+def _flush_std() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    _end_tree_and_exit(0)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,19 @@ def _check_optional_number(value: Any, name: str) -> None:
         raise ConfigError(f"{name} must be a number or None, not {type(value).__name__} ({value!r})")
 
 
+def _check_run_args(name: Any, fn_ref: Any, params: Any, config: Any) -> None:
+    if not isinstance(name, str) or not name.strip() or len(name) > 200 or "\n" in name:
+        raise ConfigError(
+            f"run name must be a non-empty one-line string of at most 200 characters, not {name!r}"
+        )
+    if not isinstance(fn_ref, str):
+        raise ConfigError(f"fn_ref must be a string such as 'train.py:train', not {fn_ref!r}")
+    if isinstance(params, (str, bytes, dict)) or not isinstance(params, Sequence):
+        raise ConfigError(f"params must be a list with one entry per trial, not {type(params).__name__}")
+    if not isinstance(config, dict):
+        raise ConfigError(f"config must be a dict, not {type(config).__name__}")
+
+
 class Store:
     """The results store of runs, trials, attempts, workers, events and memory samples.
 
@@ -504,16 +517,7 @@ class Store:
             ConfigError: a bad argument, a value that is not JSON-serializable, or a run of that name
                 with different params (pass another name).
         """
-        if not isinstance(name, str) or not name.strip() or len(name) > 200 or "\n" in name:
-            raise ConfigError(
-                f"run name must be a non-empty one-line string of at most 200 characters, not {name!r}"
-            )
-        if not isinstance(fn_ref, str):
-            raise ConfigError(f"fn_ref must be a string such as 'train.py:train', not {fn_ref!r}")
-        if isinstance(params, (str, bytes, dict)) or not isinstance(params, Sequence):
-            raise ConfigError(f"params must be a list with one entry per trial, not {type(params).__name__}")
-        if not isinstance(config, dict):
-            raise ConfigError(f"config must be a dict, not {type(config).__name__}")
+        _check_run_args(name, fn_ref, params, config)
         params = list(params)
         params_json = _dumps(params, "params")
         trial_rows = [_dumps(p, f"params[{i}]") for i, p in enumerate(params)]
@@ -523,78 +527,105 @@ class Store:
             row = conn.execute(
                 "SELECT run_id, params_json, fn_ref FROM runs WHERE name=?", (name,)
             ).fetchone()
+            resumed = row is not None
             if row is None:
-                cur = conn.execute(
-                    "INSERT INTO runs (name, fn_ref, params_json, config_json, status, trial_count, sessions,"
-                    " created_at, updated_at) VALUES (?, ?, ?, ?, 'running', ?, 1, ?, ?)",
-                    (name, fn_ref, params_json, config_json, len(params), now, now),
-                )
-                run_id = int(cur.lastrowid or 0)  # set by the INSERT just run
-                conn.executemany(
-                    "INSERT INTO trials (run_id, idx, params_json) VALUES (?, ?, ?)",
-                    [(run_id, i, text) for i, text in enumerate(trial_rows)],
-                )
-                self._event(
-                    conn,
-                    run_id,
-                    "run_started",
-                    f"run {name} started with {len(params)} trials",
-                    {"fn_ref": fn_ref, "trials": len(params)},
-                    None,
-                    None,
-                    now,
-                )
-                resumed = False
+                run_id = self._create_run(conn, name, fn_ref, params_json, config_json, trial_rows, now)
             else:
-                run_id, old_params_json, old_fn_ref = int(row[0]), row[1], row[2]
-                old_params = json.loads(old_params_json)
-                if _canonical(old_params) != _canonical(json.loads(params_json)):
-                    raise ConfigError(
-                        f"a run named {name!r} already exists in {self._shown} with different params "
-                        f"({len(old_params)} trials stored, {len(params)} given): pass another name (--name) "
-                        f"to start a new run, or the same params to resume it",
-                        name=name,
-                    )
-                interrupted_workers = conn.execute(
-                    "UPDATE workers SET ended_at=?, reason='interrupted' WHERE run_id=? AND ended_at IS NULL",
-                    (now, run_id),
-                ).rowcount
-                interrupted_attempts = conn.execute(
-                    "UPDATE attempts SET finished_at=?, status='interrupted' WHERE run_id=? AND finished_at IS NULL",
-                    (now, run_id),
-                ).rowcount
-                pending = conn.execute(
-                    "SELECT count(*) FROM trials WHERE run_id=? AND status='pending'", (run_id,)
-                ).fetchone()[0]
-                conn.execute(
-                    "UPDATE runs SET status='running', sessions=sessions+1, updated_at=?, finished_at=NULL,"
-                    " config_json=? WHERE run_id=?",
-                    (now, config_json, run_id),
-                )
-                data = {
-                    "pending": pending,
-                    "interrupted_workers": interrupted_workers,
-                    "interrupted_attempts": interrupted_attempts,
-                }
-                if old_fn_ref != fn_ref:
-                    data["old_fn_ref"] = old_fn_ref
-                    logger.warning(
-                        "run %s was started with %s and is resumed with %s", name, old_fn_ref, fn_ref
-                    )
-                self._event(
-                    conn,
-                    run_id,
-                    "run_resumed",
-                    f"run {name} resumed: {pending} of {len(params)} trials left",
-                    data,
-                    None,
-                    None,
-                    now,
-                )
-                resumed = True
+                run_id = int(row[0])
+                self._check_same_params(name, row[1], params_json)
+                self._resume_run(conn, run_id, name, fn_ref, row[2], len(params), config_json, now)
         info = self.get_run_by_id(run_id)
         assert info is not None
         return _replace_run(info, resumed=resumed)
+
+    def _create_run(
+        self,
+        conn: sqlite3.Connection,
+        name: str,
+        fn_ref: str,
+        params_json: str,
+        config_json: str,
+        trial_rows: list[str],
+        now: float,
+    ) -> int:
+        cur = conn.execute(
+            "INSERT INTO runs (name, fn_ref, params_json, config_json, status, trial_count, sessions,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, 'running', ?, 1, ?, ?)",
+            (name, fn_ref, params_json, config_json, len(trial_rows), now, now),
+        )
+        run_id = int(cur.lastrowid or 0)  # set by the INSERT just run
+        conn.executemany(
+            "INSERT INTO trials (run_id, idx, params_json) VALUES (?, ?, ?)",
+            [(run_id, i, text) for i, text in enumerate(trial_rows)],
+        )
+        self._event(
+            conn,
+            run_id,
+            "run_started",
+            f"run {name} started with {len(trial_rows)} trials",
+            {"fn_ref": fn_ref, "trials": len(trial_rows)},
+            None,
+            None,
+            now,
+        )
+        return run_id
+
+    def _check_same_params(self, name: str, old_params_json: str, params_json: str) -> None:
+        old_params, new_params = json.loads(old_params_json), json.loads(params_json)
+        if _canonical(old_params) != _canonical(new_params):
+            raise ConfigError(
+                f"a run named {name!r} already exists in {self._shown} with different params "
+                f"({len(old_params)} trials stored, {len(new_params)} given): pass another name (--name) "
+                f"to start a new run, or the same params to resume it",
+                name=name,
+            )
+
+    def _resume_run(
+        self,
+        conn: sqlite3.Connection,
+        run_id: int,
+        name: str,
+        fn_ref: str,
+        old_fn_ref: str,
+        trial_count: int,
+        config_json: str,
+        now: float,
+    ) -> None:
+        """Mark what the earlier session left open interrupted and the run running again."""
+        interrupted_workers = conn.execute(
+            "UPDATE workers SET ended_at=?, reason='interrupted' WHERE run_id=? AND ended_at IS NULL",
+            (now, run_id),
+        ).rowcount
+        interrupted_attempts = conn.execute(
+            "UPDATE attempts SET finished_at=?, status='interrupted' WHERE run_id=? AND finished_at IS NULL",
+            (now, run_id),
+        ).rowcount
+        pending = conn.execute(
+            "SELECT count(*) FROM trials WHERE run_id=? AND status='pending'", (run_id,)
+        ).fetchone()[0]
+        conn.execute(
+            "UPDATE runs SET status='running', sessions=sessions+1, updated_at=?, finished_at=NULL,"
+            " config_json=? WHERE run_id=?",
+            (now, config_json, run_id),
+        )
+        data = {
+            "pending": pending,
+            "interrupted_workers": interrupted_workers,
+            "interrupted_attempts": interrupted_attempts,
+        }
+        if old_fn_ref != fn_ref:
+            data["old_fn_ref"] = old_fn_ref
+            logger.warning("run %s was started with %s and is resumed with %s", name, old_fn_ref, fn_ref)
+        self._event(
+            conn,
+            run_id,
+            "run_resumed",
+            f"run {name} resumed: {pending} of {trial_count} trials left",
+            data,
+            None,
+            None,
+            now,
+        )
 
     def finish_run(self, run_id: int, status: str, *, reason: str | None = None) -> None:
         """Record the end of a run (``status`` such as ``"completed"``, ``"failed"``, ``"interrupted"``).
