@@ -4,7 +4,7 @@ This module runs inside trainguard worker processes and imports nothing heavy: n
 user's objective imports it if it raises ``optuna.TrialPruned``), not a framework.
 
 A *slot* is one trial of the Runner. The slot function connects to the parent's bridge (a unix
-socket with an authkey, see :mod:`trainguard.integrations._optuna_bridge`), says which slot it is,
+socket with an authkey, see ``_Pool`` in :mod:`trainguard.integrations.optuna`), says which slot it is,
 and receives either an Optuna trial to run or "stop". It then calls the user's objective with a
 :class:`TrialProxy` whose methods are answered by the real ``optuna.Trial`` in the parent, and
 returns a JSON description of the outcome as the Runner trial's value. Messages are JSON both
