@@ -364,7 +364,37 @@ def _survivor_holders(
 
 
 class Scope:
-    """A reusable scope configuration: a context manager and a decorator. See :func:`scope`."""
+    """A scope that cleans up after the code inside it and reports what survived.
+
+    Use as ``with trainguard.scope() as s: ...`` (then ``s.report``) or as a decorator
+    ``@trainguard.scope()`` (the return value is kept; ``func.scope.report`` after a call).
+    Scopes nest; each reports its own pass.
+
+    Args:
+        keep: objects that may outlive the scope without being survivors (a tensor, model, array,
+            or a list/tuple/dict of them); everything they reference is kept too (a Keras model's
+            variables). Objects created inside can be added with ``s.keep(obj)``.
+        name: a label for the report.
+        cleanup: False switches every cleanup step off.
+        keras_clear_session: run ``keras.backend.clear_session()`` on exit (if Keras is imported).
+        gc_collect: run ``gc.collect()`` on exit.
+        empty_cuda_cache: run ``torch.cuda.empty_cache()`` on exit (if torch has initialised CUDA).
+        malloc_trim: run glibc ``malloc_trim(0)`` on exit.
+        census: take a census on entry and exit to name survivors (about 0.1-0.5 s each on a
+            large heap; switch off in tight loops that only need RSS). With ``gc_collect`` on,
+            entry also runs ``gc.collect()`` so that garbage freed by the exit cleanup does not
+            hide new survivors.
+        frameworks: census only these (``torch``, ``tensorflow``, ``keras``, ``jax``, ``numpy``);
+            None: every framework already imported, and numpy.
+        max_survivor_bytes: raise LeakError when survivors hold more ("50MB", or bytes).
+        max_rss_growth: raise LeakError when RSS after cleanup exceeds RSS on entry by more
+            ("200MB", or bytes).
+        peak_interval_s: how often the shared peak thread reads RSS.
+
+    Raises:
+        ConfigError: a wrong ``keep=`` type, a bad size string, an unknown framework name.
+        LeakError: on exit, when a limit is exceeded (not when the body itself raised).
+    """
 
     def __init__(
         self,
@@ -616,72 +646,12 @@ class Scope:
             )
 
 
+#: What users write: ``with trainguard.scope(): ...`` or ``@trainguard.scope()``; the class under a
+#: function's name, so that its 12 options are written (and documented) once.
+scope = Scope
+
+
 def _replace(report: ScopeReport, **changes: Any) -> ScopeReport:
     import dataclasses
 
     return dataclasses.replace(report, **changes)
-
-
-def scope(
-    *,
-    keep: object = None,
-    name: str | None = None,
-    cleanup: bool = True,
-    keras_clear_session: bool = True,
-    gc_collect: bool = True,
-    empty_cuda_cache: bool = True,
-    malloc_trim: bool = True,
-    census: bool = True,
-    frameworks: Iterable[str] | None = None,
-    max_survivor_bytes: int | str | None = None,
-    max_rss_growth: int | str | None = None,
-    peak_interval_s: float | str = 0.05,
-) -> Scope:
-    """A scope that cleans up after the code inside it and reports what survived.
-
-    Use as ``with trainguard.scope() as s: ...`` (then ``s.report``) or as a decorator
-    ``@trainguard.scope()`` (the return value is kept; ``func.scope.report`` after a call).
-    Scopes nest; each reports its own pass.
-
-    Args:
-        keep: objects that may outlive the scope without being survivors (a tensor, model, array,
-            or a list/tuple/dict of them); everything they reference is kept too (a Keras model's
-            variables). Objects created inside can be added with ``s.keep(obj)``.
-        name: a label for the report.
-        cleanup: False switches every cleanup step off.
-        keras_clear_session: run ``keras.backend.clear_session()`` on exit (if Keras is imported).
-        gc_collect: run ``gc.collect()`` on exit.
-        empty_cuda_cache: run ``torch.cuda.empty_cache()`` on exit (if torch has initialised CUDA).
-        malloc_trim: run glibc ``malloc_trim(0)`` on exit.
-        census: take a census on entry and exit to name survivors (about 0.1-0.5 s each on a
-            large heap; switch off in tight loops that only need RSS). With ``gc_collect`` on,
-            entry also runs ``gc.collect()`` so that garbage freed by the exit cleanup does not
-            hide new survivors.
-        frameworks: census only these (``torch``, ``tensorflow``, ``keras``, ``jax``, ``numpy``);
-            None: every framework already imported, and numpy.
-        max_survivor_bytes: raise LeakError when survivors hold more ("50MB", or bytes).
-        max_rss_growth: raise LeakError when RSS after cleanup exceeds RSS on entry by more
-            ("200MB", or bytes).
-        peak_interval_s: how often the shared peak thread reads RSS.
-
-    Returns:
-        A :class:`Scope`.
-
-    Raises:
-        ConfigError: a wrong ``keep=`` type, a bad size string, an unknown framework name.
-        LeakError: on exit, when a limit is exceeded (not when the body itself raised).
-    """
-    return Scope(
-        keep=keep,
-        name=name,
-        cleanup=cleanup,
-        keras_clear_session=keras_clear_session,
-        gc_collect=gc_collect,
-        empty_cuda_cache=empty_cuda_cache,
-        malloc_trim=malloc_trim,
-        census=census,
-        frameworks=frameworks,
-        max_survivor_bytes=max_survivor_bytes,
-        max_rss_growth=max_rss_growth,
-        peak_interval_s=peak_interval_s,
-    )
