@@ -123,3 +123,25 @@ def test_a_budget_above_the_machine_warns_with_both_numbers():
     text = str(w.message)
     assert "is above this" in text and "GiB" in text
     assert text.count("GiB") >= 2  # the budget and the memory it exceeds
+
+
+def test_with_room_a_replacement_starts_early_and_takes_over(tmp_path):
+    # a worker leaking 30 MiB a trial is recycled every few trials by the default rule (1.2 x its
+    # first peak); with a roomy budget its replacement starts before that, and runs the next trials
+    from trainguard import Policy
+
+    db = tmp_path / "b.db"
+    policy = Policy(min_trials_for_slope=2)
+    with Runner(workers=1, memory_budget="2GB", policy=policy, store=db) as runner:
+        results = runner.map(ref("leak"), [{"mb": 30}] * 8, name="b")
+    assert all(r.ok for r in results)
+    with Store(db, readonly=True) as store:
+        run_id = store.get_run("b").run_id
+        events = store.events(run_id, kinds=["prestart", "recycle"])
+        workers = store.workers(run_id)
+    prestarts = [e for e in events if e.kind == "prestart"]
+    assert prestarts and "fits beside" in prestarts[0].message
+    spares = {w.worker_id for w in workers if (w.config or {}).get("spare")}
+    assert spares
+    # a spare ran trials after the worker it replaced was recycled
+    assert spares & {r.worker_id for r in results}

@@ -83,11 +83,12 @@ def test_budget_below_one_trial_stops_with_the_peak():
 
 def test_prestart_only_with_room_and_a_recycle_coming():
     budget = int(3 * PEAK)
-    assert should_prestart(budget, reserved_bytes=2 * PEAK, spare_bytes=0.5 * PEAK, recycle_expected=True)
-    assert (
-        should_prestart(budget, reserved_bytes=2.6 * PEAK, spare_bytes=0.5 * PEAK, recycle_expected=True)
-        is None
+    room = should_prestart(budget, reserved_bytes=2 * PEAK, spare_bytes=0.5 * PEAK, recycle_expected=True)
+    assert room is not None and room.action == "prestart"
+    no_room = should_prestart(
+        budget, reserved_bytes=2.6 * PEAK, spare_bytes=0.5 * PEAK, recycle_expected=True
     )
+    assert no_room is not None and no_room.action == "no_room" and "would not fit" in no_room.message
     assert (
         should_prestart(budget, reserved_bytes=PEAK, spare_bytes=0.5 * PEAK, recycle_expected=False) is None
     )

@@ -228,6 +228,7 @@ class _Worker:
     concurrency: int = 1
     reserved_bytes: float | None = None
     waited: bool = False
+    prestart_said: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1141,6 +1142,16 @@ class Session:
             recycle_expected=True,
         )
         if decision is None:
+            return
+        if decision.action == "no_room":
+            if not worker.prestart_said:  # said once per worker
+                worker.prestart_said = True
+                self._event(
+                    "prestart",
+                    f"worker {worker.worker_id}: {decision.message}",
+                    data=decision.values,
+                    worker=worker,
+                )
             return
         frameworks = tuple(f for f in stats.get("frameworks") or () if isinstance(f, str))
         spare = self._start_worker(worker.slot + self.config.workers, preload=frameworks, spare=True)

@@ -977,12 +977,24 @@ def should_prestart(
     budget_bytes: int, *, reserved_bytes: float, spare_bytes: float | None, recycle_expected: bool
 ) -> BudgetDecision | None:
     """Whether to start a replacement worker now (framework imported, idle) because a worker is
-    expected to be recycled within two trials: only when its idle size fits beside everything the
-    live workers hold or are expected to reach. None: do not."""
+    expected to be recycled within two trials: ``"prestart"`` only when its idle size fits beside
+    everything the live workers hold or are expected to reach, ``"no_room"`` when it does not.
+    None: no recycle is expected (or nothing is known of a replacement's size)."""
     if not recycle_expected or spare_bytes is None:
         return None
+    values = {
+        "budget_bytes": budget_bytes,
+        "reserved_bytes": int(reserved_bytes),
+        "spare_bytes": int(spare_bytes),
+    }
     if reserved_bytes + spare_bytes > budget_bytes:
-        return None
+        return BudgetDecision(
+            "no_room",
+            f"no replacement started early: its {format_bytes(spare_bytes)} would not fit beside the "
+            f"{format_bytes(reserved_bytes)} the workers hold (budget {format_bytes(budget_bytes)}); the "
+            "recycle will pay the import",
+            values,
+        )
     return BudgetDecision(
         "prestart",
         f"a replacement worker starts now, so the coming recycle costs no import: its "
