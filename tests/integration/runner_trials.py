@@ -109,3 +109,12 @@ def hold(params):
     time.sleep(params.get("hold_s", 0.3))
     del block
     return {"pid": os.getpid()}
+
+
+def base_and_leak(params):
+    """Like a framework: a large first allocation kept for the worker's life, then ``mb`` MiB
+    leaked per call."""
+    if not _LEAK:
+        _LEAK.append(bytearray(b"\x01") * (params.get("base_mb", 200) * 2**20))
+    _LEAK.append(bytearray(b"\x01") * (params.get("mb", 8) * 2**20))
+    return {"pid": os.getpid()}

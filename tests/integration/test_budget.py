@@ -126,14 +126,15 @@ def test_a_budget_above_the_machine_warns_with_both_numbers():
 
 
 def test_with_room_a_replacement_starts_early_and_takes_over(tmp_path):
-    # a worker leaking 30 MiB a trial is recycled every few trials by the default rule (1.2 x its
-    # first peak); with a roomy budget its replacement starts before that, and runs the next trials
+    # a worker holding 200 MiB and leaking 8 MiB a trial is recycled after about 6 trials by the
+    # default rule (1.2 x its first peak); with a roomy budget its replacement starts before that,
+    # and runs the next trials
     from trainguard import Policy
 
     db = tmp_path / "b.db"
     policy = Policy(min_trials_for_slope=2)
     with Runner(workers=1, memory_budget="2GB", policy=policy, store=db) as runner:
-        results = runner.map(ref("leak"), [{"mb": 30}] * 8, name="b")
+        results = runner.map(ref("base_and_leak"), [{"mb": 8}] * 12, name="b")
     assert all(r.ok for r in results)
     with Store(db, readonly=True) as store:
         run_id = store.get_run("b").run_id

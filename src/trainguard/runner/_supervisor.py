@@ -1130,6 +1130,8 @@ class Session:
         soon, importing the frameworks its trials use, so the recycle costs no import."""
         if not self._planner.budgeted or not self._queue or any(w.spare for w in self._live()):
             return
+        if self.backend.name != "local":
+            return  # a spare is a worker beyond the slots a remote backend was opened with
         history = WorkerHistory(
             worker.trials_done, tuple(worker.rss_after), tuple(worker.peaks), self._supervisor_rss()
         )
