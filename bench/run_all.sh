@@ -29,6 +29,7 @@ if [ "${1:-}" != quick ]; then
   run $PY bench/runner_bench.py --only abet --pss-hz 0 --out bench/results/runner_bench_parallel.json
   run $PY bench/runner_bench.py --only ahij --pss-hz 0 --out bench/results/runner_bench_budget.json
   run $PY bench/parallel_probe.py --fits 5
+  run $PY bench/ray_backend_bench.py
   run $PY bench/compare_backends.py --json bench/results/compare.json
   run $PY bench/staged_bench.py
 fi

@@ -26,6 +26,8 @@ def hold(params):
     A second attempt (after the first was killed) finds the release file and returns at once."""
     folder = Path(params["folder"])
     (folder / f"started-{params['x']}-{os.getpid()}").write_text(str(os.getpid()))
+    if params.get("quick"):
+        return {"x": params["x"], "pid": os.getpid()}
     deadline = time.monotonic() + 60.0
     while not (folder / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -134,6 +134,80 @@ def test_worker_killed_from_outside_is_recorded_and_rerun(cluster, tmp_path):
     assert first.status == "crashed" and "SIGKILL from outside trainguard" in first.error["message"]
 
 
+def test_timeout_is_enforced_on_the_node(cluster, tmp_path):
+    folder = tmp_path / "hold"
+    folder.mkdir()
+    with Runner(backend="ray", store=tmp_path / "r.db", policy=Policy(timeout="1s")) as runner:
+        result = runner.map(ref("hold"), [{"x": 0, "folder": str(folder)}], name="slow")[0]
+    assert result.status == "failed" and result.error["status"] == "timeout"
+    assert 1.0 <= result.error["elapsed_s"] < 3.0
+
+
+def test_driver_killed_mid_run_resumes_from_its_store(cluster, tmp_path):
+    """The CLI drives a run on the cluster and is SIGKILLed mid-run: its workers end with it, and a
+    new driver resumes the run by name from the store, rerunning only what was unfinished."""
+    folder = tmp_path / "hold"
+    folder.mkdir()
+    db = tmp_path / "r.db"
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(
+        f"- {{x: 0, folder: '{folder}', quick: true}}\n"
+        + "".join(f"- {{x: {i}, folder: '{folder}'}}\n" for i in (1, 2))
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "trainguard",
+        "run",
+        ref("hold"),
+        "--params",
+        str(grid),
+        "--store",
+        str(db),
+        "--name",
+        "resumed",
+        "--workers",
+        "2",
+        "--backend",
+        "ray",
+        "--address",
+        cluster.address,
+        "--no-progress",
+    ]
+    driver = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _wait_for(lambda: len(list(folder.glob("started-*"))) == 3, 90)
+        holding = [
+            int(m.read_text()) for m in folder.glob("started-*") if not m.name.startswith("started-0-")
+        ]
+        os.killpg(driver.pid, signal.SIGKILL)
+    finally:
+        driver.kill()
+        driver.wait()
+    # the node-local supervisors die with their driver, and the workers they ran with them
+    _wait_for(lambda: not any(_alive(pid) for pid in holding), 60)
+    (folder / "release").write_text("")
+    with Runner(workers=2, backend="ray", store=db) as runner:
+        results = runner.map(ref("hold"), _yaml_params(grid), name="resumed")
+    assert [r.status for r in results] == ["ok"] * 3
+    assert [r.reused for r in results] == [True, False, False]
+    assert [r.attempts for r in results][1:] == [2, 2]  # the interrupted attempt counts
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _yaml_params(path: Path) -> list[dict]:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
 def test_bad_input_resources_no_node_has(cluster, tmp_path):
     with Runner(backend="ray", store=tmp_path / "r.db", resources={"CPU": 1, "GPU": 1}) as runner:
         with pytest.raises(

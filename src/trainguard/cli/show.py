@@ -192,17 +192,30 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
     out.print(table)
     if workers:
         wt = Table(title="workers", title_justify="left")
-        for name in ("worker", "pid", "started", "lived", "ended because"):
+        # the Ray backend records where each worker ran (host, node); the local one does not
+        on_nodes = any((w.config or {}).get("node_id") for w in workers)
+        worker_columns = [
+            "worker",
+            "pid",
+            *(["node"] if on_nodes else []),
+            "started",
+            "lived",
+            "ended because",
+        ]
+        for heading in worker_columns:
             wt.add_column(
-                name,
-                no_wrap=name != "ended because",
-                justify="right" if name in ("worker", "pid", "lived") else "left",
+                heading,
+                no_wrap=heading != "ended because",
+                justify="right" if heading in ("worker", "pid", "lived") else "left",
             )
         for w in workers:
             lived = None if w.ended_at is None else w.ended_at - w.started_at
+            config = w.config or {}
+            node = f"{config.get('host') or '?'} {str(config.get('node_id') or '')[:8]}"
             wt.add_row(
                 str(w.worker_id),
                 str(w.pid),
+                *((escape(node),) if on_nodes else ()),
                 when(w.started_at),
                 format_duration(lived),
                 escape(w.reason_text),

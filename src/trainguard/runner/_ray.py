@@ -379,6 +379,7 @@ class RayWorker(BaseWorker):
         os.set_inheritable(self._write_fd, False)
         self._inbox = MessageReader(read_fd, spec.max_message_bytes)
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._latest: tuple[int, int | None] | None = None
         self._peak: tuple[int, int | None] | None = None
         self._gpu: int | None = None
@@ -392,13 +393,15 @@ class RayWorker(BaseWorker):
     # -- events from the pump thread --
 
     def _deliver(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                written = os.write(self._write_fd, view)
-            except OSError:
-                return  # the session closed the inbox: nothing waits for these bytes
-            view = view[written:]
+        # under the write lock: the fd must not be closed (and its number reused) mid-write
+        with self._write_lock:
+            view = memoryview(data)
+            while view and self._write_fd >= 0:
+                try:
+                    written = os.write(self._write_fd, view)
+                except OSError:
+                    return  # the session closed the inbox: nothing waits for these bytes
+                view = view[written:]
 
     def _sample(self, rss: int, uss: int | None, gpu: int | None) -> None:
         with self._lock:
@@ -429,11 +432,11 @@ class RayWorker(BaseWorker):
         self._exited.set()
 
     def _close_write(self) -> None:
-        with self._lock:
+        with self._write_lock:
             fd, self._write_fd = self._write_fd, -1
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     # -- BaseWorker --
 
@@ -472,7 +475,7 @@ class RayWorker(BaseWorker):
     def kill(self) -> None:
         if not self._exited.is_set():
             with contextlib.suppress(Exception):
-                self._actor.kill.remote(self.worker_id)
+                self._actor.kill.options(concurrency_group="control").remote(self.worker_id)
 
     def wait(self, timeout_s: float | None) -> int | None:
         if not self._exited.wait(timeout_s):
@@ -484,15 +487,16 @@ class RayWorker(BaseWorker):
         if not self._exited.wait(grace_s):
             self.kill()
             killed = True
-            if not self._exited.wait(30.0):
-                self._lose(
-                    f"the Ray actor running worker {self.worker_id} on {self.host or 'its node'} did not "
-                    "report the worker's end 30 s after it was killed"
-                )
+            self._exited.wait(30.0)
         if not self._closed:
             self._closed = True
+            self._inbox.close()  # first: a pump blocked writing into a full pipe gets EPIPE and lets go
             self._close_write()
-            self._inbox.close()
+        if not self._exited.is_set():
+            self._lose(
+                f"the Ray actor running worker {self.worker_id} on {self.host or 'its node'} did not "
+                "report the worker's end 30 s after it was killed"
+            )
         return self._rc, killed
 
     def classify(self, returncode: int | None, *, in_trial: bool, kill: KillDecision | None) -> EndCause:
@@ -529,7 +533,9 @@ class _Slot:
         ray = self.backend._ray
         while not self.closing:
             try:
-                events = ray.get(self.actor.poll.remote(_POLL_S), timeout=60.0)
+                events = ray.get(
+                    self.actor.poll.options(concurrency_group="poll").remote(_POLL_S), timeout=60.0
+                )
             except ray.exceptions.GetTimeoutError:
                 continue
             except Exception as err:  # noqa: BLE001 - the actor or its node is gone
@@ -652,7 +658,11 @@ class RayBackend(BaseBackend):
                 log_to_driver=True,
             )
         except ConnectionError as err:
-            raise ConfigError(f"no Ray cluster at {self.address or 'the default address'}: {err}") from err
+            where = self.address or "the default address"
+            raise ConfigError(
+                f"could not join a Ray cluster at {where}: {err}; check it is the head's GCS address "
+                "(HOST:PORT of `ray start --head`), or pass address='auto' on a node of the cluster"
+            ) from err
         self._started_ray = True
         return ray
 
@@ -727,7 +737,9 @@ class RayBackend(BaseBackend):
         if current is not None and current.dead is None:
             return current
         if self._agent_cls is None:
-            self._agent_cls = ray.remote(SlotAgent)
+            # the default group runs start_worker/send/shutdown one at a time, in the order sent;
+            # the long poll and kills each have a thread of their own, so neither waits behind it
+            self._agent_cls = ray.remote(concurrency_groups={"poll": 1, "control": 1})(SlotAgent)
         custom = {k: v for k, v in self.resources.items() if k not in ("CPU", "GPU") and v > 0}
         actor = self._agent_cls.options(
             num_cpus=self.resources.get("CPU", 1.0),
@@ -735,7 +747,7 @@ class RayBackend(BaseBackend):
             resources=custom or None,
             scheduling_strategy="SPREAD",
             max_restarts=0,
-            max_concurrency=8,
+            max_concurrency=1,
         ).remote(slot, self._policy or Policy(), self._interval_s, self._uss)
         state = _Slot(self, slot, actor)
         state.thread.start()
