@@ -112,6 +112,7 @@ def test_memory_limit_kills_the_trial_on_its_node_and_the_run_goes_on(cluster, t
     # killed by the node's agent at 10 Hz: caught within a few 10 MiB steps of the limit
     assert 200 * 10**6 <= killed.peak_rss_bytes < 200 * 10**6 + 120 * 2**20
     assert worker.reason == "killed_memory" and worker.config["node_id"]
+    assert worker.config["threads"] == 1  # the slot's one CPU, not this machine's cores // workers
     assert after.status == "ok"
 
 

@@ -426,7 +426,8 @@ class Runner:
             threads=per_worker,
             memory_budget_bytes=budget,
             auto_workers=auto,
-            threads_chosen=threads is None,
+            # on a cluster the slot's CPUs fix the threads: this machine's cores say nothing there
+            threads_chosen=threads is None and getattr(self._backend, "threads", None) is None,
             thread_vars=tuple(thread_vars),
             cores=_cores(),
             base_env=base_env,
