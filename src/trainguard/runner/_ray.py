@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 _HEADER = 4
 #: how long the driver waits for an actor to start a worker, and for a killed worker's end
 _START_TIMEOUT_S = 120.0
-_POLL_S = 0.5
+_POLL_S = 0.25
 
 
 def _import_ray() -> Any:
@@ -131,6 +131,7 @@ class SlotAgent:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._events: list[tuple[Any, ...]] = []
+        self._urgent = False
         self._stop = threading.Event()
         self._tmpdir = tempfile.mkdtemp(prefix="trainguard-ray-")
         self._nvml = None
@@ -196,10 +197,18 @@ class SlotAgent:
             hosted.worker.kill()
 
     def poll(self, timeout_s: float) -> list[tuple[Any, ...]]:
+        """The events since the last call. Returns at once for a message, a kill or an exit; samples
+        alone wait for ``timeout_s`` and go in one batch (a round trip per sample would cost the
+        trial's CPU on a busy node; the driver keeps each batch's highest reading)."""
+        deadline = time.monotonic() + timeout_s
         with self._cond:
-            if not self._events:
-                self._cond.wait(timeout_s)
+            while not self._urgent:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
             events, self._events = self._events, []
+            self._urgent = False
         return events
 
     def shutdown(self) -> None:
@@ -217,7 +226,9 @@ class SlotAgent:
     def _emit(self, *event: Any) -> None:
         with self._cond:
             self._events.append(event)
-            self._cond.notify_all()
+            if event[0] != "sample":
+                self._urgent = True
+                self._cond.notify_all()
 
     def _loop(self) -> None:
         next_sample = time.monotonic()
