@@ -97,12 +97,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="R=N,...",
         help="with --backend ray: what each worker slot reserves on its node, e.g. CPU=2,GPU=1 (default CPU=1)",
     )
-    parser.add_argument(
-        "--memory-limit", metavar="SIZE", help="kill a trial whose worker tree crosses this RSS (e.g. 6GB)"
-    )
-    parser.add_argument(
-        "--gpu-memory-limit", metavar="SIZE", help="kill a trial whose GPU memory crosses this (NVML)"
-    )
+    from trainguard.cli._options import add_limits
+
+    add_limits(parser)  # --memory-limit, --gpu-memory-limit, --timeout
     parser.add_argument(
         "--max-trials-per-worker", type=int, metavar="N", help="recycle a worker after N trials"
     )
@@ -121,9 +118,6 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=1.2,
         metavar="R",
         help="recycle before a worker's next trial would peak above R x its first trial's peak (default 1.2; 0 turns it off)",
-    )
-    parser.add_argument(
-        "--timeout", metavar="DURATION", help="kill a trial running longer than this (e.g. 10m)"
     )
     parser.add_argument(
         "--max-result-size",

@@ -32,6 +32,7 @@ Numbers are bytes and seconds; a missing or non-finite number shows as "-".
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from trainguard.report import _svg
@@ -160,24 +161,10 @@ def render_comparison(comparison: dict[str, Any]) -> str:
             "<h3>Growth per trial, with its 95 % interval</h3>"
             + _svg.interval_plot(intervals, title="growth per trial by configuration")
         )
-    peaks = [
-        (
-            c["name"],
-            _num(c.get("peak_rss_bytes")),
-            f"{c['name']}: peak {fmt_bytes(_num(c.get('peak_rss_bytes')))}",
-        )
-        for c in measured
-    ]
+    peaks = _bars(measured, "peak_rss_bytes", lambda v: f"peak {fmt_bytes(v)}")
     if any(v is not None for _, v, _ in peaks):
         parts.append("<h3>Peak RSS</h3>" + _svg.bar_chart(peaks, title="peak RSS by configuration"))
-    speed = [
-        (
-            c["name"],
-            _num(c.get("seconds_per_trial")),
-            f"{c['name']}: {fmt_seconds(_num(c.get('seconds_per_trial')))} per trial",
-        )
-        for c in measured
-    ]
+    speed = _bars(measured, "seconds_per_trial", lambda v: f"{fmt_seconds(v)} per trial")
     if any(v is not None for _, v, _ in speed):
         parts.append(
             "<h3>Seconds per trial</h3>"
@@ -230,3 +217,10 @@ def render_comparison(comparison: dict[str, Any]) -> str:
         f'<section id="charts"><h2>Measured</h2>{"".join(parts) or "<p class=muted>Nothing was measured.</p>"}</section></main>'
     )
     return page(title=f"{title} · trainguard", body=body, data=data, kind="compare")
+
+
+def _bars(
+    measured: list[dict[str, Any]], key: str, describe: Callable[[float | None], str]
+) -> list[tuple[str, float | None, str]]:
+    """One bar per configuration: its name, its ``key`` value and the bar's tooltip."""
+    return [(c["name"], _num(c.get(key)), f"{c['name']}: {describe(_num(c.get(key)))}") for c in measured]

@@ -343,46 +343,46 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
                 "filter": True,
                 "page": 500,
                 "placeholder": "filter trials: params, cause, result, worker…",
-                "columns": [
-                    {"label": "#", "kind": "num"},
-                    {"label": "status", "kind": "status"},
-                    {"label": "cause", "kind": "text"},
-                    {"label": "params", "kind": "code"},
-                    {"label": "result", "kind": "code"},
-                    {"label": "peak RSS", "kind": "bytes"},
-                    {"label": "duration", "kind": "seconds"},
-                    {"label": "worker", "kind": "num"},
-                    {"label": "attempts", "kind": "num"},
-                    {"label": "attempt history", "kind": "text"},
-                ],
+                "columns": _columns(
+                    ("#", "num"),
+                    ("status", "status"),
+                    ("cause", "text"),
+                    ("params", "code"),
+                    ("result", "code"),
+                    ("peak RSS", "bytes"),
+                    ("duration", "seconds"),
+                    ("worker", "num"),
+                    ("attempts", "num"),
+                    ("attempt history", "text"),
+                ),
                 "rows": trial_rows,
             },
             "growth": {
                 "filter": False,
-                "columns": [
-                    {"label": "worker", "kind": "num"},
-                    {"label": "slot", "kind": "num"},
-                    {"label": "trials", "kind": "num"},
-                    {"label": "first peak", "kind": "bytes"},
-                    {"label": "last peak", "kind": "bytes"},
-                    {"label": "growth / trial", "kind": "sbytes"},
-                    {"label": "95 % low", "kind": "sbytes"},
-                    {"label": "95 % high", "kind": "sbytes"},
-                    {"label": "ended", "kind": "text"},
-                ],
+                "columns": _columns(
+                    ("worker", "num"),
+                    ("slot", "num"),
+                    ("trials", "num"),
+                    ("first peak", "bytes"),
+                    ("last peak", "bytes"),
+                    ("growth / trial", "sbytes"),
+                    ("95 % low", "sbytes"),
+                    ("95 % high", "sbytes"),
+                    ("ended", "text"),
+                ),
                 "rows": growth_rows,
             },
             "events": {
                 "filter": True,
                 "page": 300,
                 "placeholder": "filter events",
-                "columns": [
-                    {"label": "at (s)", "kind": "num"},
-                    {"label": "kind", "kind": "text"},
-                    {"label": "worker", "kind": "num"},
-                    {"label": "trial", "kind": "num"},
-                    {"label": "message", "kind": "text"},
-                ],
+                "columns": _columns(
+                    ("at (s)", "num"),
+                    ("kind", "text"),
+                    ("worker", "num"),
+                    ("trial", "num"),
+                    ("message", "text"),
+                ),
                 "rows": event_rows,
             },
         },
@@ -567,3 +567,9 @@ def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     memenv = ", ".join(f"{k}={v}" for k, v in (env.get("environment") or {}).items() if v) or "none set"
     rows.append(("memory variables", memenv))
     return rows
+
+
+def _columns(*pairs: tuple[str, str]) -> list[dict[str, str]]:
+    """A table's columns for the page's script: (label, kind) pairs, kind one of the script's
+    formats (num, text, code, bytes, sbytes, seconds, status)."""
+    return [{"label": label, "kind": kind} for label, kind in pairs]
