@@ -218,7 +218,8 @@ class _Meter:
         if self.metric == "auto":
             # RSS is one statm read; PSS costs a smaps_rollup walk (26 ms for a TensorFlow process
             # with 1,300 mappings), so it is read only once the tree has children: growth that
-            # lives in children's private pages (copy-on-write after fork) changes nobody's RSS
+            # lives in an exec'd child's pages shared with others is split fairly only by PSS (a
+            # fork not exec'd yet is charged its private pages in the RSS sum too)
             detail = extra and self.children_seen and self._pss_readable
             tree = tree_memory(self._pid, detail=detail)
             if extra and not self.children_seen and len(tree.pids) > 1 and self._pss_readable:

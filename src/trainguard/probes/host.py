@@ -27,8 +27,10 @@ __all__ = [
 class TreeMemory:
     """Memory of a process and all its live descendants, summed.
 
-    RSS summed over a tree counts shared pages (libraries, fork copy-on-write) once per process, so
-    it overstates; PSS divides shared pages among their users and is the right sum for a tree.
+    RSS summed over a tree counts shared pages (libraries, a file mapped by two) once per process, so
+    it overstates; PSS divides shared pages among their users and is the right sum for a tree. A
+    forked child that has not called exec is charged its private pages only (see
+    :func:`trainguard.proctree.fork_charge_bytes`), not its parent's pages a second time.
     """
 
     root_pid: int
