@@ -67,24 +67,17 @@ def leakcheck(tmp_path: Path, source: str, target: str, *args: str, backend: str
 
 @pytest.mark.slow
 def test_keras_on_tensorflow_leaks_and_names_graph_objects(tmp_path: Path) -> None:
+    """The default settings (no min_iterations): the ~1,000 graph operations each fit leaves are
+    count evidence, so the leak is called within 20 fits instead of after the 120-call wait."""
     pytest.importorskip("tensorflow")
     pytest.importorskip("keras")
     data = leakcheck(
-        tmp_path,
-        KERAS,
-        "step",
-        "--min-iterations",
-        "30",
-        "--max-iterations",
-        "31",
-        "--max-time",
-        "4m",
-        backend="tensorflow",
+        tmp_path, KERAS, "step", "--max-iterations", "40", "--max-time", "3m", backend="tensorflow"
     )
     assert data["verdict"] == "leak", data["reason"]
-    assert data["iterations"] >= 30
-    slope, lsq = data["slope_bytes_per_iter"], data["least_squares_bytes_per_iter"]
-    assert slope > 1e6 and abs(slope - lsq) <= 0.25 * lsq
+    assert data["iterations"] <= 20, data["reason"]
+    assert "count evidence" in data["reason"], data["reason"]
+    assert data["slope_bytes_per_iter"] > 1e6
     kinds = {g["kind"] for g in data["growth_by_kind"]}
     assert {"tensorflow.Operation", "tensorflow.SymbolicTensor"} & kinds, kinds
     assert any("graph objects" in h for h in data["hints"])
@@ -101,6 +94,7 @@ def test_keras_on_torch_is_not_a_leak(tmp_path: Path) -> None:
 def test_torch_loss_tensors_kept_with_their_graph_leak(tmp_path: Path) -> None:
     data = leakcheck(tmp_path, TORCH, "keep_tensor", "--max-time", "40s")
     assert data["verdict"] == "leak", data["reason"]
+    assert data["iterations"] <= 20, data["reason"]  # count evidence: the graphs kept
     kinds = {g["kind"]: g for g in data["growth_by_kind"]}
     assert kinds["torch.Tensor with grad_fn"]["count_per_iter"] >= 1
     assert any(k.startswith("torch.") for k in kinds)

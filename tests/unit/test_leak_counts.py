@@ -90,3 +90,43 @@ def test_census_budget_and_fallback() -> None:
     assert _evidence.census_fallback(0.01, 120.0) == ""
     note = _evidence.census_fallback(2.0, 120.0)  # 2 s a census, 6 s of census time allowed
     assert "left out" in note and "rests on memory alone" in note
+
+
+def test_graph_holding_kinds_need_only_a_small_fill_allowance() -> None:
+    """Nobody keeps a bounded cache of tensors with their autograd graph: 2 a call for 16 calls
+    supports a leak, where 2 arrays a call (a cache's fill) does not."""
+    xs = list(range(17))
+    series = [{"iteration": x, "bytes": 1e8 + 100_000 * x} for x in xs]
+    graph = points({"torch.Tensor with grad_fn": [(2 * x, 0) for x in xs]}, xs)
+    assert _evidence.fill_allowance("torch.autograd nodes") == _evidence.GRAPH_FILL_ALLOWANCE
+    assert _evidence.count_support(graph, series, alpha=1e-4).supports
+    arrays = points({"numpy.ndarray": [(2 * x, 50_000 * x) for x in xs]}, xs)
+    assert not _evidence.count_support(arrays, series, alpha=1e-4).supports
+    # a window of the last 8 losses with their graphs fills and stops: never supports
+    window = points({"torch.Tensor with grad_fn": [(min(x, 8), 0) for x in xs]}, xs)
+    assert not _evidence.count_support(window, series, alpha=1e-4).supports
+
+
+def test_still_rising_is_what_keeps_the_loop_reading_call_by_call() -> None:
+    xs = list(range(6))
+    assert _evidence.still_rising(points({"numpy.ndarray": [(x, 100 * x) for x in xs]}, xs))
+    assert not _evidence.still_rising(points({"numpy.ndarray": [(min(x, 3), 100) for x in xs]}, xs))
+    # a container of floats rising holds nothing a census can weigh: no reason to keep reading
+    assert not _evidence.still_rising(points({"entries of list m.history": [(x, 0) for x in xs]}, xs))
+    assert _evidence.still_rising(points({"tensorflow.Operation": [(1084 * x, 0) for x in xs]}, xs))
+
+
+def test_false_leak_rate_on_bounded_caches_and_pools_small_version() -> None:
+    """bench/leak_false_rate.py at 40 runs a family (the benchmark runs 3,000): counts add no false
+    leak on any non-leaking family."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "leak_false_rate.py"
+    spec = importlib.util.spec_from_file_location("leak_false_rate", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    families = [f for f in bench.FAMILIES if "1 MiB" not in f]  # the memory ramps are slow to decide
+    rows = bench.measure(25, 1, families)
+    assert all(r["added_by_counts"] == 0 for r in rows), rows
+    assert sum(r["leak_with_counts"] for r in rows) == 0, rows

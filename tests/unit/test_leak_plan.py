@@ -119,3 +119,67 @@ def test_final_verdict_step_error_and_too_few_iterations() -> None:
     verdict, reason = _plan.final_verdict(d, None, None, iterations=2, readings=3, step_times=[0.1])
     assert verdict is Verdict.INCONCLUSIVE and "only 2 iterations" in reason
     assert _plan.final_verdict(d, None, None, iterations=30, readings=30, step_times=[0.1])[0] is d.verdict
+
+
+def test_reading_call_by_call_lasts_while_counts_rise_within_its_budget() -> None:
+    config = make_config(max_time="2m")
+    assert _plan.dense_next(config, iterations=2, rising=False, spent_s=0.0, budget_s=120.0)
+    assert not _plan.dense_next(config, iterations=10, rising=False, spent_s=0.0, budget_s=120.0)
+    assert _plan.dense_next(config, iterations=100, rising=True, spent_s=1.0, budget_s=120.0)
+    assert not _plan.dense_next(
+        config, iterations=_plan.DENSE_MAX_CALLS, rising=True, spent_s=0, budget_s=120
+    )
+    # its extra readings and censuses have spent their share of the budget
+    assert not _plan.dense_next(config, iterations=10, rising=True, spent_s=6.0, budget_s=120.0)
+    # counts off, or a batch size given: never
+    off = make_config(max_time="2m", attribution=False)
+    assert not _plan.dense_next(off, iterations=0, rising=True, spent_s=0, budget_s=120)
+    given = make_config(max_time="2m", calls_per_measurement=5)
+    assert not _plan.dense_next(given, iterations=0, rising=True, spent_s=0, budget_s=120)
+
+
+def test_censuses_while_reading_call_by_call_are_spread_to_fit_the_budget() -> None:
+    assert _plan.dense_census_gap(0.002, 120.0) == 1
+    # a Keras TF census of 0.4 s on a 2-minute budget: every second call
+    assert _plan.dense_census_gap(0.4, 120.0) == 2
+    assert _plan.dense_census_gap(0.0, 120.0) == 1
+
+
+def test_thinning_keeps_readings_k_calls_apart_and_the_last() -> None:
+    series = rows(np.arange(21.0))  # calls 0..20, one reading each
+    kept = _plan.thin(series, 6)
+    assert [r["iteration"] for r in kept] == [0, 6, 12, 20]
+    assert _plan.thin(series, 1) == series
+
+
+def test_the_schedule_looks_before_call_20_and_again_after_the_dense_phase() -> None:
+    config = make_config(max_time="2m")
+    series = rows(np.full(3, 500 * MB))
+    plan = _plan.calibrate(config, series, iterations=2, measure_cost_s=0.001, step_time_s=0.5, elapsed_s=1)
+    assert {16, 17, 19} <= set(plan.schedule)
+    again = _plan.calibrate(
+        config,
+        rows(np.full(25, 500 * MB)),
+        iterations=24,
+        measure_cost_s=0.001,
+        step_time_s=0.5,
+        elapsed_s=12,
+        looks_done=5,
+    )
+    assert again.schedule[0] == 26 and again.alpha_per_look < plan.alpha_per_look
+
+
+def test_count_support_lets_memory_confirm_a_leak_at_16_calls() -> None:
+    """A leak of 8 KiB a call behind a steep first-calls warm-up (torch's total_loss += loss): with
+    counts supporting, memory confirms at the check's own level over 8 settled readings."""
+    rng = np.random.default_rng(3)
+    t = np.arange(17.0)
+    ys = 400 * MB + 80 * 1024 * np.minimum(t, 6) + 8 * 1024 * t + rng.normal(0, 4096, t.size)
+    config = make_config(max_time="2m")
+    series = rows(ys)
+    plan = _plan.calibrate(
+        config, series[:3], iterations=2, measure_cost_s=0.001, step_time_s=0.5, elapsed_s=1
+    )
+    args = dict(iterations=16, elapsed_s=8.0, step_time_s=0.5, final=False, key="bytes")
+    assert _plan.look(config, plan, series, count_support=True, **args).decision.verdict is Verdict.LEAK
+    assert _plan.look(config, plan, series, count_support=False, **args).decision.verdict is None

@@ -57,7 +57,21 @@ MIN_BYTES_SHARE = 0.25
 _CONTAINER_TYPES = frozenset({list, dict, set, collections.deque, collections.OrderedDict})
 _FRAMEWORKS = ("torch", "tensorflow", "keras", "jax", "numpy")
 #: Kinds counted with 0 bytes whose objects hold native memory (graphs, traces, models).
-_NATIVE_HOLDER_PREFIXES = ("tensorflow.", "keras.", "torch.Module", "torch.Tensor with grad_fn", "jax.")
+_NATIVE_HOLDER_PREFIXES = (
+    "tensorflow.",
+    "keras.",
+    "torch.Module",
+    "torch.Tensor with grad_fn",
+    "torch.autograd nodes",
+    "jax.",
+)
+#: Kinds nobody keeps a bounded cache of: tensors that hold their autograd graph after the step,
+#: the graph nodes they hold, and tf.function traces. Steady growth of these is the documented bug
+#: pattern (torch's FAQ "accumulating history across your training loop"; TensorFlow itself warns
+#: after 5 retracings), so their count need only pass GRAPH_FILL_ALLOWANCE, not the fill allowance
+#: of a cache (``stats.count_trend``'s 128, ``functools.lru_cache``'s default size).
+_GRAPH_KINDS = ("torch.Tensor with grad_fn", "torch.autograd nodes", "tensorflow.tf.function traces")
+GRAPH_FILL_ALLOWANCE = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +230,29 @@ def census_fallback(cost_s: float, budget_s: float, *, share: float = CENSUS_SHA
     )
 
 
+def fill_allowance(kind: str) -> int | None:
+    """The objects a bounded cache or pool of ``kind`` may hold before its growth can support a
+    leak: GRAPH_FILL_ALLOWANCE for kinds nobody caches (graph-holding tensors, autograd nodes,
+    traces), else None (``stats.count_trend``'s default)."""
+    return GRAPH_FILL_ALLOWANCE if kind in _GRAPH_KINDS else None
+
+
+def still_rising(points: list[CountPoint], *, readings: int = 3) -> bool:
+    """Whether some kind that could hold memory (objects with bytes, or a kind that
+    :func:`qualifies` on its own) rose at each of the last ``readings`` censuses; cheap, no
+    statistics: the loop asks it at every reading while it reads call by call."""
+    if len(points) < 2:
+        return True
+    last = points[-readings:]
+    for label, (count, nbytes) in last[-1].kinds.items():
+        if count <= last[0].kinds.get(label, (0, 0))[0] or not (nbytes > 0 or qualifies(label, 0.0, 0.0)):
+            continue
+        seq = [p.kinds.get(label, (0, 0))[0] for p in last]
+        if all(b > a for a, b in zip(seq, seq[1:], strict=False)):
+            return True
+    return False
+
+
 def qualifies(kind: str, bytes_per_iter: float, memory_slope: float) -> bool:
     """Whether a kind's count can support a leak: its bytes explain at least MIN_BYTES_SHARE of
     the memory slope, or it is a kind whose objects hold native memory the census cannot see (graph
@@ -295,22 +332,32 @@ def count_support(
     memory = _memory_slope(series, key, xs[0])
     # nothing that could hold memory is higher at the last census than at the first (a few log
     # records or list entries of the process around the step do not hold it)
-    nothing = not any(qualifies(label, _slope(b, xs), memory) for label, _, b in rising)
+    # (a container whose entries keep rising is Python-visible growth too, whatever it holds)
+    nothing = not any(
+        qualifies(label, _slope(b, xs), memory) or label.startswith("entries of ") for label, _, b in rising
+    )
     # the budget is split over the kinds that could support a leak: testing the others spends none
-    first = [(label, stats.count_trend(c, xs, b, alpha=alpha), c, b) for label, c, b in rising]
+    first = [(label, _trend(label, c, xs, b, alpha), c, b) for label, c, b in rising]
     eligible = [f for f in first if qualifies(f[0], f[1].bytes_per_iter, memory)]
     alpha_kind = alpha / max(1, len(eligible))
     found = []
     for label, trend, counts, nbytes in first:
         ok = qualifies(label, trend.bytes_per_iter, memory)
         if ok:
-            trend = stats.count_trend(counts, xs, nbytes, alpha=alpha_kind)
+            trend = _trend(label, counts, xs, nbytes, alpha_kind)
         if trend.status in _STATUS_ORDER:
             share = trend.bytes_per_iter / memory if trend.bytes_per_iter > 0 and memory > 0 else None
             found.append(KindEvidence(label, trend, share, ok))
     found.sort(key=lambda k: (_STATUS_ORDER[k.trend.status], not k.qualifies, -k.trend.count_per_iter))
     supports = any(k.trend.status == "grows" and k.qualifies for k in found)
     return CountSupport(supports, tuple(found), nothing)
+
+
+def _trend(label: str, counts: list[int], xs: list[int], nbytes: list[int], alpha: float) -> stats.CountTrend:
+    allowance = fill_allowance(label)
+    if allowance is None:
+        return stats.count_trend(counts, xs, nbytes, alpha=alpha)
+    return stats.count_trend(counts, xs, nbytes, alpha=alpha, fill_allowance=allowance)
 
 
 def _slope(values: list[int], xs: list[int]) -> float:

@@ -12,6 +12,17 @@ When to call a leak (``min_iterations=None``): allocator pools, kernel and traci
 a leak. ``no_leak`` and ``plateau`` may come after 10 calls, ``leak`` only after 120 calls, or,
 for steps too slow for 120 calls in 60 % of ``max_time``, after what fits, and then only under
 the strict test (``stats.decide(strong=True)``: the most recent third must grow on its own).
+
+Count evidence shortens that wait. While some count that could hold memory keeps rising, the loop
+reads after every call and takes censuses as often as its share of the budget pays for
+(:func:`dense_next`, :func:`dense_census_gap`); when a kind's exact count has risen at every
+census for 15 calls past its fill allowance (``_evidence.count_support``), :func:`look` lets a
+leak through at the next look, with the memory series confirming at the check's own level over 8
+settled readings (the count test has already paid for the looks). A kind that adds many objects a
+call (a Keras TF fit: ~1,100 graph operations; tf.function retracing; kept torch graphs) is called
+within about 16 calls; a kind that adds one object a call must first pass the 128 objects a bounded
+cache may hold, about 130 calls. When the counts stop rising the loop thins its readings to the
+batch size it would have used (:func:`thin`) and plans the rest of the looks from there.
 """
 
 from __future__ import annotations
@@ -38,6 +49,9 @@ __all__ = [
     "decide_series",
     "final_verdict",
     "auto_tolerance",
+    "dense_next",
+    "dense_census_gap",
+    "thin",
 ]
 
 #: Calls before a ``leak`` verdict when the budget allows (min_iterations=None): allocator pools,
@@ -53,6 +67,23 @@ BASE_MIN_ITERATIONS = 10
 #: Reading overhead aimed at, as a share of the time spent in the step itself.
 OVERHEAD_TARGET = 0.025
 MAX_CALLS_PER_MEASUREMENT = 100_000
+#: Count evidence is judged in calls (a kind must rise at every census over at least 15 calls):
+#: while some count that could hold memory keeps rising, the loop reads after every call (no
+#: batching) and takes censuses as often as DENSE_SHARE of the time budget pays for, so that a leak
+#: of countable objects can be called within about 16 calls even on a fast step. It reads call by
+#: call for the first DENSE_MIN_CALLS calls whatever the counts say, and at most DENSE_MAX_CALLS
+#: (past ``stats.count_trend``'s fill allowance of 128 objects, for kinds that add one a call).
+DENSE_MIN_CALLS = 4
+DENSE_MAX_CALLS = 160
+#: The calls-by-call phase's extra cost (its readings and censuses) as a share of the time budget.
+DENSE_SHARE = 0.05
+#: Settled readings the memory series needs to confirm a leak that counts support (12 otherwise).
+COUNT_CONFIRM_POINTS = 8
+#: Extra looks while reading call by call, so that count evidence complete at 15-19 calls is
+#: acted on before call 20 (the schedule alone looks at readings 10, 13, 17, 22...).
+DENSE_LOOKS = (16, 19)
+#: Calls the censuses of that phase are spread over when they cannot all be afforded.
+DENSE_TARGET_CALLS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +165,14 @@ def calibrate(
     measure_cost_s: float,
     step_time_s: float,
     elapsed_s: float,
+    looks_done: int = 0,
 ) -> Plan:
     """Decide batching, tolerance and the look schedule from the first (at least 3) readings.
 
-    ``config`` is a :class:`~trainguard.leaks._run.LeakCheckConfig`.
+    ``config`` is a :class:`~trainguard.leaks._run.LeakCheckConfig`. ``looks_done``: looks already
+    taken (when the plan is made again after reading call by call, :func:`dense_next`): the new
+    schedule starts after the readings so far and the false-positive budget is split over the old
+    looks and the new ones.
     """
     k = _batch_size(config, series, iterations, measure_cost_s, step_time_s, elapsed_s)
     tolerance = config.tolerance_bytes_per_iter
@@ -151,9 +186,12 @@ def calibrate(
         per_reading = k * step_time_s + measure_cost_s
         left = config.max_time_s - elapsed_s
         planned = min(planned, n + max(0, int(left / max(per_reading, 1e-9))))
-    planned = max(planned, config.min_measurements)
-    schedule = stats.look_schedule(config.min_measurements, planned)
-    alpha_look = stats.alpha_per_look(config.alpha, len(schedule) + 1)
+    first = config.min_measurements if not looks_done else max(config.min_measurements, n + 1)
+    planned = max(planned, first)
+    schedule = stats.look_schedule(first, planned)
+    if config.attribution and config.calls_per_measurement is None and not looks_done:
+        schedule = tuple(sorted(set(schedule) | {n for n in DENSE_LOOKS if first < n < planned}))
+    alpha_look = stats.alpha_per_look(config.alpha, len(schedule) + 1 + looks_done)
     gpu_key = None
     if any(r.get("gpu_allocated_bytes") is not None for r in series):
         gpu_key = "gpu_allocated_bytes"
@@ -162,6 +200,46 @@ def calibrate(
     if gpu_key is not None:
         alpha_look /= 2  # two series decided on: the budget is split between them
     return Plan(k, float(tolerance), schedule, alpha_look, gpu_key)
+
+
+def dense_next(config: Any, *, iterations: int, rising: bool, spent_s: float, budget_s: float) -> bool:
+    """Whether the next block is one call followed by a reading (the phase that lets count evidence
+    speak within about 16 calls): with counts on and no batch size given, for the first
+    DENSE_MIN_CALLS calls, then while some count that could hold memory keeps rising at every
+    census (``rising``, :func:`trainguard.leaks._evidence.still_rising`), up to DENSE_MAX_CALLS
+    calls, and while the phase's extra cost ``spent_s`` stays within DENSE_SHARE of ``budget_s``
+    (the step time the whole check may spend). Once it ends it does not come back."""
+    if not config.attribution or config.calls_per_measurement is not None:
+        return False
+    if budget_s > 0 and spent_s >= DENSE_SHARE * budget_s:
+        return False
+    return iterations < DENSE_MIN_CALLS or (rising and iterations < DENSE_MAX_CALLS)
+
+
+def dense_census_gap(cost_s: float, budget_s: float) -> int:
+    """Readings between censuses while reading call by call: 1 when DENSE_TARGET_CALLS censuses of
+    ``cost_s`` fit in half of DENSE_SHARE of ``budget_s`` (the readings take the other half), else
+    spread so that about that many calls are covered (a Keras TF census of 0.4 s on a 2-minute
+    budget: every second call)."""
+    if cost_s <= 0 or budget_s <= 0:
+        return 1
+    return max(1, math.ceil(cost_s * DENSE_TARGET_CALLS / (0.5 * DENSE_SHARE * budget_s)))
+
+
+def thin(series: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+    """The readings with at least ``k`` calls between two kept ones (the first and the last
+    kept): after reading call by call, the memory series continues as if batched from the start,
+    so that its statistics see evenly spaced readings."""
+    if k <= 1 or len(series) <= 2:
+        return list(series)
+    kept = [series[0]]
+    for row in series[1:-1]:
+        if row["iteration"] - kept[-1]["iteration"] >= k:
+            kept.append(row)
+    if series[-1]["iteration"] - kept[-1]["iteration"] < k and len(kept) > 1:
+        kept.pop()
+    kept.append(series[-1])
+    return kept
 
 
 def leak_gate(config: Any, *, iterations: int, elapsed_s: float, step_time_s: float) -> int:
@@ -255,6 +333,7 @@ def decide_series(
     early_ok: bool,
     leak_ok: bool = True,
     strong: bool = False,
+    min_points: int = 12,
 ) -> stats.Decision:
     """:func:`stats.decide` on one key of the rows, with the gates applied: a verdict before
     ``early_ok`` (min_iterations), or a leak before ``leak_ok`` (the leak gate), is held back
@@ -262,7 +341,9 @@ def decide_series(
     pairs = [(r["iteration"], r[key]) for r in series if r.get(key) is not None]
     xs = [p[0] for p in pairs]
     ys = [p[1] for p in pairs]
-    d = stats.decide(ys, xs, alpha=alpha, tolerance=tolerance, final=final, strong=strong)
+    d = stats.decide(
+        ys, xs, alpha=alpha, tolerance=tolerance, final=final, strong=strong, min_points=min_points
+    )
     held = not early_ok or (d.verdict is Verdict.LEAK and not leak_ok)
     if held and not final and d.verdict is not None:
         why = (
@@ -304,6 +385,15 @@ def look(
     gates = (iterations >= base_gate, leak_ok, strong)
     alpha, tol = plan.alpha_per_look, plan.tolerance_bytes_per_iter
     decision = decide_series(series, key, alpha, tol, final, *gates)
+    if count_support and decision.verdict is None and not final:
+        # the count test has paid for the looks (its level is this look's, split over the kinds):
+        # memory only has to confirm that the objects hold memory, at the check's own level and
+        # over fewer settled readings
+        confirm = decide_series(
+            series, key, config.alpha, tol, final, *gates, min_points=COUNT_CONFIRM_POINTS
+        )
+        if confirm.verdict is Verdict.LEAK:
+            decision = confirm
     gpu_decision = None
     if plan.gpu_key is not None:
         gpu_decision = decide_series(series, plan.gpu_key, alpha, tol, final, *gates)

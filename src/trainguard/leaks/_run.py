@@ -351,30 +351,46 @@ class _Counts:
         self.support: _evidence.CountSupport | None = None
         self.objects_at_last = 0
         self.objects_now = 0
+        self.readings_since = 0
         if enabled:
             # imported now, so that the first census's cost (which decides how often the next
             # ones come) is the census and not its imports
             import trainguard.leaks.attribution  # noqa: F401
             import trainguard.probes.census  # noqa: F401
 
-    def maybe_take(self, iterations: int, step_times: list[float], budget_s: float) -> None:
-        """A census when the step time since the last one pays for it (``CENSUS_SHARE``). Its cost
-        is predicted from the last census and the number of live objects now (the heap may have
-        grown since); when the budget ``budget_s`` of step time cannot pay for ``MIN_CENSUSES``
-        censuses of that cost, counts are left out for the rest of the check, with a note."""
+    def maybe_take(
+        self, iterations: int, step_times: list[float], budget_s: float, dense: bool = False
+    ) -> float:
+        """A census when the step time since the last one pays for it (``CENSUS_SHARE``), or,
+        while the loop reads call by call (``dense``), every ``_plan.dense_census_gap`` readings.
+        Its cost is predicted from the last census and the number of live objects now (the heap may
+        have grown since); when the budget ``budget_s`` of step time cannot pay for
+        ``MIN_CENSUSES`` censuses of that cost, counts are left out for the rest of the check, with
+        a note. Returns what the census took (0 when none was taken)."""
         if not self.enabled or self.fallback:
-            return
+            return 0.0
         self.step_time_since += sum(step_times[self.steps_seen :])
         self.steps_seen = len(step_times)
+        self.readings_since += 1
+        if dense and self.points:
+            predicted = self.predicted_cost()
+            if budget_s > 0:
+                self.fallback = _evidence.census_fallback(predicted, budget_s)
+            if self.fallback or self.readings_since < _plan.dense_census_gap(predicted, budget_s):
+                return 0.0
+            return self.take(iterations)
         if self.points and self.cost_s > _evidence.CENSUS_SHARE * self.step_time_since:
-            return
+            return 0.0
         predicted = self.predicted_cost()
         if self.points and budget_s > 0:
             self.fallback = _evidence.census_fallback(predicted, budget_s)
         if self.fallback or (self.points and predicted > _evidence.CENSUS_SHARE * self.step_time_since):
-            return
-        self.take(iterations)
-        self.step_time_since = 0.0
+            return 0.0
+        return self.take(iterations)
+
+    def rising(self) -> bool:
+        """Whether reading call by call may still let counts speak (see ``_plan.dense_next``)."""
+        return self.enabled and not self.fallback and _evidence.still_rising(self.points)
 
     def predicted_cost(self) -> float:
         """The last census's cost, scaled by how much the heap grew since (a census walks the
@@ -384,13 +400,15 @@ class _Counts:
         self.objects_now = len(gc.get_objects())
         return max(self.cost_s, self.cost_s * self.objects_now / max(self.objects_at_last, 20_000))
 
-    def take(self, iterations: int) -> None:
+    def take(self, iterations: int) -> float:
         try:
             point = _evidence.take_counts(iterations, self.watch)
         except Exception as err:
             logger.warning("census failed, attribution disabled: %s", err)
             self.enabled = False
-            return
+            return 0.0
+        self.step_time_since = 0.0
+        self.readings_since = 0
         self.cost_s = point.cost_s
         self.objects_at_last = self.objects_now or len(gc.get_objects())
         self.objects_now = 0
@@ -400,6 +418,7 @@ class _Counts:
             # slow leak (tens of KB each), which a fast step's readings would see. Keep the first,
             # the last, and every other one between.
             self.points[1:-1] = self.points[1:-1:2]
+        return point.cost_s
 
     def take_final(self, iterations: int, step_time_s: float, elapsed_s: float) -> None:
         """The last census, for what grows; skipped when counts fell back, or when it would cost
@@ -477,6 +496,10 @@ class _Loop:
         self.last_progress = 0.0
         self.start = 0.0
         self.counts = _Counts(config.attribution, watch)
+        #: reading after every call while counts may give evidence soon (``_plan.dense_next``)
+        self.dense = _plan.dense_next(config, iterations=0, rising=True, spent_s=0.0, budget_s=0.0)
+        self.dense_spent = 0.0
+        self.looks_done = 0
 
     # -- calls and readings ------------------------------------------------------------------
 
@@ -494,6 +517,8 @@ class _Loop:
             self.measure()
             if self.plan is None and len(self.series) >= 3:
                 self.calibrate()
+            if self.dense:
+                self.end_dense_if_due()
             if self.after_reading():
                 break
         return self.report()
@@ -501,6 +526,8 @@ class _Loop:
     def call_block(self) -> bool:
         """Call the step ``k`` times; False when it raised (the error is kept)."""
         block = self.plan.calls_per_measurement if self.plan else (self.config.calls_per_measurement or 1)
+        if self.dense:
+            block = 1
         if self.config.max_iterations is not None:
             block = min(block, self.config.max_iterations - self.iterations)
         for _ in range(block):
@@ -529,7 +556,9 @@ class _Loop:
         self.series.append(row)
         if self.on_reading is not None:
             self.on_reading(row)
-        self.counts.maybe_take(self.iterations, self.step_times, self.budget_s())
+        census_s = self.counts.maybe_take(self.iterations, self.step_times, self.budget_s(), self.dense)
+        if self.dense:
+            self.dense_spent += self.measure_cost + census_s
 
     def budget_s(self) -> float:
         """Step time the whole check may spend: max_time, or max_iterations calls."""
@@ -540,7 +569,24 @@ class _Loop:
     def step_time(self) -> float:
         return float(np.median(self.step_times[-50:])) if self.step_times else 0.0
 
-    def calibrate(self) -> None:
+    def end_dense_if_due(self) -> None:
+        """Leave the call-by-call phase once counts stop rising, its budget is spent or it has
+        lasted DENSE_MAX_CALLS calls: the readings taken so far are thinned to the batch size the
+        plan chose and the plan (batching, looks) is made again from here."""
+        self.dense = _plan.dense_next(
+            self.config,
+            iterations=self.iterations,
+            rising=self.counts.rising(),
+            spent_s=self.dense_spent,
+            budget_s=self.budget_s(),
+        )
+        if self.dense or self.plan is None:
+            return
+        if self.plan.calls_per_measurement > 1:
+            self.series[:] = _plan.thin(self.series, self.plan.calls_per_measurement)
+        self.calibrate(looks_done=self.looks_done)
+
+    def calibrate(self, looks_done: int = 0) -> None:
         self.plan = _plan.calibrate(
             self.config,
             self.series,
@@ -550,8 +596,9 @@ class _Loop:
             measure_cost_s=float(np.median(self.measure_costs[1:] or self.measure_costs)),
             step_time_s=self.step_time(),
             elapsed_s=time.perf_counter() - self.start,
+            looks_done=looks_done,
         )
-        if self.probe is not None:
+        if self.probe is not None and not looks_done:
             self.probe.mark(self.iterations)
 
     # -- looks ---------------------------------------------------------------------------------
@@ -571,6 +618,7 @@ class _Loop:
         self.report_progress(elapsed, k, looks_now)
         if not looks_now or self.plan is None:
             return final
+        self.looks_done += 1
         self.last_look = _plan.look(
             self.config,
             self.plan,

@@ -35,19 +35,44 @@ logger = logging.getLogger(__name__)
 CensusPoint = CountPoint
 
 
-def _torch_graph_tensors() -> int | None:
+#: Autograd nodes walked at most per census (a kept graph of 10,000 steps is ~70,000 nodes).
+_MAX_AUTOGRAD_NODES = 200_000
+
+
+def _torch_graph_tensors() -> tuple[int, int] | None:
+    """Live torch tensors that hold an autograd graph, and the graph nodes they hold together.
+
+    The nodes are C++ objects the GC does not see; they are reached through ``grad_fn`` and
+    ``next_functions`` (each counted once, at most ``_MAX_AUTOGRAD_NODES``). ``total += loss``
+    keeps every step's graph behind one tensor: the tensor count stays flat, the node count rises.
+    """
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     count = 0
     tensor_type = torch.Tensor
+    roots = []
     for obj in gc.get_objects():
         try:
             if isinstance(obj, tensor_type) and obj.grad_fn is not None:
                 count += 1
+                roots.append(obj.grad_fn)
         except Exception:  # some tensor subclasses raise on attribute access
             continue
-    return count
+    # the Python wrapper of a node may be made on access and freed after: keeping each one until
+    # the walk ends keeps its id from being reused by another node's wrapper
+    seen: dict[int, Any] = {}
+    stack = roots
+    while stack and len(seen) < _MAX_AUTOGRAD_NODES:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen[id(node)] = node
+        try:
+            stack.extend(n for n, _ in node.next_functions)
+        except Exception:  # a node without next_functions (custom Function internals)
+            continue
+    return count, len(seen)
 
 
 def _tf_tracing_count() -> int | None:
@@ -72,12 +97,13 @@ def _tf_tracing_count() -> int | None:
 
 
 def extra_counts() -> dict[str, tuple[int, int]]:
-    """Two counts the census does not give: torch tensors that hold an autograd graph, and the
-    tf.function tracing count (frameworks already imported only)."""
+    """Counts the census does not give: torch tensors that hold an autograd graph and the graph
+    nodes they hold, and the tf.function tracing count (frameworks already imported only)."""
     out: dict[str, tuple[int, int]] = {}
-    graph_tensors = _torch_graph_tensors()
-    if graph_tensors is not None:
-        out["torch.Tensor with grad_fn"] = (graph_tensors, 0)
+    graph = _torch_graph_tensors()
+    if graph is not None:
+        out["torch.Tensor with grad_fn"] = (graph[0], 0)
+        out["torch.autograd nodes"] = (graph[1], 0)
     tracing = _tf_tracing_count()
     if tracing is not None:
         out["tensorflow.tf.function traces"] = (tracing, 0)
