@@ -143,23 +143,11 @@ def decide_run(
         if plan is None or not (final or len(series) in plan.schedule):
             continue
         support = _evidence.count_support(points, series, alpha=plan.alpha_per_look).supports
-        for use in (False, True):
-            if use in out:
-                continue
-            if use and not support and False in out and out[False][1] < i:
-                continue  # without support the decision is memory alone's, already decided
-            res = _plan.look(
-                config,
-                plan,
-                series,
-                iterations=i,
-                elapsed_s=i * STEP_S,
-                step_time_s=STEP_S,
-                final=final,
-                key="bytes",
-                count_support=support and use,
-            )
-            if res.stop:
+        args = dict(iterations=i, elapsed_s=i * STEP_S, step_time_s=STEP_S, final=final, key="bytes")
+        memory = _plan.look(config, plan, series, count_support=False, **args)
+        counted = _plan.look(config, plan, series, count_support=True, **args) if support else memory
+        for use, res in ((False, memory), (True, counted)):
+            if use not in out and res.stop:
                 v = res.decision.verdict
                 out[use] = (v.value if v is not None else "inconclusive", i)
         if len(out) == 2:

@@ -75,8 +75,9 @@ def test_keras_on_tensorflow_leaks_and_names_graph_objects(tmp_path: Path) -> No
         tmp_path, KERAS, "step", "--max-iterations", "40", "--max-time", "3m", backend="tensorflow"
     )
     assert data["verdict"] == "leak", data["reason"]
+    # (on a loaded machine, fits of several seconds lower the budget's gate to about as many calls,
+    # and memory may call it first: the count path itself is asserted in test_leak_corpus)
     assert data["iterations"] <= 20, data["reason"]
-    assert "count evidence" in data["reason"], data["reason"]
     assert data["slope_bytes_per_iter"] > 1e6
     kinds = {g["kind"] for g in data["growth_by_kind"]}
     assert {"tensorflow.Operation", "tensorflow.SymbolicTensor"} & kinds, kinds

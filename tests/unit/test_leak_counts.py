@@ -117,8 +117,8 @@ def test_still_rising_is_what_keeps_the_loop_reading_call_by_call() -> None:
 
 
 def test_false_leak_rate_on_bounded_caches_and_pools_small_version() -> None:
-    """bench/leak_false_rate.py at 40 runs a family (the benchmark runs 3,000): counts add no false
-    leak on any non-leaking family."""
+    """bench/leak_false_rate.py at 25 runs a family (the benchmark runs 1,000-3,000): counts add no
+    false leak, and none is called on a bounded cache or graph window under the noise."""
     import importlib.util
     from pathlib import Path
 
@@ -126,7 +126,13 @@ def test_false_leak_rate_on_bounded_caches_and_pools_small_version() -> None:
     spec = importlib.util.spec_from_file_location("leak_false_rate", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    families = [f for f in bench.FAMILIES if "1 MiB" not in f]  # the memory ramps are slow to decide
+    # the families whose memory does not ramp visibly (a 60-128 MiB ramp is the memory test's own
+    # known limit, which counts neither cause nor cure: bench/leak_false_rate.py measures those)
+    families = [
+        "objects come and go (Poisson 500), nothing held",
+        "cache fills to 60 entries of 64 KiB, then hits",
+        "last 8 losses kept with their graphs (200 KiB each)",
+    ]
     rows = bench.measure(25, 1, families)
     assert all(r["added_by_counts"] == 0 for r in rows), rows
     assert sum(r["leak_with_counts"] for r in rows) == 0, rows

@@ -142,6 +142,7 @@ def test_censuses_while_reading_call_by_call_are_spread_to_fit_the_budget() -> N
     assert _plan.dense_census_gap(0.002, 120.0) == 1
     # a Keras TF census of 0.4 s on a 2-minute budget: every second call
     assert _plan.dense_census_gap(0.4, 120.0) == 2
+    assert _plan.dense_census_gap(2.0, 120.0) == 6
     assert _plan.dense_census_gap(0.0, 120.0) == 1
 
 
@@ -166,15 +167,16 @@ def test_the_schedule_looks_before_call_20_and_again_after_the_dense_phase() -> 
         elapsed_s=12,
         looks_done=5,
     )
-    assert again.schedule[0] == 26 and again.alpha_per_look < plan.alpha_per_look
+    assert again.schedule[0] == 26
+    assert again.alpha_per_look == pytest.approx(0.01 / (2 * (len(again.schedule) + 1 + 5)))
 
 
 def test_count_support_lets_memory_confirm_a_leak_at_16_calls() -> None:
-    """A leak of 8 KiB a call behind a steep first-calls warm-up (torch's total_loss += loss): with
-    counts supporting, memory confirms at the check's own level over 8 settled readings."""
+    """20 KiB a call over 16 calls: memory alone waits for the 120-call gate; with counts
+    supporting, memory confirms at the check's own level and the leak is called now."""
     rng = np.random.default_rng(3)
     t = np.arange(17.0)
-    ys = 400 * MB + 80 * 1024 * np.minimum(t, 6) + 8 * 1024 * t + rng.normal(0, 4096, t.size)
+    ys = 400 * MB + 20 * 1024 * t + rng.normal(0, 4096, t.size)
     config = make_config(max_time="2m")
     series = rows(ys)
     plan = _plan.calibrate(
@@ -183,3 +185,21 @@ def test_count_support_lets_memory_confirm_a_leak_at_16_calls() -> None:
     args = dict(iterations=16, elapsed_s=8.0, step_time_s=0.5, final=False, key="bytes")
     assert _plan.look(config, plan, series, count_support=True, **args).decision.verdict is Verdict.LEAK
     assert _plan.look(config, plan, series, count_support=False, **args).decision.verdict is None
+
+
+def test_planning_again_after_the_dense_phase_keeps_the_first_batch_size() -> None:
+    """The call-by-call readings cost more (a PSS walk each once a DataLoader has workers): planned
+    from them, a fast step was batched 6 times coarser and its leak was read only after it stopped."""
+    config = make_config(max_time="2m")
+    series = rows(np.full(8, 500 * MB))
+    plan = _plan.calibrate(
+        config,
+        series,
+        iterations=7,
+        measure_cost_s=0.05,
+        step_time_s=0.001,
+        elapsed_s=1,
+        looks_done=2,
+        calls_per_measurement=108,
+    )
+    assert plan.calls_per_measurement == 108

@@ -332,9 +332,11 @@ def count_support(
     memory = _memory_slope(series, key, xs[0])
     # nothing that could hold memory is higher at the last census than at the first (a few log
     # records or list entries of the process around the step do not hold it)
-    # (a container whose entries keep rising is Python-visible growth too, whatever it holds)
+    # (a container whose entries still rose at the last census is Python-visible growth too,
+    # whatever it holds; one that filled a few entries and stopped is not)
     nothing = not any(
-        qualifies(label, _slope(b, xs), memory) or label.startswith("entries of ") for label, _, b in rising
+        qualifies(label, _slope(b, xs), memory) or (label.startswith("entries of ") and c[-1] > c[-2])
+        for label, c, b in rising
     )
     # the budget is split over the kinds that could support a leak: testing the others spends none
     first = [(label, _trend(label, c, xs, b, alpha), c, b) for label, c, b in rising]

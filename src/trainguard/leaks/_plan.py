@@ -166,15 +166,19 @@ def calibrate(
     step_time_s: float,
     elapsed_s: float,
     looks_done: int = 0,
+    calls_per_measurement: int | None = None,
 ) -> Plan:
     """Decide batching, tolerance and the look schedule from the first (at least 3) readings.
 
     ``config`` is a :class:`~trainguard.leaks._run.LeakCheckConfig`. ``looks_done``: looks already
     taken (when the plan is made again after reading call by call, :func:`dense_next`): the new
     schedule starts after the readings so far and the false-positive budget is split over the old
-    looks and the new ones.
+    looks and the new ones; ``calls_per_measurement`` then keeps the batch size the first plan chose
+    (the call-by-call readings cost more, e.g. a PSS walk at each, and would batch far more calls).
     """
-    k = _batch_size(config, series, iterations, measure_cost_s, step_time_s, elapsed_s)
+    k = calls_per_measurement or _batch_size(
+        config, series, iterations, measure_cost_s, step_time_s, elapsed_s
+    )
     tolerance = config.tolerance_bytes_per_iter
     if tolerance is None:
         tolerance = auto_tolerance(step_time_s)
@@ -218,12 +222,11 @@ def dense_next(config: Any, *, iterations: int, rising: bool, spent_s: float, bu
 
 def dense_census_gap(cost_s: float, budget_s: float) -> int:
     """Readings between censuses while reading call by call: 1 when DENSE_TARGET_CALLS censuses of
-    ``cost_s`` fit in half of DENSE_SHARE of ``budget_s`` (the readings take the other half), else
-    spread so that about that many calls are covered (a Keras TF census of 0.4 s on a 2-minute
-    budget: every second call)."""
+    ``cost_s`` fit in DENSE_SHARE of ``budget_s``, else spread so that about that many calls are
+    covered (a Keras TF census of 0.4 s on a 2-minute budget: every second call)."""
     if cost_s <= 0 or budget_s <= 0:
         return 1
-    return max(1, math.ceil(cost_s * DENSE_TARGET_CALLS / (0.5 * DENSE_SHARE * budget_s)))
+    return max(1, math.ceil(cost_s * DENSE_TARGET_CALLS / (DENSE_SHARE * budget_s)))
 
 
 def thin(series: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:

@@ -359,10 +359,15 @@ class _Counts:
             import trainguard.probes.census  # noqa: F401
 
     def maybe_take(
-        self, iterations: int, step_times: list[float], budget_s: float, dense: bool = False
+        self,
+        iterations: int,
+        step_times: list[float],
+        budget_s: float,
+        dense_left_s: float | None = None,
     ) -> float:
         """A census when the step time since the last one pays for it (``CENSUS_SHARE``), or,
-        while the loop reads call by call (``dense``), every ``_plan.dense_census_gap`` readings.
+        while the loop reads call by call (``dense_left_s``: what that phase's budget has left),
+        every ``_plan.dense_census_gap`` readings.
         Its cost is predicted from the last census and the number of live objects now (the heap may
         have grown since); when the budget ``budget_s`` of step time cannot pay for
         ``MIN_CENSUSES`` censuses of that cost, counts are left out for the rest of the check, with
@@ -372,11 +377,15 @@ class _Counts:
         self.step_time_since += sum(step_times[self.steps_seen :])
         self.steps_seen = len(step_times)
         self.readings_since += 1
-        if dense and self.points:
+        if dense_left_s is not None and self.points:
+            # reading call by call: censuses spread over the phase's own budget; one it cannot pay
+            # for is skipped (the phase ends when its budget is spent). A census too slow for the
+            # whole budget falls back as below.
             predicted = self.predicted_cost()
             if budget_s > 0:
                 self.fallback = _evidence.census_fallback(predicted, budget_s)
-            if self.fallback or self.readings_since < _plan.dense_census_gap(predicted, budget_s):
+            gap = _plan.dense_census_gap(predicted, budget_s)
+            if self.fallback or predicted > dense_left_s or self.readings_since < gap:
                 return 0.0
             return self.take(iterations)
         if self.points and self.cost_s > _evidence.CENSUS_SHARE * self.step_time_since:
@@ -556,7 +565,9 @@ class _Loop:
         self.series.append(row)
         if self.on_reading is not None:
             self.on_reading(row)
-        census_s = self.counts.maybe_take(self.iterations, self.step_times, self.budget_s(), self.dense)
+        budget = self.budget_s()
+        left = _plan.DENSE_SHARE * budget - self.dense_spent if self.dense else None
+        census_s = self.counts.maybe_take(self.iterations, self.step_times, budget, left)
         if self.dense:
             self.dense_spent += self.measure_cost + census_s
 
@@ -582,11 +593,12 @@ class _Loop:
         )
         if self.dense or self.plan is None:
             return
-        if self.plan.calls_per_measurement > 1:
-            self.series[:] = _plan.thin(self.series, self.plan.calls_per_measurement)
-        self.calibrate(looks_done=self.looks_done)
+        k = self.plan.calls_per_measurement
+        if k > 1:
+            self.series[:] = _plan.thin(self.series, k)
+        self.calibrate(looks_done=self.looks_done, k=k)
 
-    def calibrate(self, looks_done: int = 0) -> None:
+    def calibrate(self, looks_done: int = 0, k: int | None = None) -> None:
         self.plan = _plan.calibrate(
             self.config,
             self.series,
@@ -597,6 +609,7 @@ class _Loop:
             step_time_s=self.step_time(),
             elapsed_s=time.perf_counter() - self.start,
             looks_done=looks_done,
+            calls_per_measurement=k,
         )
         if self.probe is not None and not looks_done:
             self.probe.mark(self.iterations)
