@@ -230,16 +230,18 @@ def dense_census_gap(cost_s: float, budget_s: float) -> int:
 
 
 def thin(series: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
-    """The readings with at least ``k`` calls between two kept ones (the first and the last
-    kept): after reading call by call, the memory series continues as if batched from the start,
-    so that its statistics see evenly spaced readings."""
-    if k <= 1 or len(series) <= 2:
+    """The readings as the batched loop would have taken them: the first three one call apart
+    (the loop calibrates on them, and the warm-up cut reads the first calls' allocations there),
+    then at least ``k`` calls between two kept ones, and the last. After reading call by call, the
+    memory series continues as if batched from the start, so that its statistics see evenly spaced
+    readings."""
+    if k <= 1 or len(series) <= 4:
         return list(series)
-    kept = [series[0]]
-    for row in series[1:-1]:
+    kept = list(series[:3])
+    for row in series[3:-1]:
         if row["iteration"] - kept[-1]["iteration"] >= k:
             kept.append(row)
-    if series[-1]["iteration"] - kept[-1]["iteration"] < k and len(kept) > 1:
+    if series[-1]["iteration"] - kept[-1]["iteration"] < k and len(kept) > 3:
         kept.pop()
     kept.append(series[-1])
     return kept
