@@ -22,16 +22,6 @@ HERE = Path(__file__).parent
 TRIALS = str(HERE / "runner_trials.py")
 
 
-def cli(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainguard", *args],
-        capture_output=True,
-        text=True,
-        input=input,
-        timeout=timeout,
-    )
-
-
 def test_grid_expands_to_the_cartesian_product(tmp_path):
     grid = tmp_path / "grid.yaml"
     grid.write_text("lr: [0.001, 0.01]\nunits: [32, 64, 128]\nepochs: 1\n")
@@ -59,17 +49,17 @@ def test_bad_params_files_say_where(tmp_path, name, text, needle):
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
-def test_run_json_output_and_exit_codes(tmp_path):
+def test_run_json_output_and_exit_codes(tmp_path, trainguard_cli):
     db = str(tmp_path / "runs.db")
     params = tmp_path / "p.json"
     params.write_text(json.dumps([{"kind": "ok"}, {"kind": "raise"}, {"kind": "ok"}]))
-    proc = cli("run", f"{TRIALS}:fault", "--params", str(params), "--store", db, "--name", "cli1", "--json")
+    proc = trainguard_cli("run", f"{TRIALS}:fault", "--params", str(params), "--store", db, "--name", "cli1", "--json")
     assert proc.returncode == 1, proc.stderr  # a trial failed
     out = json.loads(proc.stdout)
     assert out["run"] == "cli1" and [r["status"] for r in out["results"]] == ["ok", "failed", "ok"]
     assert out["results"][1]["error"]["status"] == "exception"
     # stdin, a grid, all ok -> 0; default name is stable
-    proc = cli("run", f"{TRIALS}:echo", "--params", "-", "--store", db, "--json", input='{"x": [1, 2]}')
+    proc = trainguard_cli("run", f"{TRIALS}:echo", "--params", "-", "--store", db, "--json", input='{"x": [1, 2]}')
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["value"]["x"] for r in out["results"]] == [1, 2] and out["run"].startswith("echo-")
