@@ -110,6 +110,27 @@ def test_show_text(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "▁" in out and "█" in out  # the memory sparkline
 
 
+def test_show_prints_each_pool_event_once(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the pool's events (workers, threads, the budget) have their own table: the recent events
+    # list leaves them out, so each is printed once, while the other events stay in it
+    with Store(filled) as s:
+        run_id = s.get_run("lr-sweep").run_id
+        s.add_event(run_id, "workers", "2 workers: budget 2.0 GiB / (673 MiB measured peak) = 2.61")
+        s.add_event(run_id, "budget_kill", "worker 3 killed at the memory budget: summed 2.1 GiB > 2.0 GiB")
+        s.add_event(run_id, "retry", "trial 4 attempt 1 ended with killed_budget; retrying")
+    assert main(["show", "lr-sweep", "--store", str(filled)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("2 workers: budget 2.0 GiB") == 1
+    assert out.count("worker 3 killed at the memory budget") == 1
+    assert out.count("trial 4 attempt 1 ended with killed_budget") == 1
+    assert out.index("trial 4 attempt 1") < out.index("workers, threads and the memory budget")
+    assert out.index("worker 3 killed at the memory budget") > out.index("workers, threads and the memory budget")
+    assert main(["show", "lr-sweep", "--store", str(filled), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [e["kind"] for e in data["pool"]] == ["workers", "budget_kill"]
+    assert "retry" in [e["kind"] for e in data["events"]] and "workers" not in [e["kind"] for e in data["events"]]
+
+
 def test_show_json_and_by_id(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", "1", "--store", str(filled), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         summary = store.summary(info.run_id)
         trials = store.trials(info.run_id)
         workers = store.workers(info.run_id)
-        events = store.events(info.run_id, limit=args.events)
+        # the pool's events have their own table (and JSON key), each once: not among the recent ones
+        events = store.events(info.run_id, limit=args.events, exclude=POOL_EVENT_KINDS)
         samples = store.samples(info.run_id)
         stages = store.stages(info.run_id)
         trial_memory = _trial_memory(store.events(info.run_id, kinds=["trial_stats"]))
@@ -231,7 +232,15 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
 
 
 #: Events of the pool's shape: workers at once (and why), threads per worker, the memory budget.
-POOL_EVENT_KINDS = ("workers", "threads", "prestart", "budget_wait", "budget_exceeded", "budget_too_small")
+POOL_EVENT_KINDS = (
+    "workers",
+    "threads",
+    "prestart",
+    "budget_wait",
+    "budget_kill",
+    "budget_exceeded",
+    "budget_too_small",
+)
 
 
 def _print_pool(events) -> None:  # noqa: ANN001 - EventRecords

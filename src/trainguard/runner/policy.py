@@ -688,24 +688,15 @@ def check_limits(
     policy: Policy, *, rss_bytes: int | None, gpu_bytes: int | None, elapsed_s: float | None
 ) -> KillDecision | None:
     """Whether a running trial must be killed now, from one sample of its tree."""
-    if policy.memory_limit is not None and rss_bytes is not None and rss_bytes > policy.memory_limit:
-        return KillDecision(
-            "killed_memory",
-            policy.memory_limit,
-            rss_bytes,
-            "killed at memory_limit: tree RSS {} > {}".format(
-                *format_bytes_apart(rss_bytes, policy.memory_limit)
-            ),
-        )
-    if policy.gpu_memory_limit is not None and gpu_bytes is not None and gpu_bytes > policy.gpu_memory_limit:
-        return KillDecision(
-            "killed_gpu_memory",
-            policy.gpu_memory_limit,
-            gpu_bytes,
-            "killed at gpu_memory_limit: GPU memory {} > {}".format(
-                *format_bytes_apart(gpu_bytes, policy.gpu_memory_limit)
-            ),
-        )
+    memory: tuple[tuple[Literal["killed_memory", "killed_gpu_memory"], int | None, int | None, str], ...] = (
+        ("killed_memory", policy.memory_limit, rss_bytes, "memory_limit: tree RSS"),
+        ("killed_gpu_memory", policy.gpu_memory_limit, gpu_bytes, "gpu_memory_limit: GPU memory"),
+    )
+    for status, limit, value, words in memory:
+        if limit is not None and value is not None and value > limit:
+            return KillDecision(
+                status, limit, value, "killed at {} {} > {}".format(words, *format_bytes_apart(value, limit))
+            )
     if policy.timeout is not None and elapsed_s is not None and elapsed_s > policy.timeout:
         return KillDecision(
             "timeout",

@@ -1113,14 +1113,23 @@ class Store:
         conn.execute("UPDATE runs SET updated_at=? WHERE run_id=?", (now, run_id))
 
     def events(
-        self, run_id: int, *, limit: int | None = None, kinds: Sequence[str] | None = None
+        self,
+        run_id: int,
+        *,
+        limit: int | None = None,
+        kinds: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
     ) -> list[EventRecord]:
-        """The run's events, oldest first; with ``limit``, only the newest ``limit`` of them."""
+        """The run's events, oldest first; with ``limit``, only the newest ``limit`` of them; with
+        ``kinds``, only those kinds; with ``exclude``, none of those kinds."""
         query = "SELECT event_id, run_id, time, kind, message, data_json, worker_id, idx FROM events WHERE run_id=?"
         args: list[Any] = [run_id]
         if kinds:
             query += f" AND kind IN ({','.join('?' * len(kinds))})"
             args.extend(kinds)
+        if exclude:
+            query += f" AND kind NOT IN ({','.join('?' * len(exclude))})"
+            args.extend(exclude)
         query += " ORDER BY event_id DESC"
         if limit is not None:
             query += " LIMIT ?"
