@@ -33,7 +33,14 @@ from typing import Any, TypeVar
 
 from trainguard.exceptions import ConfigError, LeakError
 from trainguard.probes.census import CensusEntry
-from trainguard.units import format_bytes, format_bytes_apart, format_duration, parse_duration, parse_size
+from trainguard.units import (
+    format_bytes,
+    format_bytes_apart,
+    format_duration,
+    parse_duration,
+    parse_size,
+    renamed_argument,
+)
 
 __all__ = ["scope", "Scope", "ScopeReport", "Survivor"]
 
@@ -389,7 +396,9 @@ class Scope:
         max_survivor_bytes: raise LeakError when survivors hold more ("50MB", or bytes).
         max_rss_growth: raise LeakError when RSS after cleanup exceeds RSS on entry by more
             ("200MB", or bytes).
-        peak_interval_s: how often the shared peak thread reads RSS.
+        peak_interval: how often the shared peak thread reads RSS (a duration such as ``"50ms"``
+            or seconds; default 50 ms).
+        peak_interval_s: the deprecated older name of ``peak_interval`` (warns).
 
     Raises:
         ConfigError: a wrong ``keep=`` type, a bad size string, an unknown framework name.
@@ -410,7 +419,8 @@ class Scope:
         frameworks: Iterable[str] | None = None,
         max_survivor_bytes: int | str | None = None,
         max_rss_growth: int | str | None = None,
-        peak_interval_s: float | str = 0.05,
+        peak_interval: float | str | None = None,
+        peak_interval_s: float | str | None = None,
     ) -> None:
         from trainguard.probes.census import CENSUS_FRAMEWORKS
 
@@ -451,9 +461,12 @@ class Scope:
         self.frameworks = frameworks
         self.max_survivor_bytes = parse_size(max_survivor_bytes, name="max_survivor_bytes", allow_none=True)
         self.max_rss_growth_bytes = parse_size(max_rss_growth, name="max_rss_growth", allow_none=True)
-        interval = parse_duration(peak_interval_s, name="peak_interval_s")
+        peak_interval = renamed_argument(
+            "peak_interval", peak_interval, "peak_interval_s", peak_interval_s, 0.05
+        )
+        interval = parse_duration(peak_interval, name="peak_interval")
         if not interval or interval <= 0:
-            raise ConfigError(f"peak_interval_s={peak_interval_s!r} must be positive, such as 0.05 or '50ms'")
+            raise ConfigError(f"peak_interval={peak_interval!r} must be positive, such as 0.05 or '50ms'")
         self.peak_interval_s = float(interval)
         self._local = threading.local()
         self._report: ScopeReport | None = None

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from typing import Literal, overload
 
-from trainguard.exceptions import UnitError
+from trainguard.exceptions import ConfigError, UnitError
 
-__all__ = ["parse_size", "parse_duration", "format_bytes", "format_bytes_apart", "format_duration"]
+__all__ = [
+    "parse_size",
+    "parse_duration",
+    "format_bytes",
+    "format_bytes_apart",
+    "format_duration",
+    "renamed_argument",
+]
 
 _SIZE_UNITS = {
     "": 1,
@@ -172,3 +180,22 @@ def format_duration(seconds: float | None) -> str:
     if seconds < 3600:
         return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
     return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def renamed_argument(
+    new: str, value: float | str | None, old: str, old_value: float | str | None, default: float
+) -> float | str:
+    """The value of an argument renamed from ``old`` to ``new`` (both default to None): the new
+    one's, or the old one's with a DeprecationWarning naming the new name, or ``default``.
+
+    Raises:
+        ConfigError: both names were given.
+    """
+    if old_value is None:
+        return default if value is None else value
+    if value is not None:
+        raise ConfigError(f"give {new}= only: {old}= is its deprecated older name")
+    warnings.warn(
+        f"{old}= is deprecated: use {new}=, which takes the same values", DeprecationWarning, stacklevel=3
+    )
+    return old_value

@@ -274,7 +274,7 @@ def test_reader_reads_consistently_while_the_writer_writes(db: Path, tmp_path: P
 
 
 def test_samples_are_bounded_per_worker_and_keep_peaks_and_span(db: Path) -> None:
-    with Store(db, max_samples_per_worker=100, sample_resolution_s=0.1) as store:
+    with Store(db, max_samples_per_worker=100, sample_resolution=0.1) as store:
         run = store.begin_run("r", "m:f", [{}], {})
         t0 = 1_700_000_000.0
         rss = [(i * 7919) % 1000 for i in range(5000)]
@@ -445,11 +445,30 @@ def test_missing_store_for_reading(tmp_path: Path) -> None:
     assert not (tmp_path / "missing.db").exists()
 
 
+def test_the_s_names_are_deprecated_names_of_the_durations(db: Path) -> None:
+    with Store(db, sample_resolution="250ms", busy_timeout="3s") as store:
+        assert (store._resolution_s, store._busy_timeout_s) == (0.25, 3.0)
+    with pytest.warns(DeprecationWarning) as caught:
+        with Store(db, sample_resolution_s="250ms", busy_timeout_s="3s") as store:
+            assert (store._resolution_s, store._busy_timeout_s) == (0.25, 3.0)
+    said = sorted(str(w.message) for w in caught)
+    assert said == [
+        "busy_timeout_s= is deprecated: use busy_timeout=, which takes the same values",
+        "sample_resolution_s= is deprecated: use sample_resolution=, which takes the same values",
+    ]
+    for new, old in (("sample_resolution", "sample_resolution_s"), ("busy_timeout", "busy_timeout_s")):
+        with pytest.raises(ConfigError, match=f"give {new}= only: {old}= is its deprecated older name") as err:
+            Store(db, **{new: 1, old: 1})
+        _one_line(err)
+
+
 def test_bad_arguments(db: Path) -> None:
     with pytest.raises(ConfigError, match="max_samples_per_worker"):
         Store(db, max_samples_per_worker=3)
-    with pytest.raises(ConfigError, match="sample_resolution_s"):
-        Store(db, sample_resolution_s="fast")
+    with pytest.raises(ConfigError, match="sample_resolution"):
+        Store(db, sample_resolution="fast")
+    with pytest.raises(ConfigError, match="busy_timeout"):
+        Store(db, busy_timeout="soon")
     with Store(db) as store:
         with pytest.raises(ConfigError, match="run name"):
             store.begin_run("", "m:f", [], {})

@@ -9,7 +9,7 @@ import pytest
 
 import trainguard
 from trainguard.exceptions import ConfigError, LeakError, UnitError
-from trainguard.scope import ScopeReport
+from trainguard.scope import Scope, ScopeReport
 
 _GLOBAL: list = []
 SHAPE = (311, 17)  # distinctive, so nothing else in the process has it
@@ -113,7 +113,7 @@ def test_a_short_lived_allocation_raises_the_peak_and_not_the_end():
     import time
 
     size = 256 * 2**20
-    with _scope(peak_interval_s="10ms") as s:
+    with _scope(peak_interval="10ms") as s:
         block = np.ones(size, dtype=np.uint8)  # touched: resident, not just reserved
         time.sleep(0.5)  # many peak readings' worth, even on a loaded machine
         del block
@@ -121,6 +121,19 @@ def test_a_short_lived_allocation_raises_the_peak_and_not_the_end():
     # the peak saw the block (less a margin for pages the reader missed), the end did not
     assert r.rss_peak_delta_bytes > 0.75 * size, r.to_text()
     assert r.rss_delta_bytes < 0.25 * size, r.to_text()
+
+
+def test_peak_interval_s_is_the_deprecated_name_of_peak_interval():
+    assert Scope(peak_interval="25ms").peak_interval_s == pytest.approx(0.025)
+    assert Scope().peak_interval_s == pytest.approx(0.05)
+    with pytest.warns(DeprecationWarning, match=r"peak_interval_s= is deprecated: use peak_interval="):
+        old = Scope(peak_interval_s="25ms")
+    assert old.peak_interval_s == pytest.approx(0.025)
+    with pytest.raises(ConfigError, match=r"give peak_interval= only") as err:
+        Scope(peak_interval="25ms", peak_interval_s="25ms")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"peak_interval="):
+        Scope(peak_interval="0s")
 
 
 def test_limits_raise_a_readable_picklable_leak_error():

@@ -147,8 +147,10 @@ class Store:
         readonly: open an existing store for reading only (SQLite ``mode=ro``); never creates a file.
         max_samples_per_worker: bound on the memory samples kept per worker (>= 16); beyond it the
             series is max-pooled into buckets twice as wide.
-        sample_resolution_s: the initial width of a sample bucket (``0.1`` or ``"100ms"``).
-        busy_timeout_s: how long to wait for another connection's lock before failing.
+        sample_resolution: the initial width of a sample bucket (``"100ms"`` or seconds; default 100 ms).
+        busy_timeout: how long to wait for another connection's lock before failing (``"10s"`` or
+            seconds; default 10 s).
+        sample_resolution_s, busy_timeout_s: the deprecated older names of the two above (warn).
 
     Raises:
         ConfigError: ``path`` is a folder, its folder does not exist, or an argument is out of range.
@@ -163,18 +165,24 @@ class Store:
         *,
         readonly: bool = False,
         max_samples_per_worker: int = 2000,
-        sample_resolution_s: float | str = 0.1,
-        busy_timeout_s: float | str = 10.0,
+        sample_resolution: float | str | None = None,
+        busy_timeout: float | str | None = None,
+        sample_resolution_s: float | str | None = None,
+        busy_timeout_s: float | str | None = None,
     ) -> None:
-        from trainguard.units import parse_duration
+        from trainguard.units import parse_duration, renamed_argument
 
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError(f"store path must be a file path such as 'runs.db', not {path!r}")
         self._max_samples = _check_int(max_samples_per_worker, "max_samples_per_worker", minimum=16)
-        self._resolution_s = float(parse_duration(sample_resolution_s, name="sample_resolution_s"))
+        resolution = renamed_argument(
+            "sample_resolution", sample_resolution, "sample_resolution_s", sample_resolution_s, 0.1
+        )
+        self._resolution_s = float(parse_duration(resolution, name="sample_resolution"))
         if self._resolution_s <= 0:
-            raise ConfigError("sample_resolution_s must be > 0, e.g. '100ms'")
-        self._busy_timeout_s = float(parse_duration(busy_timeout_s, name="busy_timeout_s"))
+            raise ConfigError(f"sample_resolution={resolution!r} must be > 0, e.g. '100ms'")
+        busy = renamed_argument("busy_timeout", busy_timeout, "busy_timeout_s", busy_timeout_s, 10.0)
+        self._busy_timeout_s = float(parse_duration(busy, name="busy_timeout"))
         self._path = Path(os.fspath(path)).expanduser()
         self._shown = os.fspath(path)
         self._readonly = bool(readonly)
