@@ -113,3 +113,22 @@ def test_descendants_lists_each_pid_once(monkeypatch):
     # two threads of one parent both listing a child (it moved between them mid-read)
     monkeypatch.setattr(proctree, "children", lambda pid: {1: [2, 3, 2], 2: [4], 3: [4]}.get(pid, []))
     assert proctree.descendants(1) == [2, 3, 4]
+
+
+def test_a_sampler_reading_counts_a_fork_once(forked_holder):
+    from trainguard.sampling import Sampler
+
+    parent, _child = forked_holder
+    sampler = Sampler(["rss_bytes"], pid=parent)
+    try:
+        readings = []
+        for _ in range(5):
+            readings.append(sampler.sample()["rss_bytes"])
+            time.sleep(0.02)
+    finally:
+        sampler.close()
+    parent_rss = proctree.statm_rss_bytes(parent)
+    assert None not in readings
+    # counted twice, the sample would read about 2 x the parent's RSS; once, under 1.35x
+    assert max(readings) < 1.35 * parent_rss, (readings, parent_rss)
+    assert min(readings) > 0.9 * parent_rss, (readings, parent_rss)

@@ -3,41 +3,21 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import psutil
 
-from trainguard import proctree
 from trainguard.exceptions import ConfigError
-from trainguard.proctree import smaps_rollup_bytes, statm_rss_bytes
+from trainguard.proctree import ProcessTree, statm_rss_bytes
 
 logger = logging.getLogger(__name__)
 
 ProbeFn = Callable[[], "int | float | None"]
 
 
-class TreePids:
-    """The pids of a process and its descendants (:func:`trainguard.proctree.descendants`),
-    re-listed at most every ``refresh_s``; a child started between refreshes is picked up at the
-    next refresh."""
-
-    def __init__(self, pid: int, refresh_s: float = 1.0) -> None:
-        self.pid = pid
-        self.refresh_s = refresh_s
-        self._pids: tuple[int, ...] = (pid,)
-        self._at = -1e9
-
-    def pids(self) -> tuple[int, ...]:
-        now = time.monotonic()
-        if now - self._at >= self.refresh_s:
-            self._at = now
-            self._pids = (self.pid, *proctree.descendants(self.pid))
-        return self._pids
-
-
-def build_probes(spec: object, pid: int) -> dict[str, ProbeFn]:
-    """Turn a ``probes=`` argument into ``{name: callable}``.
+def build_probes(spec: object, tree: ProcessTree) -> dict[str, ProbeFn]:
+    """Turn a ``probes=`` argument into ``{name: callable}``; the built-in probes read ``tree``
+    (its owner closes it).
 
     Raises:
         ConfigError: an unknown built-in name, a non-callable, or a spec of the wrong type.
@@ -46,7 +26,7 @@ def build_probes(spec: object, pid: int) -> dict[str, ProbeFn]:
         spec = ("rss_bytes",)
     if isinstance(spec, str):
         spec = (spec,)
-    builtins = _builtins(pid)
+    builtins = _builtins(tree)
     out: dict[str, ProbeFn] = {}
     if isinstance(spec, dict):
         for name, fn in spec.items():
@@ -83,31 +63,21 @@ def build_probes(spec: object, pid: int) -> dict[str, ProbeFn]:
     )
 
 
-def _builtins(pid: int) -> dict[str, ProbeFn]:
-    tree = TreePids(pid)
+def _builtins(tree: ProcessTree) -> dict[str, ProbeFn]:
+    """The built-in probes. The tree's memory is :class:`trainguard.proctree.ProcessTree`'s reading
+    (so a fork that has not called exec yet is charged what it owns, not its parent's pages again)."""
+    pid = tree.root_pid
 
     def rss_bytes() -> int | None:
-        total = 0
-        for p in tree.pids():
-            r = statm_rss_bytes(p)
-            if r is not None:
-                total += r
-            elif p == pid:
-                return None
-        return total
+        reading = tree.read()
+        return None if reading is None else reading[0]
 
     def process_rss_bytes() -> int | None:
         return statm_rss_bytes(pid)
 
     def uss_bytes() -> int | None:
-        total = 0
-        for p in tree.pids():
-            rollup = smaps_rollup_bytes(p)
-            if rollup is not None:
-                total += rollup.uss_bytes
-            elif p == pid:
-                return None
-        return total
+        reading = tree.read(uss=True)
+        return None if reading is None else reading[1]
 
     def gpu_bytes() -> int | None:
         from trainguard.probes.nvml import gpu_memory_of_pids

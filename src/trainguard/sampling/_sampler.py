@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from trainguard.exceptions import ConfigError
+from trainguard.proctree import ProcessTree
 from trainguard.sampling._probes import ProbeFn, build_probes
 from trainguard.units import parse_duration
 
@@ -166,7 +167,9 @@ class Sampler:
         self.interval_s: float = float(interval)
         self.max_samples: int = max_samples
         self.pid: int = pid or os.getpid()
-        self._probes: dict[str, ProbeFn] = build_probes(probes, self.pid)
+        # the tree the built-in probes read; its statm files stay open until close()
+        self._tree = ProcessTree(self.pid)
+        self._probes: dict[str, ProbeFn] = build_probes(probes, self._tree)
         self._lock = threading.Lock()
         self._times: list[float] = []
         self._values: dict[str, list[Number | None]] = {name: [] for name in self._probes}
@@ -214,6 +217,7 @@ class Sampler:
         if thread is not None:
             thread.join()
             self._record(self._read())
+        self._tree.close()
         self._flush_pool()
 
     def __enter__(self) -> Sampler:
