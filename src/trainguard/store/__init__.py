@@ -10,17 +10,8 @@ exactly once even if the supervisor is killed at any instant.
 
 from __future__ import annotations
 
-from trainguard.store._records import (
-    AttemptRecord,
-    EventRecord,
-    FittedSize,
-    RunInfo,
-    RunSummary,
-    Sample,
-    StageRecord,
-    TrialRecord,
-    WorkerRecord,
-)
+from trainguard.store import _records
+from trainguard.store._records import *  # noqa: F403 - the records are the face's, as _records lists them
 from trainguard.store._schema import (
     ATTEMPT_STATUSES,
     SCHEMA_VERSION,
@@ -39,14 +30,6 @@ __all__ = [
     "ATTEMPT_STATUSES",
     "TRIAL_STATUSES",
     "describe_worker_end",
-    "RunInfo",
-    "RunSummary",
-    "TrialRecord",
-    "AttemptRecord",
-    "WorkerRecord",
-    "EventRecord",
-    "Sample",
-    "FittedSize",
-    "StageRecord",
     "encode_json",
+    *_records.__all__,
 ]
