@@ -25,11 +25,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from multiprocessing.connection import wait as wait_connections
 from typing import TYPE_CHECKING, Any, cast
 
 from trainguard import frameworks, proctree
+from trainguard._outcome import TrialOutcome
 from trainguard.exceptions import FAILURE_ERRORS, ConfigError, TrialError, WorkerCrashedError
 from trainguard.runner._backend import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner._budget import PoolPlanner
@@ -65,7 +66,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class TrialResult:
+class TrialResult(TrialOutcome):
     """The outcome of one trial.
 
     ``status`` is ``"ok"`` or ``"failed"``; for a failure ``error`` holds ``status`` (the last attempt's
@@ -78,15 +79,6 @@ class TrialResult:
     ``seed`` is the seed the trial ran with (``Runner(seed=...)``), the same on every attempt.
     """
 
-    index: int
-    params: Any
-    status: str
-    value: Any
-    error: dict[str, Any] | None
-    attempts: int
-    peak_rss_bytes: int | None
-    worker_id: int | None
-    duration_s: float | None
     ran_with: dict[str, Any] | None = None
     reused: bool = False
     seed: int | None = None
@@ -101,19 +93,8 @@ class TrialResult:
     @classmethod
     def from_record(cls, rec: TrialRecord) -> TrialResult:
         """A finished trial an earlier session stored (``reused``: it is not run again)."""
-        return cls(
-            rec.index,
-            rec.params,
-            rec.status,
-            rec.value,
-            rec.error,
-            rec.attempts,
-            rec.peak_rss_bytes,
-            rec.worker_id,
-            rec.duration_s,
-            reused=True,
-            seed=rec.seed,
-        )
+        outcome = {f.name: getattr(rec, f.name) for f in fields(TrialOutcome)}
+        return cls(**outcome, reused=True, seed=rec.seed)
 
 
 @dataclass(frozen=True, slots=True)

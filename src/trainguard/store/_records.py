@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard._outcome import TrialOutcome
+
 __all__ = [
     "RunInfo",
     "RunSummary",
@@ -62,19 +64,10 @@ class RunSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class TrialRecord:
+class TrialRecord(TrialOutcome):
     """One trial. ``status`` is ``"pending"`` until :meth:`Store.finish_trial` makes it ``"ok"``/``"failed"``."""
 
     run_id: int
-    index: int
-    params: Any
-    status: str
-    value: Any
-    error: dict[str, Any] | None
-    attempts: int
-    peak_rss_bytes: int | None
-    worker_id: int | None
-    duration_s: float | None
     finished_at: float | None
     #: the seed the trial ran with (``Runner(seed=...)``), None for an unseeded run
     seed: int | None = None
