@@ -115,6 +115,16 @@ def test_bad_arguments_raise_before_any_work(kwargs, message) -> None:
     assert calls == []
 
 
+def test_make_config_takes_leakchecks_settings_and_defaults() -> None:
+    from trainguard.leaks import make_config
+
+    assert make_config().max_time_s == 120.0 and make_config().alpha == 0.01  # leakcheck's defaults
+    assert make_config(max_time="1m", metric="RSS").metric == "rss"
+    for name in ("max_tme", "isolated", "progress"):  # not a setting of the check
+        with pytest.raises(ConfigError, match=f"unknown leak-check setting {name!r}: use one of max_iterations"):
+            make_config(**{name: 1})
+
+
 def test_step_signature_errors() -> None:
     with pytest.raises(ConfigError, match="requires 2 arguments"):
         trainguard.leakcheck(lambda a, b: None)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainguard.leaks._report import KindGrowth, LeakReport, StepError
-from trainguard.leaks._run import LeakCheckConfig, make_config
+from trainguard.leaks._run import NOT_SETTINGS, LeakCheckConfig, make_config
 from trainguard.leaks.stats import Verdict
 
 __all__ = [
@@ -96,26 +96,14 @@ def leakcheck(
         ConfigError: a bad argument (non-positive counts, unknown metric, no budget), a step that
             needs arguments setup does not provide, or (isolated) a step that cannot be sent.
     """
+    # the settings, as given (first, so that locals() holds the arguments alone)
+    settings = {name: value for name, value in locals().items() if name not in NOT_SETTINGS}
     from trainguard._nesting import refuse_nested
 
     refuse_nested("leak check")
     from trainguard.leaks._run import call_plan, run_loop
 
-    config = make_config(
-        max_iterations=max_iterations,
-        min_iterations=min_iterations,
-        max_time=max_time,
-        metric=metric,
-        attribution=attribution,
-        tracemalloc=tracemalloc,
-        tolerance=tolerance,
-        alpha=alpha,
-        trim=trim,
-        calls_per_measurement=calls_per_measurement,
-        max_measurements=max_measurements,
-        max_growth=max_growth,
-        tracemalloc_full_stack=tracemalloc_full_stack,
-    )
+    config = make_config(**settings)
     if not callable(step):
         from trainguard.exceptions import ConfigError
 

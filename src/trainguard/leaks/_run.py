@@ -37,7 +37,7 @@ from trainguard.leaks._report import KindGrowth, LeakReport, StepError
 from trainguard.leaks.stats import Verdict
 from trainguard.units import format_bytes, parse_duration, parse_size
 
-__all__ = ["LeakCheckConfig", "make_config", "run_loop", "call_plan", "METRICS"]
+__all__ = ["LeakCheckConfig", "make_config", "run_loop", "call_plan", "METRICS", "NOT_SETTINGS"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,27 +81,34 @@ def _positive_int(name: str, value: Any, *, allow_none: bool = False, minimum: i
     return int(value)
 
 
-def make_config(
-    *,
-    max_iterations: int | None = None,
-    min_iterations: int | None = None,
-    max_time: str | float | None = "2m",
-    metric: str = "auto",
-    attribution: bool = True,
-    tracemalloc: bool = False,
-    tolerance: str | float | None = None,
-    alpha: float = 0.01,
-    trim: bool = True,
-    calls_per_measurement: int | None = None,
-    max_measurements: int = 300,
-    max_growth: str | int | None = None,
-    tracemalloc_full_stack: bool = False,
-) -> LeakCheckConfig:
-    """Validate every setting before any work starts.
+#: the arguments of :func:`trainguard.leakcheck` that are not settings of the check
+NOT_SETTINGS = frozenset({"step", "setup", "isolated", "progress"})
+
+
+def _default_settings() -> dict[str, Any]:
+    """The settings' defaults: those of :func:`trainguard.leakcheck`'s signature, the one place they are written."""
+    from trainguard.leaks import leakcheck
+
+    params = inspect.signature(leakcheck).parameters
+    return {name: p.default for name, p in params.items() if name not in NOT_SETTINGS}
+
+
+def make_config(**settings: Any) -> LeakCheckConfig:
+    """Validate every setting before any work starts. ``settings`` are keyword arguments of
+    :func:`trainguard.leakcheck` (all but step, setup, isolated and progress), with its defaults.
 
     Raises:
-        ConfigError: any value out of range, an unknown metric, no budget at all.
+        ConfigError: an unknown setting, any value out of range, an unknown metric, no budget at all.
     """
+    defaults = _default_settings()
+    unknown = sorted(set(settings) - set(defaults))
+    if unknown:
+        raise ConfigError(
+            f"unknown leak-check setting {unknown[0]!r}: use one of {', '.join(defaults)}", value=unknown[0]
+        )
+    s = defaults | settings
+    max_iterations, min_iterations, max_time = s["max_iterations"], s["min_iterations"], s["max_time"]
+    metric, tolerance, alpha, max_growth = s["metric"], s["tolerance"], s["alpha"], s["max_growth"]
     max_it = _positive_int("max_iterations", max_iterations, allow_none=True)
     min_it = _positive_int("min_iterations", min_iterations, minimum=1, allow_none=True)
     max_time_s = parse_duration(max_time, name="max_time", allow_none=True)
@@ -122,8 +129,8 @@ def make_config(
     tol = None if tolerance in (None, "auto") else float(parse_size(tolerance, name="tolerance"))
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 0.5:
         raise ConfigError(f"alpha={alpha!r} must be between 0 and 0.5, e.g. 0.01", value=repr(alpha))
-    cpm = _positive_int("calls_per_measurement", calls_per_measurement, allow_none=True)
-    max_meas = int(_positive_int("max_measurements", max_measurements, minimum=12) or 0)
+    cpm = _positive_int("calls_per_measurement", s["calls_per_measurement"], allow_none=True)
+    max_meas = int(_positive_int("max_measurements", s["max_measurements"], minimum=12) or 0)
     if max_growth is None:
         import psutil
 
@@ -140,16 +147,16 @@ def make_config(
         min_iterations=min_it,
         max_time_s=max_time_s,
         metric=metric.lower(),
-        attribution=bool(attribution),
-        tracemalloc=bool(tracemalloc),
+        attribution=bool(s["attribution"]),
+        tracemalloc=bool(s["tracemalloc"]),
         tolerance_bytes_per_iter=tol,
         alpha=float(alpha),
-        trim=bool(trim),
+        trim=bool(s["trim"]),
         calls_per_measurement=cpm,
         max_measurements=max_meas,
         min_measurements=10,
         max_growth_bytes=int(growth_cap),
-        tracemalloc_full_stack=bool(tracemalloc_full_stack),
+        tracemalloc_full_stack=bool(s["tracemalloc_full_stack"]),
     )
 
 
