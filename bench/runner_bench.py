@@ -21,13 +21,15 @@ sampled from outside the processes at 10 Hz (RSS summed over the process tree):
   (f) memory-limit kill overshoot: a trial allocating 50 MB every 20 ms under memory_limit=600MB
   (h) trainguard Runner, workers="auto", memory_budget = 1.6 x the single-trial peak of (a)
   (i) trainguard Runner, workers="auto", memory_budget = 3 x the single-trial peak of (a)
+  (k) trainguard Runner, workers="auto", memory_budget = 4.5 x: room for a replacement started early
   (j) ProcessPoolExecutor(max_workers=2, max_tasks_per_child=1, spawn): two at once, a process per trial
   (t) a torch workload (trainguard.workloads.torch_fit): naive loop in one process, Runner 1 worker,
       Runner 2 workers (ratios against the torch naive loop)
 
 Issue 15's parts, each short enough for one quiet run:
     .venv/bin/python bench/runner_bench.py --only abet     # naive, 1 worker, 2 workers; torch trio
-    .venv/bin/python bench/runner_bench.py --only ahij     # naive, budgets 1.6x and 3x, ProcessPool x2
+    .venv/bin/python bench/runner_bench.py --only ahijk    # naive, budgets 1.6x, 3x, 4.5x, ProcessPool x2
+    .venv/bin/python bench/runner_bench.py --only ahg      # naive, budget 1.6x, Ray Tune: one run
 
 Memory basis: "peak RSS" is the RSS summed over every descendant of the benchmark process (plus, for
 (g), any process whose command line names the Ray session's temp dir), sampled at 10 Hz; it counts
@@ -315,7 +317,16 @@ def bench_runner_general(
         run = reader.get_run(name)
         worker_rows = reader.workers(run.run_id)
         events = reader.events(
-            run.run_id, kinds=["workers", "threads", "prestart", "budget_wait", "budget_exceeded", "recycle"]
+            run.run_id,
+            kinds=[
+                "workers",
+                "threads",
+                "prestart",
+                "budget_wait",
+                "budget_kill",
+                "budget_exceeded",
+                "recycle",
+            ],
         )
     peaks = [r.peak_rss_bytes for r in results]
     durations = sorted(r.duration_s or 0.0 for r in results)
@@ -800,7 +811,7 @@ def main(argv: list[str] | None = None) -> int:
     if "e" in only and (row := step("(e) Runner 2 workers", bench_runner, trials, 2, store)) is not None:
         configs.append(row)
     single_peak = configs[0]["trial_peak_rss_bytes"][0]
-    for key, ratio in (("h", 1.6), ("i", 3.0)):
+    for key, ratio in (("h", 1.6), ("i", 3.0), ("k", 4.5)):
         if key in only:
             label = f"({key}) trainguard Runner, workers=auto, memory_budget={ratio:g} x single-trial peak"
             row = step(

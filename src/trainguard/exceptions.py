@@ -174,6 +174,7 @@ class CheckpointError(TrainguardError):
 FAILURE_ERRORS: dict[str, type[TrainguardError]] = {
     "killed_memory": MemoryLimitError,
     "killed_gpu_memory": MemoryLimitError,
+    "killed_budget": MemoryLimitError,
     "os_oom": WorkerCrashedError,
     "crashed": WorkerCrashedError,
     "timeout": TrialTimeoutError,

@@ -118,3 +118,23 @@ def base_and_leak(params):
         _LEAK.append(bytearray(b"\x01") * (params.get("base_mb", 200) * 2**20))
     _LEAK.append(bytearray(b"\x01") * (params.get("mb", 8) * 2**20))
     return {"pid": os.getpid()}
+
+
+def ramp(params):
+    """Grow to ``mb`` MiB in ``step_mb`` steps every ``step_s`` seconds, hold ``hold_s``, free: a
+    trial whose memory rises at a known rate. With ``barrier`` (a folder), the ramp starts once
+    ``parties`` trials have reached it (a file each), so that trials of two workers rise together."""
+    barrier = params.get("barrier")
+    if barrier:
+        Path(barrier, f"{os.getpid()}-{params.get('tag', '')}").touch()
+        deadline = time.monotonic() + params.get("barrier_timeout_s", 60)
+        while len(os.listdir(barrier)) < params.get("parties", 2) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    blocks = []
+    step = params.get("step_mb", 5) * 2**20
+    for _ in range(params.get("mb", 100) // params.get("step_mb", 5)):
+        blocks.append(bytearray(b"\x01") * step)
+        time.sleep(params.get("step_s", 0.02))
+    time.sleep(params.get("hold_s", 0.5))
+    del blocks
+    return {"pid": os.getpid()}

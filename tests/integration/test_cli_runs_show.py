@@ -124,11 +124,15 @@ def test_show_prints_each_pool_event_once(filled: Path, capsys: pytest.CaptureFi
     assert out.count("worker 3 killed at the memory budget") == 1
     assert out.count("trial 4 attempt 1 ended with killed_budget") == 1
     assert out.index("trial 4 attempt 1") < out.index("workers, threads and the memory budget")
-    assert out.index("worker 3 killed at the memory budget") > out.index("workers, threads and the memory budget")
+    assert out.index("worker 3 killed at the memory budget") > out.index(
+        "workers, threads and the memory budget"
+    )
     assert main(["show", "lr-sweep", "--store", str(filled), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [e["kind"] for e in data["pool"]] == ["workers", "budget_kill"]
-    assert "retry" in [e["kind"] for e in data["events"]] and "workers" not in [e["kind"] for e in data["events"]]
+    assert "retry" in [e["kind"] for e in data["events"]] and "workers" not in [
+        e["kind"] for e in data["events"]
+    ]
 
 
 def test_show_json_and_by_id(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:

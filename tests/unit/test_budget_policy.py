@@ -10,6 +10,7 @@ from trainguard.runner.policy import (
     Policy,
     WorkerHistory,
     budget_workers,
+    choose_budget_kill,
     choose_threads,
     decide_budget,
     next_peak_estimate,
@@ -169,3 +170,52 @@ def test_an_unmeasured_alternative_is_said_at_the_end():
     (line,) = choice.unresolved([(2, 1), (2, 1)])
     assert "not compared with 2" in line and "1 thread: 1" in line
     assert ThreadChoice(cores=2).unresolved([(1, 2)]) == []  # one worker: nothing to choose
+
+
+def test_no_kill_within_the_budget():
+    assert choose_budget_kill(1000 * MIB, [(0, 500 * MIB, 3.0), (1, 500 * MIB, 1.0)]) is None
+    assert choose_budget_kill(1000 * MIB, []) is None
+
+
+def test_over_the_budget_the_trial_started_last_is_killed():
+    k = choose_budget_kill(1000 * MIB, [(0, 560 * MIB, 3.0), (1, 480 * MIB, 0.5)])
+    assert k is not None and k.worker_id == 1 and not k.alone
+    assert k.values["excess_bytes"] == 40 * MIB and k.values["sum_bytes"] == 1040 * MIB
+    assert "the workers' trees summed 1.0 GiB > 1000.0 MiB" in k.message, k.message
+    assert "its trial started last (0.5 s ago)" in k.message
+
+
+def test_a_worker_running_no_trial_is_killed_first():
+    # a replacement started early (or an idle worker) costs no trial when it ends
+    k = choose_budget_kill(1000 * MIB, [(0, 500 * MIB, 3.0), (1, 420 * MIB, 0.5), (2, 100 * MIB, None)])
+    assert k is not None and k.worker_id == 2 and "it ran no trial" in k.message
+
+
+def test_only_a_tree_that_covers_the_excess_is_chosen_by_cost():
+    # the spare's 30 MiB does not cover 140 MiB over: the later of the trials that do is ended
+    k = choose_budget_kill(1000 * MIB, [(0, 600 * MIB, 3.0), (1, 510 * MIB, 0.4), (2, 30 * MIB, None)])
+    assert k is not None and k.worker_id == 1
+    # none covers it alone: the largest tree
+    k = choose_budget_kill(100 * MIB, [(0, 90 * MIB, 3.0), (1, 80 * MIB, 0.4), (2, 70 * MIB, None)])
+    assert k is not None and k.worker_id == 0 and "largest" in k.message
+
+
+def test_a_tree_over_the_budget_by_itself_is_alone():
+    k = choose_budget_kill(500 * MIB, [(0, 620 * MIB, 2.0)])
+    assert k is not None and k.worker_id == 0 and k.alone and k.values["tree_bytes"] == 620 * MIB
+    k = choose_budget_kill(500 * MIB, [(0, 620 * MIB, None)])  # no trial: nothing to stop the run for
+    assert k is not None and not k.alone
+
+
+def test_planner_lowered_after_a_kill_stays_lowered():
+    p = PoolPlanner(max_workers=4, budget_bytes=int(6 * PEAK), cores=4, threads=None)
+    p.initial()
+    assert p.first_trial_done(PEAK, PEAK).values["workers"] == 4
+    change = p.lower_after_kill(2, "worker 3 was killed at the memory budget")
+    assert change is not None and change.values["workers"] == 2 and change.values["previous"] == 4
+    assert "2 workers from now on, 4 before: worker 3 was killed" in change.message
+    assert p.target == 2 and p.cap == 2
+    p.first_trial_done(PEAK, PEAK)  # a later fresh worker's measurement does not raise it again
+    assert p.target == 2
+    assert p.lower_after_kill(0, "again").values["workers"] == 1  # never under 1
+    assert p.lower_after_kill(3, "more live than the target") is None and p.target == 1

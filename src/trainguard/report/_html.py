@@ -242,7 +242,7 @@ function show(kind,v){if(kind==="bytes")return bytes(v);if(kind==="sbytes")retur
 if(kind==="seconds")return secs(v);if(kind==="num")return (v===null||v===undefined)?"-":String(v);
 if(v===null||v===undefined)return "";return String(v);}
 var STATUS=["ok","failed","pending","running","interrupted","exception","crashed","os_oom","killed_memory",
-"killed_gpu_memory","timeout","framework_oom","not_serializable","skipped"];
+"killed_gpu_memory","killed_budget","timeout","framework_oom","not_serializable","skipped"];
 function cmp(a,b){var na=(a===null||a===undefined||a===""),nb=(b===null||b===undefined||b==="");
 if(na||nb)return na===nb?0:(na?1:-1);if(typeof a==="number"&&typeof b==="number")return a-b;
 return String(a).localeCompare(String(b),undefined,{numeric:true});}

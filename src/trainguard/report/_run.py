@@ -26,11 +26,12 @@ ATTEMPT_WORDS = {
     "os_oom": "killed by the OS out-of-memory killer",
     "killed_memory": "killed at the memory limit",
     "killed_gpu_memory": "killed at the GPU memory limit",
+    "killed_budget": "killed at the run's memory budget (the workers together over it)",
     "timeout": "killed at the trial timeout",
     "not_serializable": "result not JSON-serializable",
 }
 
-_KILL_REASONS = {"killed_memory", "killed_gpu_memory", "killed_timeout", "os_oom", "crashed"}
+_KILL_REASONS = {"killed_memory", "killed_gpu_memory", "killed_budget", "killed_timeout", "os_oom", "crashed"}
 _STATUS_COLOUR = {"ok": "#7cc595", "running": "#f3d27a", "interrupted": "#c9cfd8"}
 _MAX_TEXT = 400
 _CHART_BUCKETS = 1800

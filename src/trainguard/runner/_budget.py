@@ -102,6 +102,8 @@ class PoolPlanner:
         self.fresh_peaks: list[int] = []
         self.spare_bytes: int | None = None
         self.target = max_workers if budget_bytes is None else 1
+        # the most workers at once after a kill at the budget: later measurements do not raise it
+        self.cap: int | None = None
         self._last_reason: str | None = None
 
     @property
@@ -130,12 +132,28 @@ class PoolPlanner:
             self.spare_bytes = int(rss_after_bytes)
         if self.budget_bytes is None:
             return None
-        decision = budget_workers(self.budget_bytes, self.max_workers, self.fresh_peak_bytes)
+        decision = budget_workers(
+            self.budget_bytes, min(self.max_workers, self.cap or self.max_workers), self.fresh_peak_bytes
+        )
         workers = decision.values["workers"]
         if workers == self.target and len(self.fresh_peaks) > 1:
             return None  # the first measurement is always recorded, even when it changes nothing
         previous, self.target = self.target, workers
         return BudgetDecision(decision.action, decision.message, {**decision.values, "previous": previous})
+
+    def lower_after_kill(self, workers: int, why: str) -> BudgetDecision | None:
+        """A worker was killed at the budget with ``workers`` others still running trials: run at
+        most that many (at least 1) from now on, so the run does not cross the budget again."""
+        workers = max(1, min(workers, self.target))
+        self.cap = workers if self.cap is None else min(self.cap, workers)
+        if workers == self.target:
+            return None
+        previous, self.target = self.target, workers
+        return BudgetDecision(
+            "workers",
+            f"{workers} worker{'s' if workers != 1 else ''} from now on, {previous} before: {why}",
+            {"workers": workers, "previous": previous, "cap": self.cap, "budget_bytes": self.budget_bytes},
+        )
 
     def spare_ready(self, rss_bytes: int | None) -> None:
         """A replacement started early is ready: its size is what the next one will take."""
@@ -147,6 +165,7 @@ class PoolPlanner:
             "budget_bytes": self.budget_bytes,
             "max_workers": self.max_workers,
             "target": self.target,
+            "cap": self.cap,
             "fresh_peak_bytes": self.fresh_peak_bytes,
             "threads_chosen": dict(self.threads.chosen),
         }

@@ -39,12 +39,14 @@ from trainguard.runner._fnref import FnSpec
 from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES, MessageReader, ProtocolError
 from trainguard.runner.policy import (
     OOM_STATUSES,
+    BudgetKill,
     EndCause,
     KillDecision,
     Policy,
     RecycleDecision,
     WorkerHistory,
     check_limits,
+    choose_budget_kill,
     decide_budget,
     decide_recycle,
     next_peak_estimate,
@@ -63,6 +65,11 @@ if TYPE_CHECKING:
 __all__ = ["TrialResult", "RunProgress", "WorkerProgress", "Session", "default_run_name"]
 
 logger = logging.getLogger(__name__)
+
+#: Times one trial may be killed at the memory budget beside other work and run again without using
+#: ``Policy.retries`` (each kill lowers the concurrency, so this is reached only by a trial that grows
+#: unlike the ones measured before it); past it, the retry policy decides.
+BUDGET_KILLS_PER_TRIAL = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +179,7 @@ class _Running:
     mixed_precision: bool = False
     oom_attempts: int = 0
     sized: bool = False  # the remembered size was looked up for this trial already
+    budget_kills: int = 0  # attempts killed at the memory budget beside other trials, this session
 
     @property
     def sent_params(self) -> Any:
@@ -210,6 +218,7 @@ class _Worker:
     reserved_bytes: float | None = None
     waited: bool = False
     prestart_said: bool = False
+    budget_kill: BudgetKill | None = None  # why the sampler killed it at the memory budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +362,7 @@ class Session:
         # the highest tree sum over the budget seen by the sampler and not recorded yet
         self._budget_over: tuple[int, float] | None = None
         self._budget_over_recorded = 0.0
+        self._no_prestart = False  # a replacement started early was killed at the budget
 
     # -- progress ---------------------------------------------------------------------------------
 
@@ -734,10 +744,16 @@ class Session:
                 continue
             if not self._budget_check(worker):
                 continue
+            with self._lock:
+                if worker.kill is not None:  # killed at the budget while idle: its death is coming
+                    continue
             run = self._queue.popleft()
             self._apply_fitted_size(run)
             run.started_mono = time.monotonic()
             with self._lock:
+                if worker.kill is not None:  # killed in between: the trial waits for another worker
+                    self._queue.appendleft(run)
+                    continue
                 worker.trial = run
                 worker.state = "busy"
                 worker.trial_peak_rss = worker.cur_rss or 0
@@ -1109,7 +1125,12 @@ class Session:
     def _maybe_prestart(self, worker: _Worker, stats: dict[str, Any]) -> None:
         """Under a budget with room, start the replacement of a worker expected to be recycled
         soon, importing the frameworks its trials use, so the recycle costs no import."""
-        if not self._planner.budgeted or not self._queue or any(w.spare for w in self._live()):
+        if (
+            not self._planner.budgeted
+            or self._no_prestart
+            or not self._queue
+            or any(w.spare for w in self._live())
+        ):
             return
         if self.backend.name != "local":
             return  # a spare is a worker beyond the slots a remote backend was opened with
@@ -1465,10 +1486,16 @@ class Session:
             worker.trial = None
         if kill is not None:  # the sampler thread killed it; the loop records it (one store writer)
             during = f" (trial {run.index} attempt {run.attempt})" if run is not None else ""
+            budget = worker.budget_kill
             self._event(
-                "kill",
+                "kill" if budget is None else "budget_kill",
                 f"worker {worker.worker_id}{during} {kill.message}",
-                data={"status": kill.status, "limit": kill.limit, "value": kill.value},
+                data={
+                    "status": kill.status,
+                    "limit": kill.limit,
+                    "value": kill.value,
+                    **(budget.values if budget is not None else {}),
+                },
                 worker=worker,
                 index=run.index if run is not None else None,
             )
@@ -1486,6 +1513,9 @@ class Session:
             cause.worker_reason,
             {**cause.detail, "message": cause.message, "trials": worker.trials_done},
         )
+        if worker.budget_kill is not None:
+            self._after_budget_kill(worker, run, cause)
+            return
         if previous in ("starting", "loading") and cause.worker_reason != "node_lost":
             # a worker that cannot start is a configuration problem; one whose node was lost is not
             raise WorkerCrashedError(
@@ -1503,6 +1533,92 @@ class Session:
         logger.info("trial %d attempt %d: %s", run.index, run.attempt, cause.message)
         self._finish_attempt(
             worker, run, cause.attempt_status, error, None, peak, time.monotonic() - run.started_mono
+        )
+
+    def _after_budget_kill(self, worker: _Worker, run: _Running | None, cause: EndCause) -> None:
+        """A worker killed at the memory budget (recorded already): with fewer workers from now on,
+        its trial runs again, the pool's doing, not the trial's: no ``retries`` are used, up to
+        :data:`BUDGET_KILLS_PER_TRIAL` times; then the retry policy decides. A trial whose tree alone
+        crossed the budget stops the run, as no concurrency can make it fit."""
+        choice = worker.budget_kill
+        assert choice is not None
+        budget = self._planner.budget_bytes or 0
+        duration = None if run is None else time.monotonic() - run.started_mono
+        peak = worker.trial_peak_rss or None
+        error = {"status": "killed_budget", "message": cause.message, **cause.detail}
+        if run is not None and choice.alone:
+            if self.run_id is not None:
+                self.store.finish_attempt(
+                    self.run_id,
+                    run.index,
+                    run.attempt,
+                    status="killed_budget",
+                    error=error,
+                    peak_rss_bytes=peak,
+                    duration_s=duration,
+                )
+            message = (
+                f"memory_budget={format_bytes(budget)} is below one trial's measured peak: trial {run.index} "
+                f"alone reached {format_bytes(choice.values['tree_bytes'])} and was killed at the budget: "
+                "raise it above that (or make the trial smaller)"
+            )
+            self._event("budget_too_small", message, data=choice.values, worker=worker, index=run.index)
+            raise ConfigError(message)
+        if worker.spare:
+            self._no_prestart = True
+            self._event(
+                "workers",
+                f"no replacement is started early from now on: worker {worker.worker_id}, started early, "
+                "was killed at the memory budget",
+                data=choice.values,
+                worker=worker,
+            )
+        else:
+            others = sum(1 for w in self._live() if w is not worker and not w.spare and w.kill is None)
+            change = self._planner.lower_after_kill(
+                others,
+                f"worker {worker.worker_id} was killed at the memory budget (the workers' trees summed "
+                f"{format_bytes(choice.values['sum_bytes'])}, budget {format_bytes(budget)})",
+            )
+            if change is not None:
+                self._event("workers", change.message, data=change.values, worker=worker)
+        if run is None:
+            return
+        if run.budget_kills >= BUDGET_KILLS_PER_TRIAL:
+            self._finish_attempt(worker, run, "killed_budget", error, None, peak, duration)
+            return
+        if self.run_id is not None:
+            self.store.finish_attempt(
+                self.run_id,
+                run.index,
+                run.attempt,
+                status="killed_budget",
+                error=error,
+                peak_rss_bytes=peak,
+                duration_s=duration,
+            )
+        self._event(
+            "retry",
+            f"trial {run.index} attempt {run.attempt} on worker {worker.worker_id} ended with killed_budget "
+            f"(killed at the memory budget beside other work); running again as attempt {run.attempt + 1} "
+            f"with at most {self._planner.target} worker{'s' if self._planner.target != 1 else ''} at once "
+            "(a kill at the budget uses no retries)",
+            data={"status": "killed_budget", "attempt": run.attempt, "workers": self._planner.target},
+            worker=worker,
+            index=run.index,
+        )
+        self._queue.appendleft(
+            _Running(
+                run.index,
+                run.params,
+                run.attempt + 1,
+                run.session_attempts,
+                attempt_params=run.attempt_params,
+                mixed_precision=run.mixed_precision,
+                oom_attempts=run.oom_attempts,
+                sized=True,
+                budget_kills=run.budget_kills + 1,
+            )
         )
 
     # -- sampling ---------------------------------------------------------------------------------
@@ -1567,12 +1683,35 @@ class Session:
                     worker.kill = decision
                 worker.handle.kill()
                 logger.info("worker %d: %s", worker.worker_id, decision.message)
-        budget = self._planner.budget_bytes
-        if budget is not None:
-            with self._lock:
-                total = sum(w.cur_rss or 0 for w in self._workers if w.state != "dead")
-                if total > budget and (self._budget_over is None or total > self._budget_over[0]):
-                    self._budget_over = (total, now_wall)
+        if self._planner.budget_bytes is not None:
+            self._enforce_budget(self._planner.budget_bytes, now_wall)
+
+    def _enforce_budget(self, budget: int, now_wall: float) -> None:
+        """The memory budget as a hard bound (sampler thread): when this sample of every worker tree
+        sums over it, kill the worker :func:`choose_budget_kill` names at once; the loop records it,
+        lowers the concurrency and runs its trial again (:meth:`_after_budget_kill`)."""
+        now = time.monotonic()
+        with self._lock:
+            total = sum(w.cur_rss or 0 for w in self._workers if w.state != "dead")
+            if total > budget and (self._budget_over is None or total > self._budget_over[0]):
+                self._budget_over = (total, now_wall)
+            # a worker already killed, or told to exit and being reaped, frees its memory anyway
+            counted = [w for w in self._workers if w.state not in ("dead", "exiting") and w.kill is None]
+            candidates = [
+                (w.worker_id, w.cur_rss or 0, None if w.trial is None else now - w.trial.started_mono)
+                for w in counted
+            ]
+        choice = choose_budget_kill(budget, candidates)
+        if choice is None:
+            return
+        with self._lock:
+            worker = next(w for w in counted if w.worker_id == choice.worker_id)
+            if worker.state in ("dead", "exiting") or worker.kill is not None:
+                return
+            worker.kill = KillDecision("killed_budget", budget, choice.values["sum_bytes"], choice.message)
+            worker.budget_kill = choice
+        worker.handle.kill()
+        logger.info("worker %d: %s", worker.worker_id, choice.message)
 
     def _read_tree(
         self, worker: _Worker, *, uss: bool = False, rediscover: bool = False

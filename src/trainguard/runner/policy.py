@@ -66,6 +66,8 @@ __all__ = [
     "budget_workers",
     "decide_budget",
     "should_prestart",
+    "BudgetKill",
+    "choose_budget_kill",
     "recycle_expected_soon",
     "choose_threads",
     "signal_name",
@@ -82,6 +84,9 @@ _CATEGORY = {
     "os_oom": "memory",
     "killed_memory": "memory",
     "killed_gpu_memory": "memory",
+    # killed because the workers' trees together crossed the run's memory_budget: the pool's doing
+    # when others ran beside it (run again at lower concurrency without using ``retries``)
+    "killed_budget": "memory",
     "crashed": "crash",
     "timeout": "timeout",
     # a result that cannot be serialized fails the same way every time: never retried
@@ -510,7 +515,7 @@ class RecycleDecision:
 class KillDecision:
     """Kill the trial's process tree now. ``status`` is the attempt status to record."""
 
-    status: Literal["killed_memory", "killed_gpu_memory", "timeout"]
+    status: Literal["killed_memory", "killed_gpu_memory", "killed_budget", "timeout"]
     limit: float
     value: float
     message: str
@@ -747,6 +752,7 @@ class EndCause:
 _KILL_REASON = {
     "killed_memory": "killed_memory",
     "killed_gpu_memory": "killed_gpu_memory",
+    "killed_budget": "killed_budget",
     "timeout": "killed_timeout",
 }
 
@@ -786,6 +792,8 @@ def classify_end(
             detail.update(timeout_s=kill.limit, elapsed_s=round(kill.value, 3))
         elif kill.status == "killed_gpu_memory":
             detail.update(gpu_bytes=int(kill.value), limit_bytes=int(kill.limit))
+        elif kill.status == "killed_budget":
+            detail.update(sum_bytes=int(kill.value), budget_bytes=int(kill.limit))
         else:
             detail.update(rss_bytes=int(kill.value), limit_bytes=int(kill.limit))
         detail["signal"] = "SIGKILL"
@@ -961,6 +969,72 @@ def decide_budget(
         f"{format_bytes(others_reserved_bytes)} idle workers hold (budget {format_bytes(budget_bytes)}): "
         "one worker fewer",
         values,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetKill:
+    """The worker to end now because the workers' trees together are over the memory budget.
+
+    ``alone`` is True when that worker's own tree is over the budget: no lower concurrency can make
+    its trial fit, so the run stops instead of running it again.
+    """
+
+    worker_id: int
+    alone: bool
+    message: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def choose_budget_kill(
+    budget_bytes: int, workers: Sequence[tuple[int, int, float | None]]
+) -> BudgetKill | None:
+    """Which worker to kill when one sample of every worker tree sums over ``budget_bytes``.
+
+    ``workers`` are ``(worker_id, tree_bytes, trial_elapsed_s)``, the elapsed time None for a worker
+    running no trial (idle, starting, a replacement started early). The choice: among the workers
+    whose tree alone is at least the excess (ending one of them brings the sum back under the budget
+    by itself), the one whose kill costs least: no trial first, else the trial that started last
+    (the least work lost and run again); the larger tree on a tie. When no single tree covers the
+    excess, the largest tree (the next sample ends another if the sum is still over). None: the sum
+    is within the budget.
+    """
+    total = sum(tree for _, tree, _ in workers)
+    if total <= budget_bytes or not workers:
+        return None
+    excess = total - budget_bytes
+    covering = [w for w in workers if w[1] >= excess]
+    if covering:
+        victim = min(covering, key=lambda w: (0.0 if w[2] is None else w[2], -w[1], w[0]))
+        why = (
+            "it ran no trial"
+            if victim[2] is None
+            else f"its trial started last ({victim[2]:.1f} s ago)"
+            if sum(1 for w in covering if w[2] is not None) > 1
+            else f"its trial ({victim[2]:.1f} s in) was the only one whose end covers the excess"
+        )
+        how = f"its {format_bytes(victim[1])} alone covers the excess, and {why}"
+    else:
+        victim = max(workers, key=lambda w: (w[1], -w[0]))
+        how = f"no single tree covers the excess; its {format_bytes(victim[1])} is the largest"
+    worker_id, tree, elapsed = victim
+    alone = elapsed is not None and tree > budget_bytes
+    return BudgetKill(
+        worker_id,
+        alone,
+        "killed at the memory budget: the workers' trees summed {} > {}; ".format(
+            *format_bytes_apart(total, budget_bytes)
+        )
+        + f"worker {worker_id} was ended because {how}",
+        {
+            "sum_bytes": int(total),
+            "budget_bytes": int(budget_bytes),
+            "excess_bytes": int(excess),
+            "tree_bytes": int(tree),
+            "trial_elapsed_s": None if elapsed is None else round(elapsed, 3),
+            "workers": len(workers),
+            "alone": alone,
+        },
     )
 
 

@@ -14,6 +14,7 @@ WORKER_REASONS: dict[str, str] = {
     "killed_memory": "killed at the memory limit",
     "killed_gpu_memory": "killed at the GPU memory limit",
     "killed_timeout": "killed at the trial timeout",
+    "killed_budget": "killed at the run's memory budget",
     "os_oom": "killed by the OS out-of-memory killer",
     "crashed": "crashed",
     "exited": "exited on its own",
@@ -37,6 +38,8 @@ ATTEMPT_STATUSES = (
     "os_oom",
     "killed_memory",
     "killed_gpu_memory",
+    # the workers' trees summed over Runner(memory_budget=...): this worker was the one ended
+    "killed_budget",
     "timeout",
     "not_serializable",
     "result_too_large",
