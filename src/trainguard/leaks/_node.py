@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import numpy as np
 
 from trainguard.exceptions import ConfigError
 from trainguard.leaks import _plan, stats
+from trainguard.leaks._loop import LoopBase, analysis_dict, settled_slope
 from trainguard.leaks._report import KindGrowth, LeakReport, StepError
 from trainguard.leaks.stats import Verdict
 from trainguard.units import format_bytes
@@ -181,7 +181,7 @@ def run_node(
         driver.close()
 
 
-class _NodeLoop:
+class _NodeLoop(LoopBase):
     """The leak loop over a Node step: the same phases as the Python loop, commands instead of calls."""
 
     def __init__(
@@ -192,54 +192,32 @@ class _NodeLoop:
         ready: dict[str, Any],
         series: list[dict[str, Any]],
     ) -> None:
-        self.driver, self.config, self.progress, self.ready = driver, config, progress, ready
-        self.series = series
-        self.step_times: list[float] = []
-        self.error: StepError | None = None
-        self.iterations = 0
-        self.measure_cost = 0.0
-        self.plan: _plan.Plan | None = None
-        self.last_look: _plan.LookResult | None = None
-        self.last_progress = 0.0
-        self.start = 0.0
+        super().__init__(config, progress, series)
+        self.driver, self.ready = driver, ready
 
     def run(self) -> LeakReport:
-        self.start = time.perf_counter()
-        self.measure()
-        while True:
-            if not self.call_block():
-                if self.iterations > int(self.series[-1]["iteration"]):
-                    self.measure()
-                break
-            self.measure()
-            if self.plan is None and len(self.series) >= 3:
-                plan = _plan.calibrate(
-                    self.config,
-                    self.series,
-                    iterations=self.iterations,
-                    measure_cost_s=self.measure_cost,
-                    step_time_s=self.step_time(),
-                    elapsed_s=time.perf_counter() - self.start,
-                )
-                if any(r.get(TENSOR_KEY) is not None for r in self.series):
-                    # TF.js's own count of tensor bytes is decided on as a second series, as GPU
-                    # allocator bytes are for Python: the false-positive budget is split between them
-                    plan = dataclasses.replace(
-                        plan, gpu_key=TENSOR_KEY, alpha_per_look=plan.alpha_per_look / 2
-                    )
-                self.plan = plan
-            if self.after_reading():
-                break
+        self.loop()
         return self.report()
 
-    def step_time(self) -> float:
-        return float(np.median(self.step_times[-50:])) if self.step_times else 0.0
+    def after_measure(self) -> None:
+        if self.plan is not None or len(self.series) < 3:
+            return
+        plan = _plan.calibrate(
+            self.config,
+            self.series,
+            iterations=self.iterations,
+            measure_cost_s=self.measure_cost,
+            step_time_s=self.step_time(),
+            elapsed_s=time.perf_counter() - self.start,
+        )
+        if any(r.get(TENSOR_KEY) is not None for r in self.series):
+            # TF.js's own count of tensor bytes is decided on as a second series, as GPU
+            # allocator bytes are for Python: the false-positive budget is split between them
+            plan = dataclasses.replace(plan, gpu_key=TENSOR_KEY, alpha_per_look=plan.alpha_per_look / 2)
+        self.plan = plan
 
     def call_block(self) -> bool:
-        block = self.plan.calls_per_measurement if self.plan else (self.config.calls_per_measurement or 1)
-        if self.config.max_iterations is not None:
-            block = min(block, self.config.max_iterations - self.iterations)
-        answer = self.driver.ask({"op": "calls", "n": int(block)})
+        answer = self.driver.ask({"op": "calls", "n": self.block_size()})
         self.step_times.extend(float(t) for t in answer.get("step_times", ()))
         if answer.get("event") == "step_error":
             self.iterations = int(answer["iteration"]) - 1
@@ -279,53 +257,10 @@ class _NodeLoop:
         row["elapsed_s"] = round(time.perf_counter() - self.start, 4)
         self.series.append(row)
 
-    def after_reading(self) -> bool:
-        elapsed = time.perf_counter() - self.start
-        k = self.plan.calls_per_measurement if self.plan else 1
-        final, looks_now = _plan.look_due(
-            self.config,
-            self.plan,
-            self.series,
-            iterations=self.iterations,
-            elapsed_s=elapsed,
-            next_block_s=k * self.step_time() + self.measure_cost,
-        )
-        if self.progress is not None and (time.perf_counter() - self.last_progress > 0.5 or looks_now):
-            self.last_progress = time.perf_counter()
-            self.progress(
-                _plan.progress_event(self.series, iterations=self.iterations, elapsed_s=elapsed, k=k)
-            )
-        if not looks_now or self.plan is None:
-            return final
-        self.last_look = _plan.look(
-            self.config,
-            self.plan,
-            self.series,
-            iterations=self.iterations,
-            elapsed_s=elapsed,
-            step_time_s=self.step_time(),
-            final=final,
-            key="bytes",
-        )
-        return self.last_look.stop
-
     def report(self) -> LeakReport:
         elapsed = time.perf_counter() - self.start
         plan = self.plan
-        median = float(np.median(self.step_times)) if self.step_times else 0.0
-        tolerance = plan.tolerance_bytes_per_iter if plan else None
-        if tolerance is None:
-            tolerance = self.config.tolerance_bytes_per_iter or _plan.auto_tolerance(median)
-        alpha = plan.alpha_per_look if plan else self.config.alpha
-        look = self.last_look
-        tensor_key = plan.gpu_key if plan else None
-        if look is not None and look.decision.verdict is not None and self.error is None:
-            decision, tensor_decision = look.decision, look.gpu_decision
-        else:
-            strong = _plan.strong_needed(self.config, self.iterations)
-            args = (alpha, tolerance, True, True, True, strong)
-            decision = _plan.decide_series(self.series, "bytes", *args)
-            tensor_decision = _plan.decide_series(self.series, tensor_key, *args) if tensor_key else None
+        decision, tensor_decision, tolerance, alpha = self.final_decisions()
         verdict, reason = _plan.final_verdict(
             decision,
             tensor_decision,
@@ -336,30 +271,21 @@ class _NodeLoop:
         )
         if reason.startswith(_GPU_WORDS):  # the second series is TF.js's tensors here, not a GPU
             reason = "TF.js tensors (tf.memory().numBytes): " + reason[len(_GPU_WORDS) :]
-        xs = np.array([r["iteration"] for r in self.series], dtype=float)
-        ys = np.array([r["bytes"] for r in self.series], dtype=float)
-        warm = decision.warmup_index if decision.slope is not None else 0
-        warm_iter = int(xs[warm]) if len(xs) else 0
-        slope = decision.slope
-        lsq = stats.least_squares_slope(ys[warm:], xs[warm:]) if len(ys) - warm >= 2 else None
+        warm, slopes = settled_slope(self.series, decision)
         growth, hints = node_attribution(
-            self.series, warm, slope.slope if slope else None, tolerance, verdict
+            self.series, warm, slopes["slope_bytes_per_iter"], tolerance, verdict
         )
         return LeakReport(
             verdict=verdict,
             reason=reason,
             metric="rss" if self.config.metric == "auto" else self.config.metric,
-            slope_bytes_per_iter=slope.slope if slope else None,
-            ci_low_bytes_per_iter=slope.ci_low if slope and math.isfinite(slope.ci_low) else None,
-            ci_high_bytes_per_iter=slope.ci_high if slope and math.isfinite(slope.ci_high) else None,
-            least_squares_bytes_per_iter=lsq,
+            **slopes,
             iterations=self.iterations,
-            warmup_iterations=warm_iter,
             measurements=len(self.series),
             calls_per_measurement=plan.calls_per_measurement if plan else 1,
             tolerance_bytes_per_iter=float(tolerance),
             elapsed_s=elapsed,
-            step_time_s=median if self.step_times else None,
+            step_time_s=float(np.median(self.step_times)) if self.step_times else None,
             series=tuple(self.series),
             growth_by_kind=growth,
             hints=hints,
@@ -374,21 +300,11 @@ class _NodeLoop:
                 "node": self.ready.get("node"),
                 "tfjs": self.ready.get("tfjs"),
                 "setup_s": self.ready.get("setup_s"),
-                "tfjs_tensors": None if tensor_decision is None else _analysis(tensor_decision),
+                "tfjs_tensors": None
+                if tensor_decision is None
+                else {"source": TENSOR_KEY, **analysis_dict(tensor_decision)},
             },
         )
-
-
-def _analysis(d: stats.Decision) -> dict[str, Any]:
-    s = d.slope
-    return {
-        "source": TENSOR_KEY,
-        "verdict": d.verdict.value if d.verdict else None,
-        "reason": d.reason,
-        "slope_bytes_per_iter": s.slope if s else None,
-        "ci_low_bytes_per_iter": s.ci_low if s and math.isfinite(s.ci_low) else None,
-        "ci_high_bytes_per_iter": s.ci_high if s and math.isfinite(s.ci_high) else None,
-    }
 
 
 def _slope(rows: list[dict[str, Any]], key: str) -> float | None:

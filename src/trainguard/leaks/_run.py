@@ -20,7 +20,6 @@ from __future__ import annotations
 import gc
 import inspect
 import logging
-import math
 import os
 import sys
 import time
@@ -33,6 +32,7 @@ import numpy as np
 
 from trainguard.exceptions import ConfigError
 from trainguard.leaks import _evidence, _plan, stats
+from trainguard.leaks._loop import LoopBase, analysis_dict, settled_slope
 from trainguard.leaks._report import KindGrowth, LeakReport, StepError
 from trainguard.leaks.stats import Verdict
 from trainguard.units import format_bytes, parse_duration, parse_size
@@ -293,18 +293,6 @@ class _Meter:
         }
 
 
-def _analysis_dict(d: stats.Decision) -> dict[str, Any]:
-    s = d.slope
-    return {
-        "verdict": d.verdict.value if d.verdict else None,
-        "reason": d.reason,
-        "slope_bytes_per_iter": s.slope if s else None,
-        "ci_low_bytes_per_iter": s.ci_low if s else None,
-        "ci_high_bytes_per_iter": s.ci_high if s else None,
-        "warmup_index": d.warmup_index,
-    }
-
-
 def run_loop(
     step: Callable[..., Any],
     setup: Callable[[], Any] | None,
@@ -479,10 +467,10 @@ class _Counts:
         return _evidence.evidence_dict(self.support, self.fallback, self.points)
 
 
-class _Loop:
+class _Loop(LoopBase):
     """One leak check's state and its phases: blocks of calls, readings, calibration, looks, the
-    final verdict and the report. The decisions themselves are the pure functions of
-    :mod:`trainguard.leaks._plan`."""
+    final verdict and the report (what it shares with the Node loop is :class:`LoopBase`'s). The
+    decisions themselves are the pure functions of :mod:`trainguard.leaks._plan`."""
 
     def __init__(
         self,
@@ -495,27 +483,18 @@ class _Loop:
     ) -> None:
         from trainguard.leaks.attribution import TracemallocProbe
 
-        self.call, self.config, self.progress = call, config, progress
+        super().__init__(config, progress, [])
+        self.call = call
         self.isolated, self.on_reading = isolated, on_reading
         self.meter = _Meter(config.metric, config.trim)
         self.probe = (
             TracemallocProbe(full_stack=config.tracemalloc_full_stack) if config.tracemalloc else None
         )
-        self.series: list[dict[str, Any]] = []
-        self.step_times: list[float] = []
-        self.error: StepError | None = None
-        self.iterations = 0
-        self.measure_cost = 0.0
         self.measure_costs: list[float] = []
-        self.plan: _plan.Plan | None = None
-        self.last_look: _plan.LookResult | None = None
-        self.last_progress = 0.0
-        self.start = 0.0
         self.counts = _Counts(config.attribution, watch)
         #: reading after every call while counts may give evidence soon (``_plan.dense_next``)
         self.dense = _plan.dense_next(config, iterations=0, rising=True, spent_s=0.0, budget_s=0.0)
         self.dense_spent = 0.0
-        self.looks_done = 0
 
     # -- calls and readings ------------------------------------------------------------------
 
@@ -523,29 +502,18 @@ class _Loop:
         if self.probe is not None:
             self.probe.start()
         self.meter.read()  # first use imports the probes; keep that out of the timed loop
-        self.start = time.perf_counter()
-        self.measure()
-        while True:
-            if not self.call_block():
-                if self.iterations > int(self.series[-1]["iteration"]):
-                    self.measure()
-                break
-            self.measure()
-            if self.plan is None and len(self.series) >= 3:
-                self.calibrate()
-            if self.dense:
-                self.end_dense_if_due()
-            if self.after_reading():
-                break
+        self.loop()
         return self.report()
+
+    def after_measure(self) -> None:
+        if self.plan is None and len(self.series) >= 3:
+            self.calibrate()
+        if self.dense:
+            self.end_dense_if_due()
 
     def call_block(self) -> bool:
         """Call the step ``k`` times; False when it raised (the error is kept)."""
-        block = self.plan.calls_per_measurement if self.plan else (self.config.calls_per_measurement or 1)
-        if self.dense:
-            block = 1
-        if self.config.max_iterations is not None:
-            block = min(block, self.config.max_iterations - self.iterations)
+        block = min(self.block_size(), 1) if self.dense else self.block_size()
         for _ in range(block):
             t0 = time.perf_counter()
             try:
@@ -584,9 +552,6 @@ class _Loop:
             return self.config.max_time_s
         return (self.config.max_iterations or 0) * self.step_time()
 
-    def step_time(self) -> float:
-        return float(np.median(self.step_times[-50:])) if self.step_times else 0.0
-
     def end_dense_if_due(self) -> None:
         """Leave the call-by-call phase once counts stop rising, its budget is spent or it has
         lasted DENSE_MAX_CALLS calls: the readings taken so far are thinned to the batch size the
@@ -623,63 +588,13 @@ class _Loop:
 
     # -- looks ---------------------------------------------------------------------------------
 
-    def after_reading(self) -> bool:
-        """Progress, and a look when the schedule says so; True when the loop must stop."""
-        elapsed = time.perf_counter() - self.start
-        k = self.plan.calls_per_measurement if self.plan else 1
-        final, looks_now = _plan.look_due(
-            self.config,
-            self.plan,
-            self.series,
-            iterations=self.iterations,
-            elapsed_s=elapsed,
-            next_block_s=k * self.step_time() + self.measure_cost,
-        )
-        self.report_progress(elapsed, k, looks_now)
-        if not looks_now or self.plan is None:
-            return final
-        self.looks_done += 1
-        self.last_look = _plan.look(
-            self.config,
-            self.plan,
-            self.series,
-            iterations=self.iterations,
-            elapsed_s=elapsed,
-            step_time_s=self.step_time(),
-            final=final,
-            key=self.host_key(final),
-            count_support=self.counts.look(self.series, self.plan.alpha_per_look, self.host_key(final)),
-        )
-        return self.last_look.stop
-
     def host_key(self, final: bool) -> str:
         return _plan.host_key(self.config, self.series, self.meter.children_seen, final)
 
-    def report_progress(self, elapsed: float, k: int, looks_now: bool) -> None:
-        if self.progress is None or (time.perf_counter() - self.last_progress <= 0.5 and not looks_now):
-            return
-        self.last_progress = time.perf_counter()
-        self.progress(_plan.progress_event(self.series, iterations=self.iterations, elapsed_s=elapsed, k=k))
+    def count_support(self, key: str) -> bool:
+        return self.plan is not None and self.counts.look(self.series, self.plan.alpha_per_look, key)
 
     # -- the end -------------------------------------------------------------------------------
-
-    def final_decisions(self) -> tuple[stats.Decision, stats.Decision | None, float, float]:
-        """The decisions reported, with the tolerance and per-look alpha they used: the last
-        look's, or a final look now when there was none, it did not decide, or the step raised."""
-        plan = self.plan
-        tolerance = plan.tolerance_bytes_per_iter if plan else None
-        if tolerance is None:
-            median = float(np.median(self.step_times)) if self.step_times else 0.0
-            tolerance = self.config.tolerance_bytes_per_iter or _plan.auto_tolerance(median)
-        alpha = plan.alpha_per_look if plan else self.config.alpha
-        look = self.last_look
-        if look is not None and look.decision.verdict is not None and self.error is None:
-            return look.decision, look.gpu_decision, tolerance, alpha
-        strong = _plan.strong_needed(self.config, self.iterations)
-        args = (alpha, tolerance, True, True, True, strong)
-        decision = _plan.decide_series(self.series, self.host_key(True), *args)
-        gpu = _plan.decide_series(self.series, plan.gpu_key, *args) if plan and plan.gpu_key else None
-        return decision, gpu, tolerance, alpha
 
     def reported_series(self) -> tuple[str, list[dict[str, Any]]]:
         """The metric name and the series decided on: metric auto reports PSS rows only (RSS kept
@@ -773,28 +688,17 @@ def _build_report(
     elapsed: float,
 ) -> LeakReport:
     """Assemble the LeakReport: slopes over the settled part, attribution, retention, GPU."""
-    xs = np.array([r["iteration"] for r in series], dtype=float)
-    ys = np.array([r["bytes"] for r in series], dtype=float)
-    slope = decision.slope
-    warm = decision.warmup_index if slope is not None else 0
-    warm_iter = int(xs[warm]) if len(xs) else 0
-    lsq = stats.least_squares_slope(ys[warm:], xs[warm:]) if len(ys) - warm >= 2 else None
-    growth, hints = loop.attribution(warm_iter)
-    gpu = (
-        {"source": loop.plan.gpu_key, **_analysis_dict(gpu_decision)} if gpu_decision and loop.plan else None
-    )
+    warm, slopes = settled_slope(series, decision)
+    growth, hints = loop.attribution(slopes["warmup_iterations"])
+    gpu = {"source": loop.plan.gpu_key, **analysis_dict(gpu_decision)} if gpu_decision and loop.plan else None
     look = loop.last_look
     plan = loop.plan
     return LeakReport(
         verdict=verdict,
         reason=reason,
         metric=metric,
-        slope_bytes_per_iter=slope.slope if slope else None,
-        ci_low_bytes_per_iter=slope.ci_low if slope and math.isfinite(slope.ci_low) else None,
-        ci_high_bytes_per_iter=slope.ci_high if slope and math.isfinite(slope.ci_high) else None,
-        least_squares_bytes_per_iter=lsq,
+        **slopes,
         iterations=loop.iterations,
-        warmup_iterations=warm_iter,
         measurements=len(series),
         calls_per_measurement=plan.calls_per_measurement
         if plan

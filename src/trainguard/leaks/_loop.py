@@ -1,0 +1,176 @@
+"""What the Python leak loop (:mod:`trainguard.leaks._run`) and the Node one
+(:mod:`trainguard.leaks._node`) share: the loop itself (call a block, read, look), the block size,
+the look and its progress event, the decisions reported at the end, and the slope fields of the
+report. Each loop supplies how it calls the step and reads memory; the decisions are the pure
+functions of :mod:`trainguard.leaks._plan`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from trainguard.leaks import _plan, stats
+from trainguard.leaks._report import StepError
+
+__all__ = ["LoopBase", "analysis_dict", "settled_slope"]
+
+
+class LoopBase:
+    """One leak check's state and the phases both loops share. A subclass gives ``call_block``
+    (call the step; False when it raised), ``measure`` (append a reading to ``series``),
+    ``after_measure`` (calibrate when due) and may change ``host_key`` and ``count_support``."""
+
+    def __init__(
+        self,
+        config: Any,
+        progress: Callable[[dict[str, Any]], None] | None,
+        series: list[dict[str, Any]],
+    ) -> None:
+        self.config, self.progress, self.series = config, progress, series
+        self.step_times: list[float] = []
+        self.error: StepError | None = None
+        self.iterations = 0
+        self.measure_cost = 0.0
+        self.plan: _plan.Plan | None = None
+        self.last_look: _plan.LookResult | None = None
+        self.last_progress = 0.0
+        self.start = 0.0
+        self.looks_done = 0
+
+    # -- what a loop gives -----------------------------------------------------------------------
+
+    def call_block(self) -> bool:
+        raise NotImplementedError
+
+    def measure(self) -> None:
+        raise NotImplementedError
+
+    def after_measure(self) -> None:
+        """After each reading in the loop, before the look: calibrate when due."""
+
+    def host_key(self, final: bool) -> str:
+        """The series key the host verdict is decided on."""
+        return "bytes"
+
+    def count_support(self, key: str) -> bool:
+        """Whether object counts support a leak at this look."""
+        return False
+
+    # -- shared ----------------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        """Read, then call a block and read until a look says stop or the budget or the step ends."""
+        self.start = time.perf_counter()
+        self.measure()
+        while True:
+            if not self.call_block():
+                if self.iterations > int(self.series[-1]["iteration"]):
+                    self.measure()
+                break
+            self.measure()
+            self.after_measure()
+            if self.after_reading():
+                break
+
+    def block_size(self) -> int:
+        """Calls before the next reading: the plan's batch (or the configured one before there
+        is a plan), within ``max_iterations``."""
+        block = self.plan.calls_per_measurement if self.plan else (self.config.calls_per_measurement or 1)
+        if self.config.max_iterations is not None:
+            block = min(block, self.config.max_iterations - self.iterations)
+        return int(block)
+
+    def step_time(self) -> float:
+        return float(np.median(self.step_times[-50:])) if self.step_times else 0.0
+
+    def after_reading(self) -> bool:
+        """Progress, and a look when the schedule says so; True when the loop must stop."""
+        elapsed = time.perf_counter() - self.start
+        k = self.plan.calls_per_measurement if self.plan else 1
+        final, looks_now = _plan.look_due(
+            self.config,
+            self.plan,
+            self.series,
+            iterations=self.iterations,
+            elapsed_s=elapsed,
+            next_block_s=k * self.step_time() + self.measure_cost,
+        )
+        self.report_progress(elapsed, k, looks_now)
+        if not looks_now or self.plan is None:
+            return final
+        self.looks_done += 1
+        key = self.host_key(final)
+        self.last_look = _plan.look(
+            self.config,
+            self.plan,
+            self.series,
+            iterations=self.iterations,
+            elapsed_s=elapsed,
+            step_time_s=self.step_time(),
+            final=final,
+            key=key,
+            count_support=self.count_support(key),
+        )
+        return self.last_look.stop
+
+    def report_progress(self, elapsed: float, k: int, looks_now: bool) -> None:
+        if self.progress is None or (time.perf_counter() - self.last_progress <= 0.5 and not looks_now):
+            return
+        self.last_progress = time.perf_counter()
+        self.progress(_plan.progress_event(self.series, iterations=self.iterations, elapsed_s=elapsed, k=k))
+
+    def final_decisions(self) -> tuple[stats.Decision, stats.Decision | None, float, float]:
+        """The decisions reported, with the tolerance and per-look alpha they used: the last
+        look's, or a final look now when there was none, it did not decide, or the step raised.
+        The second decision is the plan's second series (GPU bytes, or TF.js's tensor bytes)."""
+        plan = self.plan
+        tolerance = plan.tolerance_bytes_per_iter if plan else None
+        if tolerance is None:
+            median = float(np.median(self.step_times)) if self.step_times else 0.0
+            tolerance = self.config.tolerance_bytes_per_iter or _plan.auto_tolerance(median)
+        alpha = plan.alpha_per_look if plan else self.config.alpha
+        look = self.last_look
+        if look is not None and look.decision.verdict is not None and self.error is None:
+            return look.decision, look.gpu_decision, tolerance, alpha
+        strong = _plan.strong_needed(self.config, self.iterations)
+        args = (alpha, tolerance, True, True, True, strong)
+        decision = _plan.decide_series(self.series, self.host_key(True), *args)
+        second = _plan.decide_series(self.series, plan.gpu_key, *args) if plan and plan.gpu_key else None
+        return decision, second, tolerance, alpha
+
+
+def settled_slope(series: list[dict[str, Any]], decision: stats.Decision) -> tuple[int, dict[str, Any]]:
+    """The index where the settled part of ``series`` starts (after the decision's warm-up) and
+    the report's slope fields: the robust slope with its interval, the least-squares slope over
+    the settled part, and the warm-up in calls."""
+    xs = np.array([r["iteration"] for r in series], dtype=float)
+    ys = np.array([r["bytes"] for r in series], dtype=float)
+    slope = decision.slope
+    warm = decision.warmup_index if slope is not None else 0
+    return warm, {
+        "slope_bytes_per_iter": slope.slope if slope else None,
+        "ci_low_bytes_per_iter": slope.ci_low if slope and math.isfinite(slope.ci_low) else None,
+        "ci_high_bytes_per_iter": slope.ci_high if slope and math.isfinite(slope.ci_high) else None,
+        "least_squares_bytes_per_iter": stats.least_squares_slope(ys[warm:], xs[warm:])
+        if len(ys) - warm >= 2
+        else None,
+        "warmup_iterations": int(xs[warm]) if len(xs) else 0,
+    }
+
+
+def analysis_dict(d: stats.Decision) -> dict[str, Any]:
+    """A decision of a second series (GPU bytes, TF.js tensor bytes) as the report keeps it."""
+    s = d.slope
+    return {
+        "verdict": d.verdict.value if d.verdict else None,
+        "reason": d.reason,
+        "slope_bytes_per_iter": s.slope if s else None,
+        "ci_low_bytes_per_iter": s.ci_low if s and math.isfinite(s.ci_low) else None,
+        "ci_high_bytes_per_iter": s.ci_high if s and math.isfinite(s.ci_high) else None,
+        "warmup_index": d.warmup_index,
+    }
