@@ -345,10 +345,37 @@ class _Pool:
 
 
 class IsolatedObjective:
-    """An Optuna objective whose every call runs the real objective in a trainguard worker.
+    """An Optuna objective whose every call runs the real objective in a supervised trainguard
+    worker; :func:`isolated` is this class under the name the integration documents.
 
-    Create it with :func:`isolated`. Call ``close()`` (or use it as a context manager) when done;
-    otherwise its workers end when it is garbage-collected or at interpreter exit.
+    Call ``close()`` (or use it as a context manager) when done; otherwise its workers end when it
+    is garbage-collected or at interpreter exit.
+
+    Drop-in: ``study.optimize(trainguard.optuna.isolated(objective), n_trials=30)``. With
+    ``workers=2`` pass ``n_jobs=2`` to ``study.optimize`` too. The objective receives a proxy
+    trial (see :class:`~trainguard.integrations._optuna_worker.TrialProxy`).
+
+    Args:
+        objective: ``objective(trial) -> float | list[float]``; a callable (by reference when
+            importable, else cloudpickled) or ``"module:function"`` / ``"file.py:function"``.
+        workers: worker processes (the Runner's ``workers``).
+        policy: a :class:`trainguard.Policy`: recycling, ``memory_limit``, ``timeout``,
+            ``retries`` (a retried trial's params are enqueued in the study again). Default:
+            :func:`default_policy` (the Runner's default, its budget also paying for the study's
+            own process); a policy you give counts the study's process too unless it says
+            ``budget_counts_supervisor=False``.
+        store: a trainguard store for the workers' history (default None: the study is the record).
+        name: the run name in the store.
+        on_failure: what a trial whose worker was killed or crashed does: ``"nan"`` (default; Optuna
+            records it FAIL and goes on, whatever ``catch`` says) or ``"raise"`` the
+            ``trainguard.WorkerError`` (Optuna goes on only if it is in ``catch``).
+        slots: trials a Runner session takes at a time (a session that runs out starts another).
+        **runner_options: any other :class:`trainguard.Runner` keyword (``keras_backend``,
+            ``preload``, ``threads``, ``env``, ``sample_interval``...).
+
+    Raises:
+        MissingDependencyError: optuna is not installed.
+        ConfigError: the objective cannot be sent to a worker, or a bad runner option.
     """
 
     def __init__(
@@ -517,6 +544,11 @@ class IsolatedObjective:
         return f"IsolatedObjective({self.ref}, workers={self.workers})"
 
 
+#: Wrap an Optuna objective so that each call runs it in a supervised trainguard worker (see
+#: :class:`IsolatedObjective` for the arguments).
+isolated = IsolatedObjective
+
+
 def _close_pool(pool: _Pool, runner: Any) -> None:
     try:
         pool.close()
@@ -536,54 +568,6 @@ def _rebuild_exception(error: dict[str, Any], number: int) -> Exception:
         except Exception:  # noqa: BLE001 - an exception type with another signature
             pass
     return TrialError(f"trial {number} raised {text}", exc_type=qualified, traceback=error.get("traceback"))
-
-
-def isolated(
-    objective: Callable[[Any], Any] | str,
-    *,
-    workers: int = 1,
-    policy: Policy | None = None,
-    store: Any = None,
-    name: str | None = None,
-    on_failure: str = "nan",
-    **runner_options: Any,
-) -> IsolatedObjective:
-    """Wrap an Optuna objective so that each call runs it in a supervised trainguard worker.
-
-    Drop-in: ``study.optimize(trainguard.optuna.isolated(objective), n_trials=30)``. With
-    ``workers=2`` pass ``n_jobs=2`` to ``study.optimize`` too. The objective receives a proxy
-    trial (see :class:`~trainguard.integrations._optuna_worker.TrialProxy`).
-
-    Args:
-        objective: ``objective(trial) -> float | list[float]``; a callable (by reference when
-            importable, else cloudpickled) or ``"module:function"`` / ``"file.py:function"``.
-        workers: worker processes (the Runner's ``workers``).
-        policy: a :class:`trainguard.Policy`: recycling, ``memory_limit``, ``timeout``,
-            ``retries`` (a retried trial's params are enqueued in the study again). Default:
-            :func:`default_policy` (the Runner's default, its budget also paying for the study's
-            own process); a policy you give counts the study's process too unless it says
-            ``budget_counts_supervisor=False``.
-        store: a trainguard store for the workers' history (default None: the study is the record).
-        name: the run name in the store.
-        on_failure: what a trial whose worker was killed or crashed does: ``"nan"`` (default; Optuna
-            records it FAIL and goes on, whatever ``catch`` says) or ``"raise"`` the
-            ``trainguard.WorkerError`` (Optuna goes on only if it is in ``catch``).
-        **runner_options: any other :class:`trainguard.Runner` keyword (``keras_backend``,
-            ``preload``, ``threads``, ``env``, ``sample_interval``...).
-
-    Raises:
-        MissingDependencyError: optuna is not installed.
-        ConfigError: the objective cannot be sent to a worker, or a bad runner option.
-    """
-    return IsolatedObjective(
-        objective,
-        workers=workers,
-        policy=policy,
-        store=store,
-        name=name,
-        on_failure=on_failure,
-        **runner_options,
-    )
 
 
 def optimize(
