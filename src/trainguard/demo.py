@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from trainguard.exceptions import ConfigError, TrainguardError, missing
@@ -76,20 +76,9 @@ class DemoHalf:
     store: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "trials": self.trials,
-            "wall_s": self.wall_s,
-            "peak_rss_bytes": self.peak_rss_bytes,
-            "growth_bytes_per_trial": self.growth_bytes_per_trial,
-            "trial_peak_rss_bytes": list(self.trial_peak_rss_bytes),
-            "values": list(self.values),
-            "failed": self.failed,
-            "recycles": self.recycles,
-            "workers_started": self.workers_started,
-            "run_name": self.run_name,
-            "store": self.store,
-        }
+        """Every field but the series, tuples as lists."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "series"}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -606,13 +606,7 @@ def _count_ndarrays(found: dict[int, Any], ndarray: type[Any] | None, acc: dict[
         counted_roots.add(root_id)
         if base is None and id(owner) not in found:
             found[id(owner)] = owner  # reached only through a view's .base
-        rkey = (kind, label.dtype, label.shape)
-        slot = raw.get(rkey)
-        if slot is None:
-            raw[rkey] = [1, nbytes]
-        else:
-            slot[0] += 1
-            slot[1] += nbytes
+        _add(raw, (kind, label.dtype, label.shape), nbytes)
     for (kind, dtype, shape), (count, nbytes) in raw.items():
         key = ("numpy", kind, str(dtype), tuple(int(d) for d in shape), "cpu")
         slot = acc.setdefault(key, [0, 0])
