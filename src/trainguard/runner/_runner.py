@@ -176,6 +176,166 @@ def _resolve_backend(backend: Any, *, address: str | None = None, resources: Any
     raise ConfigError(f"backend={backend!r} is not a backend: use 'local' (the default) or 'ray'")
 
 
+def _check_sizing(
+    workers: int | str, policy: Policy, memory_budget: str | int | None, backend: Any
+) -> tuple[bool, int | None, int]:
+    """``workers`` and ``memory_budget`` checked: ``(workers == "auto", the budget in bytes or None,
+    the most workers at once)``."""
+    auto = workers == "auto"
+    if not auto and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"workers={workers!r} must be a whole number >= 1 such as 2, or 'auto'")
+    budget = parse_size(memory_budget, name="memory_budget", allow_none=True)
+    if backend == "ray" and (auto or budget is not None):
+        raise ConfigError(
+            "workers='auto' and memory_budget= size a run to this machine's memory; with backend='ray' "
+            "give workers=N (slots, spread over the nodes) and Policy(memory_limit=...) per trial"
+        )
+    if budget is not None and budget <= 0:
+        raise ConfigError(f"memory_budget={memory_budget!r} must be a size above 0, such as '6GB'")
+    if auto and budget is None and policy.memory_limit is None:
+        raise ConfigError(
+            "workers='auto' has nothing to size from: give memory_budget='6GB' (--memory-budget 6GB, "
+            "the whole run's memory) or Policy(memory_limit=...) (--memory-limit, one trial's), or a "
+            "number of workers"
+        )
+    if budget is not None:
+        _warn_budget_above_memory(budget)
+    max_workers = workers if not auto else _cores()
+    if auto and budget is None and policy.memory_limit is not None:
+        # sized from the per-trial limit: as many trials as the memory there is holds at their limit
+        usable = _usable_memory_bytes()
+        max_workers = max(1, min(_cores(), usable // policy.memory_limit)) if usable else 1
+    assert isinstance(max_workers, int)
+    return auto, budget, max_workers
+
+
+def _check_placement(
+    keras_backend: str | None,
+    gpus: Sequence[str | int] | str | None,
+    device: Device | None,
+    allocator: str | None,
+    malloc_trim_threshold: str | int | None,
+    env: Mapping[str, str] | None,
+    preload: Sequence[str],
+) -> tuple[tuple[str, ...] | None, str | None, int | None, tuple[str, ...]]:
+    """What shapes a worker's process checked: ``(GPU slots, allocator library path, malloc trim
+    threshold, preload modules)``."""
+    if keras_backend is not None:
+        if keras_backend not in KERAS_BACKENDS:
+            raise ConfigError(
+                f"keras_backend={keras_backend!r} is unknown: use one of {', '.join(KERAS_BACKENDS)}"
+            )
+        module = KERAS_BACKENDS[keras_backend]
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"keras_backend={keras_backend!r} needs the package {module!r}, which is not installed"
+            )
+    if isinstance(gpus, str):
+        gpu_slots: tuple[str, ...] | None = (gpus,)
+    elif gpus is None:
+        gpu_slots = None
+    else:
+        gpu_slots = tuple(str(g) for g in gpus)
+        if not gpu_slots:
+            raise ConfigError(
+                "gpus=[] gives no device: pass None to leave CUDA_VISIBLE_DEVICES, or '' to hide GPUs"
+            )
+    if device is not None:
+        from trainguard.runner.device import Device
+
+        if not isinstance(device, Device):
+            raise ConfigError(f"device must be a trainguard.Device(...), not {type(device).__name__}")
+        if gpus is not None and device.visible_devices is not None:
+            raise ConfigError(
+                "gpus= and Device(visible_devices=) both set CUDA_VISIBLE_DEVICES: give only one"
+            )
+        device.check()
+    allocator_path = find_allocator(allocator) if allocator is not None else None
+    trim = parse_size(malloc_trim_threshold, name="malloc_trim_threshold", allow_none=True)
+    if env is not None and (
+        not isinstance(env, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+    ):
+        raise ConfigError(
+            "env must be a mapping of strings to strings, such as {'TF_CPP_MIN_LOG_LEVEL': '2'}"
+        )
+    if isinstance(preload, str):
+        preload = (preload,)
+    preload = tuple(preload)
+    for name in preload:
+        if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
+            raise ConfigError(f"preload entry {name!r} is not a module name such as 'tensorflow'")
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            raise ConfigError(f"preload module {name!r} is not installed")
+    return gpu_slots, allocator_path, trim, preload
+
+
+def _check_limits(
+    sample_interval: str | float,
+    start_timeout: str | float,
+    max_result_bytes: str | int,
+    tree_tracking: str,
+    policy: Policy,
+) -> tuple[float, float, int]:
+    """The sampling interval, start timeout and result cap checked, as ``(seconds, seconds,
+    bytes)``; ``tree_tracking`` and a GPU limit's need for NVML checked."""
+    interval = parse_duration(sample_interval, name="sample_interval")
+    assert interval is not None
+    if interval <= 0 or interval > 60:
+        raise ConfigError(f"sample_interval={sample_interval!r} must be between 1ms and 60s, such as '100ms'")
+    start_timeout_s = parse_duration(start_timeout, name="start_timeout")
+    assert start_timeout_s is not None
+    result_cap = parse_size(max_result_bytes, name="max_result_bytes")
+    if result_cap is None or result_cap < 1 or result_cap > 1 << 31:
+        raise ConfigError(
+            f"max_result_bytes={max_result_bytes!r} must be between 1 byte and 2GiB, such as '16MiB'"
+        )
+    if tree_tracking not in ("auto", "cgroup", "subreaper"):
+        raise ConfigError(f"tree_tracking={tree_tracking!r} is unknown: use 'auto', 'cgroup' or 'subreaper'")
+    if policy.gpu_memory_limit is not None:
+        from trainguard.probes.nvml import nvml_available
+
+        if not nvml_available():
+            raise ConfigError(
+                "gpu_memory_limit needs NVML (pip install 'trainguard[nvml]') and an NVIDIA driver; none is available"
+            )
+    return float(interval), float(start_timeout_s), int(result_cap)
+
+
+def _worker_env(
+    threads: int | None,
+    per_worker: int,
+    keras_backend: str | None,
+    trim: int | None,
+    allocator_path: str | None,
+    device: Device | None,
+    env: Mapping[str, str] | None,
+) -> tuple[dict[str, str], list[str]]:
+    """The workers' base environment and the thread variables it sets (an explicit ``threads``
+    overrides the environment; the default only fills variables not set)."""
+    base_env = dict(os.environ)
+    thread_vars = []
+    for var in THREAD_ENV_VARS:
+        if threads is not None or var not in base_env:
+            base_env[var] = str(per_worker)
+            thread_vars.append(var)
+    # TF's INFO lines (oneDNN notice) on every worker start would bury the progress display
+    base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    if keras_backend is not None:
+        base_env["KERAS_BACKEND"] = keras_backend
+    if trim is not None:
+        base_env["MALLOC_TRIM_THRESHOLD_"] = str(trim)
+    if allocator_path is not None:
+        previous = base_env.get("LD_PRELOAD", "")
+        base_env["LD_PRELOAD"] = f"{allocator_path}:{previous}" if previous else allocator_path
+    if device is not None:
+        base_env.update(device.env())
+    if env:
+        base_env.update(env)
+    base_env.pop("PYTHONSTARTUP", None)
+    return base_env, thread_vars
+
+
 class Runner:
     """Runs a function over many params in supervised worker processes that are recycled by policy.
 
@@ -278,113 +438,24 @@ class Runner:
         refuse_nested("Runner")
         if not isinstance(fresh, bool):
             raise ConfigError(f"fresh={fresh!r} must be True or False")
-        auto = workers == "auto"
-        if not auto and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-            raise ConfigError(f"workers={workers!r} must be a whole number >= 1 such as 2, or 'auto'")
         if policy is None:
             policy = Policy()
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
-        budget = parse_size(memory_budget, name="memory_budget", allow_none=True)
-        if backend == "ray" and (auto or budget is not None):
-            raise ConfigError(
-                "workers='auto' and memory_budget= size a run to this machine's memory; with backend='ray' "
-                "give workers=N (slots, spread over the nodes) and Policy(memory_limit=...) per trial"
-            )
-        if budget is not None and budget <= 0:
-            raise ConfigError(f"memory_budget={memory_budget!r} must be a size above 0, such as '6GB'")
-        if auto and budget is None and policy.memory_limit is None:
-            raise ConfigError(
-                "workers='auto' has nothing to size from: give memory_budget='6GB' (--memory-budget 6GB, "
-                "the whole run's memory) or Policy(memory_limit=...) (--memory-limit, one trial's), or a "
-                "number of workers"
-            )
-        if budget is not None:
-            _warn_budget_above_memory(budget)
-        max_workers = workers if not auto else _cores()
-        if auto and budget is None and policy.memory_limit is not None:
-            # sized from the per-trial limit: as many trials as the memory there is holds at their limit
-            usable = _usable_memory_bytes()
-            max_workers = max(1, min(_cores(), usable // policy.memory_limit)) if usable else 1
-        assert isinstance(max_workers, int)
+        auto, budget, max_workers = _check_sizing(workers, policy, memory_budget, backend)
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(
                 f"threads={threads!r} must be a whole number >= 1, or None for cores // workers"
             )
-        if keras_backend is not None:
-            if keras_backend not in KERAS_BACKENDS:
-                raise ConfigError(
-                    f"keras_backend={keras_backend!r} is unknown: use one of {', '.join(KERAS_BACKENDS)}"
-                )
-            module = KERAS_BACKENDS[keras_backend]
-            if importlib.util.find_spec(module) is None:
-                raise ConfigError(
-                    f"keras_backend={keras_backend!r} needs the package {module!r}, which is not installed"
-                )
-        if isinstance(gpus, str):
-            gpu_slots: tuple[str, ...] | None = (gpus,)
-        elif gpus is None:
-            gpu_slots = None
-        else:
-            gpu_slots = tuple(str(g) for g in gpus)
-            if not gpu_slots:
-                raise ConfigError(
-                    "gpus=[] gives no device: pass None to leave CUDA_VISIBLE_DEVICES, or '' to hide GPUs"
-                )
-        if device is not None:
-            from trainguard.runner.device import Device
-
-            if not isinstance(device, Device):
-                raise ConfigError(f"device must be a trainguard.Device(...), not {type(device).__name__}")
-            if gpus is not None and device.visible_devices is not None:
-                raise ConfigError(
-                    "gpus= and Device(visible_devices=) both set CUDA_VISIBLE_DEVICES: give only one"
-                )
-            device.check()
-        allocator_path = find_allocator(allocator) if allocator is not None else None
-        trim = parse_size(malloc_trim_threshold, name="malloc_trim_threshold", allow_none=True)
-        if env is not None and (
-            not isinstance(env, Mapping)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-        ):
-            raise ConfigError(
-                "env must be a mapping of strings to strings, such as {'TF_CPP_MIN_LOG_LEVEL': '2'}"
-            )
-        if isinstance(preload, str):
-            preload = (preload,)
-        preload = tuple(preload)
-        for name in preload:
-            if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
-                raise ConfigError(f"preload entry {name!r} is not a module name such as 'tensorflow'")
-            if importlib.util.find_spec(name.split(".")[0]) is None:
-                raise ConfigError(f"preload module {name!r} is not installed")
-        interval = parse_duration(sample_interval, name="sample_interval")
-        assert interval is not None
-        if interval <= 0 or interval > 60:
-            raise ConfigError(
-                f"sample_interval={sample_interval!r} must be between 1ms and 60s, such as '100ms'"
-            )
+        gpu_slots, allocator_path, trim, preload = _check_placement(
+            keras_backend, gpus, device, allocator, malloc_trim_threshold, env, preload
+        )
+        interval, start_timeout_s, result_cap = _check_limits(
+            sample_interval, start_timeout, max_result_bytes, tree_tracking, policy
+        )
         from trainguard.runner._seeding import check_seed
 
         seed = check_seed(seed)
-        start_timeout_s = parse_duration(start_timeout, name="start_timeout")
-        assert start_timeout_s is not None
-        result_cap = parse_size(max_result_bytes, name="max_result_bytes")
-        if result_cap is None or result_cap < 1 or result_cap > 1 << 31:
-            raise ConfigError(
-                f"max_result_bytes={max_result_bytes!r} must be between 1 byte and 2GiB, such as '16MiB'"
-            )
-        if tree_tracking not in ("auto", "cgroup", "subreaper"):
-            raise ConfigError(
-                f"tree_tracking={tree_tracking!r} is unknown: use 'auto', 'cgroup' or 'subreaper'"
-            )
-        if policy.gpu_memory_limit is not None:
-            from trainguard.probes.nvml import nvml_available
-
-            if not nvml_available():
-                raise ConfigError(
-                    "gpu_memory_limit needs NVML (pip install 'trainguard[nvml]') and an NVIDIA driver; none is available"
-                )
 
         self._backend = _resolve_backend(backend, address=address, resources=resources)
         # with a budget the number of workers changes during the run: threads follow it (at each start);
@@ -392,26 +463,9 @@ class Runner:
         first_workers = 1 if budget is not None else max_workers
         default_threads = getattr(self._backend, "threads", None) or max(1, _cores() // first_workers)
         per_worker = threads if threads is not None else default_threads
-        base_env = dict(os.environ)
-        thread_vars = []
-        for var in THREAD_ENV_VARS:
-            if threads is not None or var not in base_env:
-                base_env[var] = str(per_worker)
-                thread_vars.append(var)
-        # TF's INFO lines (oneDNN notice) on every worker start would bury the progress display
-        base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-        if keras_backend is not None:
-            base_env["KERAS_BACKEND"] = keras_backend
-        if trim is not None:
-            base_env["MALLOC_TRIM_THRESHOLD_"] = str(trim)
-        if allocator_path is not None:
-            previous = base_env.get("LD_PRELOAD", "")
-            base_env["LD_PRELOAD"] = f"{allocator_path}:{previous}" if previous else allocator_path
-        if device is not None:
-            base_env.update(device.env())
-        if env:
-            base_env.update(env)
-        base_env.pop("PYTHONSTARTUP", None)
+        base_env, thread_vars = _worker_env(
+            threads, per_worker, keras_backend, trim, allocator_path, device, env
+        )
 
         self.workers = workers
         self.memory_budget = budget
