@@ -190,3 +190,70 @@ print(json.dumps(report.to_dict()))
     ops = [g for g in data["growth_by_kind"] if g["kind"] == "tensorflow.Operation"]
     assert ops and ops[0]["count_per_iter"] > 100, data["growth_by_kind"]
     assert "TensorFlow's runtime" in ops[0]["holder"] or "global" in ops[0]["holder"], ops
+
+
+# One object a call: a list that collects one result a call is called within 20 calls on its
+# holder's evidence (append-only, exact bytes that do not shrink); a list pool whose entries shrink
+# as it fills (an allocator's or kernel cache's warm-up) is not.
+ONE_A_CALL_MODULE = """
+import time
+
+import numpy as np
+
+RESULTS = []
+POOL = []
+_i = [0]
+
+
+def keep_in_list():
+    time.sleep(0.005)
+    a = np.random.rand(64, 64)
+    RESULTS.append(a @ a.T)  # 32 KiB a call, for ever
+
+
+def warm_pool():
+    time.sleep(0.005)
+    _i[0] += 1
+    if _i[0] <= 70:
+        POOL.append(np.ones(int(2048 * (1 - _i[0] / 71) + 64) * 128))  # shrinking, then stops
+    x = np.random.rand(100, 100)
+    return float((x @ x).sum())
+"""
+
+TORCH_KEPT_MODULE = """
+import time
+
+import torch
+
+torch.set_num_threads(1)
+W = torch.randn(256, 256)
+OUTPUTS = []
+
+
+def step():
+    time.sleep(0.005)
+    with torch.no_grad():
+        OUTPUTS.append(torch.randn(256, 256) @ W)  # 256 KiB a call, no autograd graph
+"""
+
+
+def test_numpy_list_one_array_a_call_is_called_within_20_calls_on_its_holder(tmp_path: Path) -> None:
+    data = leakcheck(tmp_path, "one_np_list", ONE_A_CALL_MODULE, "mod.keep_in_list")
+    assert data["verdict"] == "leak" and data["iterations"] <= 20, data["reason"]
+    assert "entries of list one_np_list.RESULTS" in data["reason"], data["reason"]
+    assert "rests on the holder" in data["reason"] and "32.0 KiB a call" in data["reason"], data["reason"]
+    assert data["counts"]["status"] == "supports_leak" and "rests on the holder" in data["counts"]["note"]
+
+
+def test_numpy_list_pool_with_shrinking_entries_is_not_called_a_leak(tmp_path: Path) -> None:
+    data = leakcheck(tmp_path, "one_np_pool", ONE_A_CALL_MODULE, "mod.warm_pool")
+    assert data["verdict"] in ("plateau", "no_leak"), data["reason"]
+    assert data["iterations"] > 70, data["reason"]
+
+
+def test_torch_list_of_plain_tensors_is_called_within_20_calls_on_its_holder(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    data = leakcheck(tmp_path, "one_torch_list", TORCH_KEPT_MODULE, "mod.step")
+    assert data["verdict"] == "leak" and data["iterations"] <= 20, data["reason"]
+    assert "entries of list one_torch_list.OUTPUTS" in data["reason"], data["reason"]
+    assert "rests on the holder" in data["reason"] and "256.0 KiB a call" in data["reason"], data["reason"]

@@ -136,3 +136,94 @@ def test_false_leak_rate_on_bounded_caches_and_pools_small_version() -> None:
     rows = bench.measure(25, 1, families)
     assert all(r["added_by_counts"] == 0 for r in rows), rows
     assert sum(r["leak_with_counts"] for r in rows) == 0, rows
+
+
+def held_points(
+    label: str, rows: list[tuple[int, int]], xs: list[int], holder: _evidence.Holder
+) -> list[_evidence.CountPoint]:
+    return [_evidence.CountPoint(x, {label: rows[i]}, {}, 0.0, {label: holder}) for i, x in enumerate(xs)]
+
+
+LIST = _evidence.Holder("list", append_only=True, exact_bytes=True)
+
+
+def test_an_append_only_list_of_exact_bytes_needs_only_a_small_fill_allowance() -> None:
+    """One 100 KiB array appended a call to a list for 16 calls supports a leak; the same counts and
+    bytes in a dict (a cache keyed by the input), or in a list that was not only appended to, or
+    whose bytes are not exact, must still pass a cache's 128 entries."""
+    xs = list(range(17))
+    series = [{"iteration": x, "bytes": 1e8 + 102_400 * x} for x in xs]
+    rows = [(x, 102_400 * x) for x in xs]
+    label = "entries of list train.RESULTS"
+    s = _evidence.count_support(held_points(label, rows, xs, LIST), series, alpha=1e-4)
+    assert s.supports and s.growing()[0].kind == label
+    text = _evidence.support_text(s, held_points(label, rows, xs, LIST))
+    assert "rests on the holder" in text and "100.0 KiB a call" in text and "window" in text
+    others = [
+        _evidence.Holder("dict"),
+        _evidence.Holder("list", append_only=False, exact_bytes=True),
+        _evidence.Holder("list", append_only=True, exact_bytes=False),
+    ]
+    for holder in others:
+        s = _evidence.count_support(held_points(label, rows, xs, holder), series, alpha=1e-4)
+        assert not s.supports, holder
+    # without the holder facts (before this rule): the cache allowance holds it back too
+    assert not _evidence.count_support(points({label: rows}, xs), series, alpha=1e-4).supports
+
+
+def test_a_list_pool_whose_entries_shrink_is_not_called_early() -> None:
+    """warmup_allocator_pool's pool: a list appended every call, entries shrinking from 2 MiB; over
+    its first 16-40 calls the bytes slow down by less than the cache rule's 20 % slack, but exact
+    bytes must not slow down at all to support an early call."""
+    for calls in (16, 20, 30, 40):
+        xs = list(range(calls + 1))
+        sizes = [0] + [int(2048 * (1 - i / 71) + 64) * 1024 for i in range(1, calls + 1)]
+        held = np.cumsum(sizes)
+        series = [{"iteration": x, "bytes": 1e8 + float(held[x])} for x in xs]
+        rows = [(x, int(held[x])) for x in xs]
+        s = _evidence.count_support(held_points("entries of list m.POOL", rows, xs, LIST), series, alpha=1e-4)
+        assert not s.supports and s.kinds[0].trend.status == "slowing", calls
+
+
+def test_a_deque_with_maxlen_is_a_fill_up_to_its_bound() -> None:
+    xs = list(range(0, 400, 2))
+    series = [{"iteration": x, "bytes": 1e8 + 102_400 * x} for x in xs]
+    rows = [(x, 102_400 * x) for x in xs]  # 400 entries, but the deque says it holds at most 500
+    bounded = held_points("entries of deque m.window", rows, xs, _evidence.Holder("deque", bound=500))
+    assert not _evidence.count_support(bounded, series, alpha=1e-4).supports
+    unbounded = held_points("entries of deque m.window", rows, xs, _evidence.Holder("deque"))
+    assert _evidence.count_support(unbounded, series, alpha=1e-4).supports
+
+
+def test_container_watch_reads_append_only_and_exact_bytes_of_a_real_list() -> None:
+    import collections
+    import gc
+
+    kept: list = []
+    window = collections.deque(maxlen=4)
+    floats: list = []
+    gc.collect()
+    watch = _evidence.ContainerWatch()
+    index = {id(c): i for i, c in enumerate(watch.containers)}
+
+    def facts(c: object) -> tuple[_evidence.Holder, int]:
+        return watch.holder(index[id(c)], len(c))  # type: ignore[arg-type]
+
+    base = np.ones(1000)
+    kept.append(base[:10])  # a view keeps its whole base alive: 8,000 bytes
+    kept.append((np.ones(10), np.ones(20)))
+    floats.append(1.5)
+    window.append(1)
+    holder, nbytes = facts(kept)
+    assert holder == LIST and nbytes == 8000 + 80 + 160
+    kept.append(np.ones(5))
+    assert facts(kept) == (LIST, 8000 + 240 + 40)
+    assert facts(floats)[0].exact_bytes is False
+    assert facts(window)[0] == _evidence.Holder("deque", bound=4)
+    kept.pop(0)  # no longer append-only: the early rule stops for good
+    kept.append(np.ones(5))
+    holder, nbytes = facts(kept)
+    assert not holder.append_only and nbytes == 0
+    kept.append(np.ones(5))
+    assert not facts(kept)[0].append_only
+    watch.release()

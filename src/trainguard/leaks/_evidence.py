@@ -26,7 +26,7 @@ import gc
 import math
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,8 @@ __all__ = [
     "MAX_CENSUS_GAP",
     "ContainerWatch",
     "CountPoint",
+    "Holder",
+    "holder_allowance",
     "CountSupport",
     "take_counts",
     "census_gap",
@@ -46,6 +48,8 @@ __all__ = [
     "qualifies",
     "attach_holders",
     "evidence_dict",
+    "support_text",
+    "exact_nbytes",
 ]
 
 #: Census time aimed at, as a share of the time spent in the step.
@@ -75,14 +79,36 @@ GRAPH_FILL_ALLOWANCE = 8
 
 
 @dataclass(frozen=True, slots=True)
+class Holder:
+    """What is known of the container behind an ``entries of ...`` kind at one census.
+
+    Attributes:
+        kind: ``list``, ``dict``, ``set``, ``deque`` or ``OrderedDict``.
+        bound: the most entries it can hold (``deque(maxlen=)``), or None.
+        append_only: a list that, since the check first saw it grow, has only grown at its end:
+            the entry that was last at the previous census is still in its place.
+        exact_bytes: the bytes of every entry added since are exact (numpy arrays by their owning
+            buffer, torch tensors by ``nbytes``, or tuples/lists of them): the kind's bytes are
+            those, with no allocator noise.
+    """
+
+    kind: str
+    bound: int | None = None
+    append_only: bool = False
+    exact_bytes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class CountPoint:
     """One census after ``iteration`` calls: ``{kind: (count, nbytes)}``, plus per-dtype/shape
-    detail for kinds with bytes, and what the census cost."""
+    detail for kinds with bytes, what the census cost, and what is known of the containers behind
+    the ``entries of ...`` kinds (``holders``)."""
 
     iteration: int
     kinds: dict[str, tuple[int, int]]
     detailed: dict[str, tuple[int, int]]
     cost_s: float = 0.0
+    holders: dict[str, Holder] = field(default_factory=dict)
 
 
 class ContainerWatch:
@@ -105,12 +131,43 @@ class ContainerWatch:
         self.containers = containers
         self.base = np.array(list(map(len, containers)), dtype=np.int64)
         self.names = _global_names(seen)
+        #: per grown list: [length at the last census, id of its last entry then, exact bytes of
+        #: the entries added since it was first seen grown (None once one is not exact),
+        #: append-only so far]
+        self.tails: dict[int, list[Any]] = {}
 
     def grown(self) -> list[tuple[int, Any, int]]:
         """``(index, container, length)`` of the containers longer than at the start."""
         lens = np.array(list(map(len, self.containers)), dtype=np.int64)
         idx = np.nonzero(lens > self.base)[0]
         return [(int(i), self.containers[i], int(lens[i])) for i in idx]
+
+    def holder(self, index: int, length: int) -> tuple[Holder, int]:
+        """What is known of grown container ``index`` (now ``length`` long), and the exact bytes
+        of the entries a list added since the check first saw it grow (0 when not known).
+
+        For a list, only the entries past the length at the previous census are read (a census
+        stays cheap however long the list): the list is append-only while the entry that was last
+        then is still the same object in the same place."""
+        c = self.containers[index]
+        if isinstance(c, collections.deque):
+            return Holder("deque", bound=c.maxlen), 0
+        if type(c) is not list:
+            return Holder(type(c).__name__), 0
+        tail = self.tails.get(index)
+        if tail is None:
+            start = int(self.base[index])
+            tail = [start, id(c[start - 1]) if start > 0 else None, 0, True]
+            self.tails[index] = tail
+        prev_len, prev_id, nbytes, append_only = tail
+        if append_only and (length < prev_len or (prev_len > 0 and id(c[prev_len - 1]) != prev_id)):
+            append_only = False
+        if append_only and nbytes is not None:
+            added = [exact_nbytes(o) for o in c[prev_len:length]]
+            nbytes = None if any(b is None for b in added) else nbytes + sum(b for b in added if b)
+        tail[:] = [length, id(c[length - 1]) if length > 0 else None, nbytes, append_only]
+        exact = append_only and nbytes is not None and nbytes > 0
+        return Holder("list", append_only=append_only, exact_bytes=exact), (nbytes if exact else 0)
 
     def label(self, index: int) -> str:
         c = self.containers[index]
@@ -120,6 +177,33 @@ class ContainerWatch:
     def release(self) -> None:
         self.containers = []
         self.base = np.zeros(0, dtype=np.int64)
+        self.tails = {}
+
+
+def exact_nbytes(obj: Any) -> int | None:
+    """The exact bytes an entry keeps alive, when they are known without allocator noise: a numpy
+    array's owning buffer (a view keeps its base alive), a torch tensor's ``nbytes``, or the sum
+    over a tuple or list of those; None for anything else (Python objects, whose size is not what
+    they hold)."""
+    t = type(obj)
+    if t is tuple or t is list:
+        parts = [exact_nbytes(o) for o in obj[:16]]
+        return None if not parts or len(obj) > 16 or any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+    module = getattr(t, "__module__", "") or ""
+    if module.startswith("numpy"):
+        ndarray = np.ndarray
+        if not isinstance(obj, ndarray):
+            return None
+        owner = obj
+        while isinstance(owner.base, ndarray):
+            owner = owner.base
+        return int(owner.nbytes)
+    if module.startswith("torch"):
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(obj, torch.Tensor):
+            return None
+        return int(obj.nbytes)
+    return None
 
 
 def _global_names(ids: set[int]) -> dict[int, str]:
@@ -188,10 +272,14 @@ def take_counts(iteration: int, watch: ContainerWatch | None) -> CountPoint:
             count, nbytes = detailed.get(e.describe(), (0, 0))
             detailed[e.describe()] = (count + e.count, nbytes + e.nbytes)
     kinds.update(_python_types(gc.get_objects()))
+    holders: dict[str, Holder] = {}
     if watch is not None:
-        kinds.update({watch.label(i): (n, 0) for i, _, n in grown})
+        for i, _, n in grown:
+            label = watch.label(i)
+            holders[label], nbytes = watch.holder(i, n)
+            kinds[label] = (n, nbytes)
     kinds.update(extra_counts())
-    return CountPoint(iteration, kinds, detailed, time.perf_counter() - t0)
+    return CountPoint(iteration, kinds, detailed, time.perf_counter() - t0, holders)
 
 
 def census_gap(cost_s: float, block_s: float, *, share: float = CENSUS_SHARE) -> int:
@@ -228,6 +316,35 @@ def census_fallback(cost_s: float, budget_s: float, *, share: float = CENSUS_SHA
         f"{share:.0%} of the step time, fewer than the {MIN_CENSUSES} count evidence needs, so counts "
         "were left out and the verdict rests on memory alone"
     )
+
+
+#: The fill allowance of an append-only list whose entries' exact bytes do not shrink.
+LIST_FILL_ALLOWANCE = 8
+
+
+def holder_allowance(holder: Holder | None) -> tuple[int | None, float | None]:
+    """``(fill allowance, bytes max slowdown)`` for an ``entries of ...`` kind from what is known of
+    its container (None, None: ``stats.count_trend``'s defaults, a cache's 128 objects).
+
+    * A container with a bound (``deque(maxlen=N)``) is a fill up to N: its count can never pass
+      the allowance, so it never supports a leak on its own.
+    * A list that has only grown at its end, by entries whose exact bytes are known (arrays,
+      tensors), must pass LIST_FILL_ALLOWANCE entries, not a cache's 128, provided the bytes it
+      added do not slow down at all (``bytes_max_slowdown`` 0): a warm-up pool's entries shrink as
+      it fills (an allocator's size classes, a kernel cache), a list that collects one result a call
+      does not. A list trimmed to a window by the user's code (``del history[0]`` once it is full)
+      grows the same way until the window is full: the verdict's reason says that the early call
+      rests on this holder, so the user can judge.
+    * Dicts and sets (caches keyed by the input) keep the cache allowance: a dict filled one key a
+      call up to a bound in the user's code looks exactly like an unbounded one until the bound.
+    """
+    if holder is None:
+        return None, None
+    if holder.bound is not None:
+        return holder.bound, None
+    if holder.kind == "list" and holder.append_only and holder.exact_bytes:
+        return LIST_FILL_ALLOWANCE, 0.0
+    return None, None
 
 
 def fill_allowance(kind: str) -> int | None:
@@ -339,14 +456,15 @@ def count_support(
         for label, c, b in rising
     )
     # the budget is split over the kinds that could support a leak: testing the others spends none
-    first = [(label, _trend(label, c, xs, b, alpha), c, b) for label, c, b in rising]
+    holders = points[-1].holders
+    first = [(label, _trend(label, c, xs, b, alpha, holders.get(label)), c, b) for label, c, b in rising]
     eligible = [f for f in first if qualifies(f[0], f[1].bytes_per_iter, memory)]
     alpha_kind = alpha / max(1, len(eligible))
     found = []
     for label, trend, counts, nbytes in first:
         ok = qualifies(label, trend.bytes_per_iter, memory)
         if ok:
-            trend = _trend(label, counts, xs, nbytes, alpha_kind)
+            trend = _trend(label, counts, xs, nbytes, alpha_kind, holders.get(label))
         if trend.status in _STATUS_ORDER:
             share = trend.bytes_per_iter / memory if trend.bytes_per_iter > 0 and memory > 0 else None
             found.append(KindEvidence(label, trend, share, ok))
@@ -355,11 +473,18 @@ def count_support(
     return CountSupport(supports, tuple(found), nothing)
 
 
-def _trend(label: str, counts: list[int], xs: list[int], nbytes: list[int], alpha: float) -> stats.CountTrend:
-    allowance = fill_allowance(label)
+def _trend(
+    label: str, counts: list[int], xs: list[int], nbytes: list[int], alpha: float, holder: Holder | None
+) -> stats.CountTrend:
+    allowance, byte_slack = holder_allowance(holder)
     if allowance is None:
-        return stats.count_trend(counts, xs, nbytes, alpha=alpha)
-    return stats.count_trend(counts, xs, nbytes, alpha=alpha, fill_allowance=allowance)
+        allowance = fill_allowance(label)
+    options: dict[str, Any] = {}
+    if allowance is not None:
+        options["fill_allowance"] = allowance
+    if byte_slack is not None:
+        options["bytes_max_slowdown"] = byte_slack
+    return stats.count_trend(counts, xs, nbytes, alpha=alpha, **options)
 
 
 def _slope(values: list[int], xs: list[int]) -> float:
@@ -421,6 +546,27 @@ def _container_predicate(kind: str, watch: ContainerWatch | None) -> Any:
     return None
 
 
+def support_text(support: CountSupport, points: list[CountPoint]) -> str:
+    """What an early ``leak`` rests on, in words: the kind that grows, and, when the early call
+    came from its holder (an append-only list of exact bytes, :func:`holder_allowance`), the
+    holder and its bytes, so that the user can judge the call."""
+    from trainguard.units import format_bytes
+
+    best = support.growing()[0]
+    t = best.trend
+    text = f"{best.kind} rose at every census for {t.run_calls} calls ({t.count_per_iter:+,.1f}/iter)"
+    holder = points[-1].holders.get(best.kind) if points else None
+    if holder is None or holder_allowance(holder)[0] != LIST_FILL_ALLOWANCE:
+        return text
+    return text + (
+        f"; this rests on the holder: a list that only grew at its end, by "
+        f"{format_bytes(t.bytes_per_iter)} a call of arrays or tensors whose bytes are exact "
+        "(numpy nbytes, tensor sizes) and do not shrink as a warm-up pool's do, past the "
+        f"{LIST_FILL_ALLOWANCE} entries an early call allows (dict and set caches must pass 128); "
+        "if your code trims this list to a window, it is a fill, not a leak"
+    )
+
+
 def evidence_dict(support: CountSupport | None, fallback: str, points: list[CountPoint]) -> dict[str, Any]:
     """The report's ``counts`` section: status, note, and the kinds that rose."""
     cost = float(np.median([p.cost_s for p in points[1:]])) if len(points) > 1 else 0.0
@@ -436,8 +582,7 @@ def evidence_dict(support: CountSupport | None, fallback: str, points: list[Coun
         return base | {"status": "left_out", "note": note, "kinds": []}
     kinds = [k.to_dict() for k in support.kinds[:12]]
     if support.supports:
-        best = support.growing()[0]
-        note = f"{best.kind} rose at every census for {best.trend.run_calls} calls ({best.trend.count_per_iter:+,.1f}/iter)"
+        note = support_text(support, points)
         return base | {"status": "supports_leak", "note": note, "kinds": kinds}
     if support.found_nothing:
         note = "no kind of Python-visible object grows: memory growth, if any, is outside them (native memory, a C extension, the allocator)"

@@ -644,10 +644,9 @@ class _Loop(LoopBase):
         support = counts.support
         look = self.last_look
         if support is not None and support.supports and look is not None and self.iterations < look.leak_gate:
-            best = support.growing()[0]
             return (
-                f"; called before the {look.leak_gate}-call warm-up wait on count evidence: {best.kind} "
-                f"rose at every census for {best.trend.run_calls} calls ({best.trend.count_per_iter:+,.1f}/iter)"
+                f"; called before the {look.leak_gate}-call warm-up wait on count evidence: "
+                + _evidence.support_text(support, counts.points)
             )
         if support is not None and support.found_nothing:
             return (

@@ -750,6 +750,7 @@ def count_trend(
     min_readings: int = 6,
     fill_allowance: int = 128,
     max_slowdown: float = 0.2,
+    bytes_max_slowdown: float | None = None,
 ) -> CountTrend:
     """Does an exact count of live objects grow like a leak? See "Count evidence" above.
 
@@ -762,6 +763,9 @@ def count_trend(
         min_readings: and at least this many readings.
         fill_allowance: a bounded cache or pool can hold this many objects; growth must pass it.
         max_slowdown: how much slower the recent half of the run may grow.
+        bytes_max_slowdown: the same for the bytes, when they are exact and must not slow down at
+            all (0.0: entries of an append-only list, see ``trainguard.leaks._evidence``); default
+            ``max_slowdown``.
 
     Returns:
         A :class:`CountTrend`.
@@ -789,8 +793,9 @@ def count_trend(
     byte_rate = float(ba[-1] - ba[start]) / max(span, 1e-12)
     p_value = math.exp(-math.lgamma(m + 1))
     cx, cc, cb = xa[start:], ca[start:], ba[start:]
+    byte_slack = max_slowdown if bytes_max_slowdown is None else bytes_max_slowdown
     steady = m < 4 or (
-        _not_slowing(cc, cx, max_slowdown) and (cb[-1] <= cb[0] or _not_slowing(cb, cx, max_slowdown))
+        _not_slowing(cc, cx, max_slowdown) and (cb[-1] <= cb[0] or _not_slowing(cb, cx, byte_slack))
     )
     if not steady:
         status = "slowing"
