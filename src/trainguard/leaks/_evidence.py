@@ -150,10 +150,10 @@ class ContainerWatch:
         stays cheap however long the list): the list is append-only while the entry that was last
         then is still the same object in the same place."""
         c = self.containers[index]
-        if isinstance(c, collections.deque):
+        if type(c) is collections.deque:
             return Holder("deque", bound=c.maxlen), 0
         if type(c) is not list:
-            return Holder(type(c).__name__), 0
+            return _OTHER_HOLDERS.get(type(c)) or Holder(type(c).__name__), 0
         tail = self.tails.get(index)
         if tail is None:
             start = int(self.base[index])
@@ -178,6 +178,9 @@ class ContainerWatch:
         self.containers = []
         self.base = np.zeros(0, dtype=np.int64)
         self.tails = {}
+
+
+_OTHER_HOLDERS: dict[type, Holder] = {t: Holder(t.__name__) for t in _CONTAINER_TYPES}
 
 
 def exact_nbytes(obj: Any) -> int | None:
@@ -276,7 +279,9 @@ def take_counts(iteration: int, watch: ContainerWatch | None) -> CountPoint:
     if watch is not None:
         for i, _, n in grown:
             label = watch.label(i)
-            holders[label], nbytes = watch.holder(i, n)
+            holder, nbytes = watch.holder(i, n)
+            if holder_allowance(holder) != (None, None):
+                holders[label] = holder  # only what changes a verdict is kept at every census
             kinds[label] = (n, nbytes)
     kinds.update(extra_counts())
     return CountPoint(iteration, kinds, detailed, time.perf_counter() - t0, holders)
