@@ -190,8 +190,15 @@ def exact_nbytes(obj: Any) -> int | None:
     they hold)."""
     t = type(obj)
     if t is tuple or t is list:
-        parts = [exact_nbytes(o) for o in obj[:16]]
-        return None if not parts or len(obj) > 16 or any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+        if not obj or len(obj) > 16:
+            return None
+        total = 0
+        for o in obj:
+            part = exact_nbytes(o)
+            if part is None:
+                return None
+            total += part
+        return total
     module = getattr(t, "__module__", "") or ""
     if module.startswith("numpy"):
         ndarray = np.ndarray
