@@ -17,12 +17,15 @@ from typing import Any
 
 __all__ = ["DoctorReport", "diagnose", "THREAD_VARIABLES", "MEMORY_VARIABLES", "detect_allocator"]
 
-#: Environment variables that set thread pools.
+#: Environment variables that set thread pools (BLAS/OpenMP pools, TensorFlow's two pools): what
+#: ``doctor`` reports and what a Runner sets in its workers.
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "BLIS_NUM_THREADS",
     "TF_NUM_INTRAOP_THREADS",
     "TF_NUM_INTEROP_THREADS",
 )

@@ -45,6 +45,7 @@ __all__ = [
     "TreeCgroup",
     "kill_tree",
     "kill_descendants",
+    "signal_name",
     "become_subreaper",
     "tracking_mechanisms",
 ]
@@ -439,6 +440,14 @@ def kill_tree(
         except OSError:
             continue
     return killed
+
+
+def signal_name(number: int) -> str:
+    """``9 -> "SIGKILL"``; an unknown number gives ``"signal 99"``."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def kill_descendants(pid: int | None = None, *, passes: int = 10) -> list[int]:

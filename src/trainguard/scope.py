@@ -422,23 +422,13 @@ class Scope:
         peak_interval: float | str | None = None,
         peak_interval_s: float | str | None = None,
     ) -> None:
-        from trainguard.probes.census import CENSUS_FRAMEWORKS
+        from trainguard.frameworks import validate_names
 
         _validate_keep(keep)
         if name is not None and not isinstance(name, str):
             raise ConfigError(f"name={name!r} must be a string such as 'fold-3'")
         if frameworks is not None:
-            if isinstance(frameworks, str):
-                raise ConfigError(
-                    f"frameworks={frameworks!r} must be a list of names such as ['torch'], not a string"
-                )
-            frameworks = tuple(frameworks)
-            for fw in frameworks:
-                if fw not in CENSUS_FRAMEWORKS:
-                    raise ConfigError(
-                        f"unknown framework {fw!r}: use one of {', '.join(repr(n) for n in CENSUS_FRAMEWORKS)}",
-                        value=repr(fw),
-                    )
+            frameworks = validate_names(frameworks, extra=("numpy",))
         for flag_name, flag in (
             ("cleanup", cleanup),
             ("keras_clear_session", keras_clear_session),

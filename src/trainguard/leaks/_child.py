@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import ConfigError, TrainguardError
-from trainguard.proctree import kill_descendants, kill_tree
+from trainguard.proctree import kill_descendants, kill_tree, signal_name
 
 if TYPE_CHECKING:
     from trainguard.leaks._report import LeakReport
@@ -288,11 +288,7 @@ def _death_cause(returncode: int | None) -> str:
     if returncode is None:
         return "ended without a report"
     if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        text = f"was killed by {name}"
+        text = f"was killed by {signal_name(-returncode)}"
         if -returncode == signal.SIGKILL:
             text += " (the OS out-of-memory killer sends SIGKILL; see `dmesg`)"
         elif -returncode == signal.SIGSEGV:
@@ -313,7 +309,6 @@ def died_report(returncode: int | None, rows: list[dict[str, Any]], config: Leak
         A LeakReport with the cause in ``reason`` and ``extra["signal"]``, the series so far and,
         with enough readings, the slope over it.
     """
-    import signal
 
     from trainguard.leaks import stats
     from trainguard.leaks._report import LeakReport
@@ -334,10 +329,7 @@ def died_report(returncode: int | None, rows: list[dict[str, Any]], config: Leak
         reason += f"; the series so far: {d.reason}"
     sig = None
     if returncode is not None and returncode < 0:
-        try:
-            sig = signal.Signals(-returncode).name
-        except ValueError:
-            sig = str(-returncode)
+        sig = signal_name(-returncode)
     elapsed = float(rows[-1].get("elapsed_s", 0.0)) if rows else 0.0
     return LeakReport(
         verdict=Verdict.INCONCLUSIVE,

@@ -45,8 +45,6 @@ from itertools import compress
 from operator import not_
 from typing import Any
 
-from trainguard.exceptions import ConfigError
-
 __all__ = ["CensusEntry", "Census", "census", "reachable_ids", "CENSUS_FRAMEWORKS", "format_entries"]
 
 #: Names accepted by ``census(frameworks=...)``.
@@ -320,20 +318,9 @@ def census(
     if frameworks is None:
         names = frozenset(n for n in CENSUS_FRAMEWORKS if n in sys.modules)
     else:
-        if isinstance(frameworks, str):
-            raise ConfigError(
-                f"frameworks={frameworks!r} must be a list of names such as ['torch'], not a string",
-                value=frameworks,
-            )
-        names_list = list(frameworks)
-        for name in names_list:
-            if name not in CENSUS_FRAMEWORKS:
-                raise ConfigError(
-                    f"unknown framework {name!r} for census(): use one of "
-                    + ", ".join(repr(n) for n in CENSUS_FRAMEWORKS),
-                    value=repr(name),
-                )
-        names = frozenset(names_list)
+        from trainguard.frameworks import validate_names
+
+        names = frozenset(validate_names(frameworks, extra=("numpy",)))
         # an explicit list is a selection: numpy is counted only when it is listed
         numpy = "numpy" in names
     exclude_ids = reachable_ids(exclude) if exclude is not None else frozenset()

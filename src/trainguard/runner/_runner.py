@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainguard.doctor import THREAD_VARIABLES
 from trainguard.exceptions import ConfigError, TrialError
 from trainguard.runner._backend import BaseBackend
 from trainguard.runner._fnref import prepare
@@ -36,17 +37,8 @@ KERAS_BACKENDS = {
     "openvino": "openvino",
 }
 
-#: Variables that cap a worker's threads (BLAS/OpenMP pools, TensorFlow's two pools).
-THREAD_ENV_VARS = (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "BLIS_NUM_THREADS",
-    "TF_NUM_INTRAOP_THREADS",
-    "TF_NUM_INTEROP_THREADS",
-)
+#: Variables that cap a worker's threads: the list ``doctor`` reports.
+THREAD_ENV_VARS = THREAD_VARIABLES
 
 _ALLOCATOR_LIBS = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc.so.1", "libjemalloc.so"),

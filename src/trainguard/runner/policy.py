@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainguard.exceptions import ConfigError
+from trainguard.proctree import signal_name
 from trainguard.units import format_bytes, format_bytes_apart, parse_duration, parse_size
 
 __all__ = [
@@ -755,16 +756,6 @@ _KILL_REASON = {
     "killed_budget": "killed_budget",
     "timeout": "killed_timeout",
 }
-
-
-def signal_name(number: int) -> str:
-    """``9 -> "SIGKILL"``; an unknown number gives ``"signal 99"``."""
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def classify_end(
