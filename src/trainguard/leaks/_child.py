@@ -14,7 +14,6 @@ cloudpickled callables.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import math
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainguard._loadfile import import_file
 from trainguard.exceptions import ConfigError, TrainguardError
 from trainguard.proctree import kill_descendants, kill_tree, signal_name
 
@@ -61,15 +61,8 @@ def load_target(
         raise ConfigError(f"{path}: no such file: give the path of a Python file, e.g. train.py:step")
     if file.suffix != ".py":
         raise ConfigError(f"{path}: not a .py file: give a Python file, e.g. train.py:step")
-    # let the file import its neighbours, as `python file.py` would
-    sys.path.insert(0, str(file.resolve().parent))
-    spec = importlib.util.spec_from_file_location(_MODULE_NAME, str(file))
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{path}: cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_MODULE_NAME] = module
     try:
-        spec.loader.exec_module(module)
+        module = import_file(file, _MODULE_NAME)
     except ConfigError as exc:
         if getattr(exc, "nested", False):  # the file starts a leak check or Runner at import
             raise

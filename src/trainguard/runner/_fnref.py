@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from trainguard._loadfile import import_file
 from trainguard.exceptions import ConfigError
 
 __all__ = ["FnSpec", "prepare", "load", "split_ref"]
@@ -236,17 +237,8 @@ def prepare(fn: Callable[..., Any] | str) -> FnSpec:
 
 def _load_file(path: str, attr: str) -> Any:
     file = Path(path)
-    folder = str(file.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
     name = file.stem if file.stem.isidentifier() and file.stem not in sys.modules else "__trainguard_trial__"
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # so classes defined there pickle by reference
-    spec.loader.exec_module(module)
-    return module
+    return import_file(file, name)
 
 
 def load(kind: str, payload: str | bytes) -> Callable[..., Any]:
