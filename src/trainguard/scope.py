@@ -269,13 +269,12 @@ def _gpu_bytes() -> tuple[int | None, str | None]:
     from trainguard import frameworks
 
     try:
-        stats = frameworks.allocator_stats()
+        allocated = frameworks.gpu_allocated_bytes()
     except Exception as err:
         logger.debug("allocator stats failed: %s", err)
-        stats = []
-    allocated = [s.allocated_bytes for s in stats if s.allocated_bytes is not None]
-    if allocated:
-        return int(sum(allocated)), "allocator"
+        allocated = None
+    if allocated is not None:
+        return allocated, "allocator"
     from trainguard.probes import nvml
 
     if "pynvml" in sys.modules or _nvml_wanted():

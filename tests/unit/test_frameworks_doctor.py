@@ -144,3 +144,28 @@ def test_diagnose_keys_without_importing_frameworks():
     assert isinstance(data["gpus"], list) and isinstance(data["warnings"], list)
     json.dumps(data)
     assert _loaded_heavy() == before
+
+
+def test_gpu_allocated_bytes_sums_gpu_devices_and_leaves_cpu_allocators_out(monkeypatch):
+    from trainguard.frameworks import AllocatorStats
+
+    stats = [
+        AllocatorStats("tensorflow", "CPU:0", 7 << 20),  # TF_CPU_ALLOCATOR_USE_BFC: host memory
+        AllocatorStats("tensorflow", "GPU:0", 3 << 20),
+        AllocatorStats("torch", "cuda:1", 5 << 20),
+        AllocatorStats("torch", "cuda:0", None),
+    ]
+    monkeypatch.setattr(frameworks, "allocator_stats", lambda: stats)
+    assert frameworks.gpu_allocated_bytes() == 8 << 20
+    monkeypatch.setattr(frameworks, "allocator_stats", lambda: stats[:1])
+    assert frameworks.gpu_allocated_bytes() is None
+
+
+def test_the_runner_sets_the_thread_variables_doctor_reports():
+    from trainguard.doctor import THREAD_VARIABLES
+    from trainguard.runner._runner import THREAD_ENV_VARS
+
+    assert THREAD_ENV_VARS is THREAD_VARIABLES
+    assert {"OMP_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS", "TF_NUM_INTEROP_THREADS"} <= set(
+        THREAD_VARIABLES
+    )

@@ -45,6 +45,7 @@ __all__ = [
     "BaseAdapter",
     "adapter",
     "allocator_stats",
+    "gpu_allocated_bytes",
     "available",
     "install_quiet_imports",
     "is_startup_noise",
@@ -243,3 +244,14 @@ def allocator_stats(
     for name in names:
         out.extend(_ADAPTERS[name].allocator_stats(import_framework=import_frameworks))
     return out
+
+
+def gpu_allocated_bytes() -> int | None:
+    """Bytes the already imported frameworks' allocators hold on GPUs in this process (CPU
+    allocators left out, e.g. TensorFlow's ``CPU:0`` with ``TF_CPU_ALLOCATOR_USE_BFC``); None when
+    no allocator reports a GPU figure."""
+    total = None
+    for s in allocator_stats():
+        if s.allocated_bytes is not None and "cpu" not in str(s.device).lower():
+            total = (total or 0) + int(s.allocated_bytes)
+    return total

@@ -142,15 +142,9 @@ class MemoryCallback(_keras.callbacks.Callback):
 
     @staticmethod
     def _gpu() -> int | None:
-        from trainguard.frameworks import allocator_stats
+        from trainguard.frameworks import gpu_allocated_bytes
 
-        total, seen = 0, False
-        for stats in allocator_stats():
-            if "cpu" in stats.device.lower() or stats.allocated_bytes is None:
-                continue
-            total += int(stats.allocated_bytes)
-            seen = True
-        return total if seen else None
+        return gpu_allocated_bytes()
 
     @staticmethod
     def _live_tensors() -> int:

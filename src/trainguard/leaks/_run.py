@@ -248,14 +248,9 @@ class _Meter:
     def gpu_bytes(self, pids: tuple[int, ...]) -> tuple[int | None, int | None]:
         allocated = None
         try:
-            from trainguard.frameworks import allocator_stats, loaded
+            from trainguard.frameworks import gpu_allocated_bytes
 
-            if loaded():
-                total = None
-                for s in allocator_stats():
-                    if s.allocated_bytes is not None and not str(s.device).lower().startswith("cpu"):
-                        total = (total or 0) + int(s.allocated_bytes)
-                allocated = total
+            allocated = gpu_allocated_bytes()
         except Exception as err:  # a probe must never end the check
             logger.debug("allocator stats failed: %s", err)
         nvml = None
