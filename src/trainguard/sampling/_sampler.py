@@ -347,11 +347,7 @@ class Sampler:
                 t, vals = self._pool
                 self._pool = None
                 self._pool_n = 0
-                self._times.append(t)
-                for k, v in vals.items():
-                    self._values[k].append(v)
-                if len(self._times) >= self.max_samples:
-                    self._halve()
+                self._append(t, vals)
 
     def _run(self) -> None:
         next_at = time.monotonic() + self.interval_s
