@@ -1547,16 +1547,7 @@ class Session:
         peak = worker.trial_peak_rss or None
         error = {"status": "killed_budget", "message": cause.message, **cause.detail}
         if run is not None and choice.alone:
-            if self.run_id is not None:
-                self.store.finish_attempt(
-                    self.run_id,
-                    run.index,
-                    run.attempt,
-                    status="killed_budget",
-                    error=error,
-                    peak_rss_bytes=peak,
-                    duration_s=duration,
-                )
+            self._store_budget_killed(run, error, peak, duration)
             message = (
                 f"memory_budget={format_bytes(budget)} is below one trial's measured peak: trial {run.index} "
                 f"alone reached {format_bytes(choice.values['tree_bytes'])} and was killed at the budget: "
@@ -1587,16 +1578,7 @@ class Session:
         if run.budget_kills >= BUDGET_KILLS_PER_TRIAL:
             self._finish_attempt(worker, run, "killed_budget", error, None, peak, duration)
             return
-        if self.run_id is not None:
-            self.store.finish_attempt(
-                self.run_id,
-                run.index,
-                run.attempt,
-                status="killed_budget",
-                error=error,
-                peak_rss_bytes=peak,
-                duration_s=duration,
-            )
+        self._store_budget_killed(run, error, peak, duration)
         self._event(
             "retry",
             f"trial {run.index} attempt {run.attempt} on worker {worker.worker_id} ended with killed_budget "
@@ -1620,6 +1602,21 @@ class Session:
                 budget_kills=run.budget_kills + 1,
             )
         )
+
+    def _store_budget_killed(
+        self, run: _Running, error: dict[str, Any], peak: int | None, duration: float | None
+    ) -> None:
+        """Record the attempt as ``killed_budget`` (the trial itself stays unfinished)."""
+        if self.run_id is not None:
+            self.store.finish_attempt(
+                self.run_id,
+                run.index,
+                run.attempt,
+                status="killed_budget",
+                error=error,
+                peak_rss_bytes=peak,
+                duration_s=duration,
+            )
 
     # -- sampling ---------------------------------------------------------------------------------
 
