@@ -108,30 +108,9 @@ def main() -> None:
     if args.before:
         compare(args.before, args.attribution)
         return
-    rows = []
-    budget_s = 8.0
-    for step_s in (0.0005, 0.005, 0.05, 0.5):
-        step = make_step(step_s)
-        n = max(8, int(budget_s / step_s))
-        t = time.perf_counter()
-        for _ in range(n):
-            step()
-        per_call = (time.perf_counter() - t) / n
-        # min_iterations above what fits: the check cannot stop early and runs its whole budget
-        rep = trainguard.leakcheck(step, attribution=False, min_iterations=10**9, max_time=budget_s)
-        ratio = rep.elapsed_s / (rep.iterations * per_call)
-        rows.append(
-            {
-                "step_s": step_s,
-                "plain_per_call_s": per_call,
-                "iterations": rep.iterations,
-                "leakcheck_s": rep.elapsed_s,
-                "ratio": ratio,
-                "calls_per_measurement": rep.calls_per_measurement,
-                "measurements": rep.measurements,
-            }
-        )
-    print("# leakcheck overhead (attribution off)\n")
+    # min_iterations above what fits: the check cannot stop early and runs its whole budget
+    rows = [one_row(step_s, args.attribution) for step_s in (0.0005, 0.005, 0.05, 0.5)]
+    print(f"# leakcheck overhead (attribution {'on' if args.attribution else 'off'})\n")
     print(
         f"{datetime.date.today()}, Python {platform.python_version()}, trainguard {trainguard.__version__}\n"
     )

@@ -80,68 +80,34 @@ def make_store(path: Path, trials: int, workers: int, wall_s: float, seed: int =
             store.start_attempt(run.run_id, index, 1, wid)
             peak = max(s[1] for s in samples)
             if killed:
-                store.finish_attempt(
-                    run.run_id,
-                    index,
-                    1,
-                    status="killed_memory",
-                    error={"status": "killed_memory", "message": "killed at the memory limit"},
-                    peak_rss_bytes=peak,
-                    duration_s=per_trial_s,
-                )
-                store.finish_trial(
-                    run.run_id,
-                    index,
-                    status="failed",
-                    value=None,
-                    error={
-                        "status": "killed_memory",
-                        "message": f"killed at the memory limit: tree RSS {peak} > {limit}",
-                    },
-                    attempts=1,
-                    peak_rss_bytes=peak,
-                    worker_id=wid,
-                    duration_s=per_trial_s,
-                )
+                status = "killed_memory"
+                error = {
+                    "status": status,
+                    "message": f"killed at the memory limit: tree RSS {peak} > {limit}",
+                }
+            elif index % 50 == 49:
+                status = "exception"
+                error = {"status": status, "type": "ValueError", "message": "ValueError: loss is NaN"}
+            else:
+                status, error = "ok", None
+            value = {"loss": rng.random(), "accuracy": rng.random()} if error is None else None
+            store.finish_attempt(
+                run.run_id, index, 1, status=status, error=error, peak_rss_bytes=peak, duration_s=per_trial_s
+            )
+            store.finish_trial(
+                run.run_id,
+                index,
+                status="ok" if error is None else "failed",
+                value=value,
+                error=error,
+                attempts=1,
+                peak_rss_bytes=peak,
+                worker_id=wid,
+                duration_s=per_trial_s,
+            )
+            if killed:
                 store.end_worker(
                     run.run_id, wid, reason="killed_memory", detail={"rss_bytes": peak, "limit_bytes": limit}
-                )
-            elif index % 50 == 49:
-                error = {"status": "exception", "type": "ValueError", "message": "ValueError: loss is NaN"}
-                store.finish_attempt(
-                    run.run_id,
-                    index,
-                    1,
-                    status="exception",
-                    error=error,
-                    peak_rss_bytes=peak,
-                    duration_s=per_trial_s,
-                )
-                store.finish_trial(
-                    run.run_id,
-                    index,
-                    status="failed",
-                    value=None,
-                    error=error,
-                    attempts=1,
-                    peak_rss_bytes=peak,
-                    worker_id=wid,
-                    duration_s=per_trial_s,
-                )
-            else:
-                store.finish_attempt(
-                    run.run_id, index, 1, status="ok", error=None, peak_rss_bytes=peak, duration_s=per_trial_s
-                )
-                store.finish_trial(
-                    run.run_id,
-                    index,
-                    status="ok",
-                    value={"loss": rng.random(), "accuracy": rng.random()},
-                    error=None,
-                    attempts=1,
-                    peak_rss_bytes=peak,
-                    worker_id=wid,
-                    duration_s=per_trial_s,
                 )
             slot_trials[slot] += 1
             if killed or slot_trials[slot] == 8:
