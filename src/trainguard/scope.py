@@ -93,6 +93,13 @@ class ScopeReport:
         grew = self.rss_delta_bytes
         if grew <= 1024 * 1024 or self.survivor_bytes >= 0.5 * grew:
             return ""
+        if not self.survivors and self.census_s > 0:
+            return (
+                f"RSS grew {format_bytes(grew, signed=True)} but no counted object created inside "
+                "survived (framework tensors and graph objects, numpy arrays): the growth is outside "
+                "Python-visible objects (native memory of a framework or C extension, or freed memory "
+                "the allocator keeps)"
+            )
         return (
             f"RSS grew {format_bytes(grew, signed=True)} but the survivors hold "
             f"{format_bytes(self.survivor_bytes)}: the rest is outside Python-visible objects "
@@ -184,6 +191,8 @@ class ScopeReport:
                 )
         else:
             lines.append("  survivors: none")
+            if self.bytes_note:
+                lines.append(f"  {self.bytes_note}")
         for v in self.limit_violations:
             lines.append(f"  LIMIT: {v}")
         return "\n".join(lines)

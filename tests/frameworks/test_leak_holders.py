@@ -257,3 +257,20 @@ def test_torch_list_of_plain_tensors_is_called_within_20_calls_on_its_holder(tmp
     assert data["verdict"] == "leak" and data["iterations"] <= 20, data["reason"]
     assert "entries of list one_torch_list.OUTPUTS" in data["reason"], data["reason"]
     assert "rests on the holder" in data["reason"] and "256.0 KiB a call" in data["reason"], data["reason"]
+
+
+def test_the_holder_search_does_not_print_framework_deprecation_warnings(tmp_path: Path) -> None:
+    """The walk touches every module's globals (torch.distributed.reduce_op warns when read): a leak
+    check on a torch step printed eight FutureWarnings the user's code never caused."""
+    pytest.importorskip("torch")
+    script = """
+import warnings
+import torch, torch.distributed
+from trainguard.leaks.holders import holder_chains
+warnings.simplefilter("always")
+holder_chains({"nothing": lambda o: False}, max_seconds=20.0)
+print("{}")
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Warning" not in res.stderr, res.stderr[-2000:]

@@ -27,6 +27,7 @@ import sys
 import sysconfig
 import time
 import types
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -191,15 +192,19 @@ def holder_chains(
     pending = dict(predicates)
     parents: dict[int, tuple[int | None, str, Any]] = {}
     deadline = time.perf_counter() + max_seconds
-    for group in _root_groups():
-        queue: deque[int] = deque()
-        for label, value in group:
-            if id(value) not in parents and not isinstance(value, _NO_DESCEND):
-                parents[id(value)] = (None, label, value)
-                queue.append(id(value))
-        _walk(queue, parents, pending, found, accept, max_nodes, deadline)
-        if not pending:
-            break
+    # the walk reads attributes of every module (torch.distributed.reduce_op and the like warn
+    # that they are deprecated when touched): the user did not touch them, so they are not told
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for group in _root_groups():
+            queue: deque[int] = deque()
+            for label, value in group:
+                if id(value) not in parents and not isinstance(value, _NO_DESCEND):
+                    parents[id(value)] = (None, label, value)
+                    queue.append(id(value))
+            _walk(queue, parents, pending, found, accept, max_nodes, deadline)
+            if not pending:
+                break
     return found
 
 
