@@ -26,8 +26,10 @@ run $PY bench/share_bench.py
 if [ "${1:-}" != quick ]; then
   run $PY bench/leak_corpus_run.py
   run $PY bench/runner_bench.py
-  run $PY bench/runner_bench.py --only abet --pss-hz 0 --out bench/results/runner_bench_parallel.json
-  run $PY bench/runner_bench.py --only ahij --pss-hz 0 --out bench/results/runner_bench_budget.json
+  run $PY bench/runner_bench.py --only abelt --pss-hz 0 --out bench/results/runner_bench_parallel.json
+  run $PY bench/runner_bench.py --only ahijk --pss-hz 0 --out bench/results/runner_bench_budget.json
+  run $PY bench/runner_bench.py --only ahg --pss-hz 0 --out bench/results/runner_bench_ray.json
+  run $PY bench/one_worker_rounds.py --rounds 2
   run $PY bench/parallel_probe.py --fits 5
   run $PY bench/ray_backend_bench.py
   run $PY bench/compare_backends.py --json bench/results/compare.json

@@ -23,11 +23,13 @@ sampled from outside the processes at 10 Hz (RSS summed over the process tree):
   (i) trainguard Runner, workers="auto", memory_budget = 3 x the single-trial peak of (a)
   (k) trainguard Runner, workers="auto", memory_budget = 4.5 x: room for a replacement started early
   (j) ProcessPoolExecutor(max_workers=2, max_tasks_per_child=1, spawn): two at once, a process per trial
+  (l) trainguard Runner, 2 workers, Policy(peak_ratio=1.05): what holding 2 workers to 2.1 x one
+      trial by recycling alone costs in wall time
   (t) a torch workload (trainguard.workloads.torch_fit): naive loop in one process, Runner 1 worker,
       Runner 2 workers (ratios against the torch naive loop)
 
 Issue 15's parts, each short enough for one quiet run:
-    .venv/bin/python bench/runner_bench.py --only abet     # naive, 1 worker, 2 workers; torch trio
+    .venv/bin/python bench/runner_bench.py --only abelt    # naive, 1 worker, 2 workers (two policies); torch
     .venv/bin/python bench/runner_bench.py --only ahijk    # naive, budgets 1.6x, 3x, 4.5x, ProcessPool x2
     .venv/bin/python bench/runner_bench.py --only ahg      # naive, budget 1.6x, Ray Tune: one run
 
@@ -296,6 +298,7 @@ def bench_runner_general(
     workers: int | str = 1,
     memory_budget: int | None = None,
     keras_backend: str | None = "tensorflow",
+    policy: Any = None,
 ) -> dict[str, Any]:
     """A Runner configuration sampled from outside at 10 Hz (the workers' trees summed), with the
     pool's recorded choices (workers, threads, early starts, budget events) from the store."""
@@ -309,7 +312,11 @@ def bench_runner_general(
     t0 = time.time()
     with TreeSampler(lambda: tree_memory(me).children_rss_bytes or None, interval_s=0.1) as sampler:
         with Runner(
-            workers=workers, memory_budget=memory_budget, store=store, keras_backend=keras_backend
+            workers=workers,
+            memory_budget=memory_budget,
+            store=store,
+            keras_backend=keras_backend,
+            policy=policy,
         ) as runner:
             results = sorted(runner.imap(fn, [{} for _ in range(trials)], name=name), key=lambda r: r.index)
     wall_s = time.time() - t0
@@ -649,7 +656,13 @@ def render(results: dict[str, Any]) -> str:
             checks_15.append(("2 workers / 1 worker wall", e["wall_s"] / by["(b)"]["wall_s"], 0.70))
         for label, value, target in checks_15:
             lines.append(f"- {label}: {value:.2f} -> {'met' if value <= target else 'MISSED'}")
-    for key in ("(h)", "(i)"):
+    if "(l)" in by:
+        row = by["(l)"]
+        lines.append(
+            f"- (l) 2 workers recycled at 1.05 x: wall / naive {row['wall_s'] / naive['wall_s']:.2f}, peak / single "
+            f"trial {row['peak_rss_bytes'] / single:.2f}, {row['recycles']} recycles, median trial {row['median_trial_s']:.2f} s"
+        )
+    for key in ("(h)", "(i)", "(k)"):
         if key in by:
             row = by[key]
             budget = row["memory_budget_bytes"]
@@ -701,6 +714,12 @@ def render(results: dict[str, Any]) -> str:
     if "(g)" in by:
         g = by["(g)"]
         ph = g.get("phases_s", {})
+        for key in ("(h)", "(i)", "(k)"):
+            if key in by and g["trials"] == results["trials"]:
+                lines.append(
+                    f"- {key} against Ray Tune, same run: wall {by[key]['wall_s'] / g['wall_s']:.2f} x, "
+                    f"peak {by[key]['peak_rss_bytes'] / g['peak_rss_bytes']:.2f} x"
+                )
         lines.append(
             f"- Ray Tune: {g['trials']} trials in {g['workers_started']} worker processes; import ray "
             f"{ph.get('import_s', 0):.1f} s, ray.init {ph.get('init_s', 0):.1f} s, Tuner.fit {ph.get('fit_s', 0):.1f} s, "
@@ -810,6 +829,22 @@ def main(argv: list[str] | None = None) -> int:
             configs.append(row)
     if "e" in only and (row := step("(e) Runner 2 workers", bench_runner, trials, 2, store)) is not None:
         configs.append(row)
+    if "l" in only:
+        from trainguard import Policy
+
+        label = "(l) trainguard Runner, 2 workers, Policy(peak_ratio=1.05)"
+        row = step(
+            label,
+            bench_runner_general,
+            label,
+            "trainguard.workloads:keras_fit",
+            trials,
+            store,
+            workers=2,
+            policy=Policy(peak_ratio=1.05),
+        )
+        if row is not None:
+            configs.append(row)
     single_peak = configs[0]["trial_peak_rss_bytes"][0]
     for key, ratio in (("h", 1.6), ("i", 3.0), ("k", 4.5)):
         if key in only:
