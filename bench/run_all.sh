@@ -26,7 +26,7 @@ run $PY bench/share_bench.py
 if [ "${1:-}" != quick ]; then
   run $PY bench/leak_corpus_run.py
   run $PY bench/runner_bench.py
-  run $PY bench/runner_bench.py --only abelt --pss-hz 0 --out bench/results/runner_bench_parallel.json
+  run $PY bench/runner_bench.py --only abelmt --pss-hz 0 --out bench/results/runner_bench_parallel.json
   run $PY bench/runner_bench.py --only ahijk --pss-hz 0 --out bench/results/runner_bench_budget.json
   run $PY bench/runner_bench.py --only ahg --pss-hz 0 --out bench/results/runner_bench_ray.json
   run $PY bench/one_worker_rounds.py --rounds 2

@@ -26,11 +26,13 @@ sampled from outside the processes at 10 Hz (RSS summed over the process tree):
   (j) ProcessPoolExecutor(max_workers=2, max_tasks_per_child=1, spawn): two at once, a process per trial
   (l) trainguard Runner, 2 workers, Runner(tf_custom_gradients=False): the same fit left to grow
       (about +10 MiB a fit), so that the recycling of two growing workers is measured too
+  (m) the same with Policy(peak_ratio=1.05): what holding two growing workers to 2.1 x one trial
+      by recycling alone costs in wall time
   (t) a torch workload (trainguard.workloads.torch_fit): naive loop in one process, Runner 1 worker,
       Runner 2 workers (ratios against the torch naive loop)
 
 Issue 15's parts, each short enough for one quiet run:
-    .venv/bin/python bench/runner_bench.py --only abelt    # naive, 1 worker, 2 workers (two policies); torch
+    .venv/bin/python bench/runner_bench.py --only abelmt   # naive, 1 worker, 2 workers (and growing); torch
     .venv/bin/python bench/runner_bench.py --only ahijk    # naive, budgets 1.6x, 3x, 4.5x, ProcessPool x2
     .venv/bin/python bench/runner_bench.py --only ahg      # naive, budget 1.6x, Ray Tune: one run
 
@@ -659,12 +661,14 @@ def render(results: dict[str, Any]) -> str:
             checks_15.append(("2 workers / 1 worker wall", e["wall_s"] / by["(b)"]["wall_s"], 0.70))
         for label, value, target in checks_15:
             lines.append(f"- {label}: {value:.2f} -> {'met' if value <= target else 'MISSED'}")
-    if "(l)" in by:
-        row = by["(l)"]
-        lines.append(
-            f"- (l) 2 workers, a workload that grows: wall / naive {row['wall_s'] / naive['wall_s']:.2f}, peak / single "
-            f"trial {row['peak_rss_bytes'] / single:.2f}, {row['recycles']} recycles, median trial {row['median_trial_s']:.2f} s"
-        )
+    for key in ("(l)", "(m)"):
+        if key in by:
+            row = by[key]
+            lines.append(
+                f"- {key} 2 workers, a workload that grows: wall / naive {row['wall_s'] / naive['wall_s']:.2f}, peak / "
+                f"single trial {row['peak_rss_bytes'] / single:.2f}, {row['recycles']} recycles, median trial "
+                f"{row['median_trial_s']:.2f} s"
+            )
     for key in ("(h)", "(i)", "(k)"):
         if key in by:
             row = by[key]
@@ -832,8 +836,14 @@ def main(argv: list[str] | None = None) -> int:
             configs.append(row)
     if "e" in only and (row := step("(e) Runner 2 workers", bench_runner, trials, 2, store)) is not None:
         configs.append(row)
-    if "l" in only:
-        label = "(l) trainguard Runner, 2 workers, a workload that grows (tf_custom_gradients=False)"
+    for key, ratio in (("l", None), ("m", 1.05)):
+        if key not in only:
+            continue
+        from trainguard import Policy
+
+        label = f"({key}) trainguard Runner, 2 workers, a workload that grows (tf_custom_gradients=False)"
+        if ratio is not None:
+            label += f", Policy(peak_ratio={ratio:g})"
         row = step(
             label,
             bench_runner_general,
@@ -842,6 +852,7 @@ def main(argv: list[str] | None = None) -> int:
             trials,
             store,
             workers=2,
+            policy=None if ratio is None else Policy(peak_ratio=ratio),
             runner_kwargs={"tf_custom_gradients": False},
         )
         if row is not None:
