@@ -3,7 +3,8 @@ and writes the store (its only writer).
 
 Threads: the caller's thread runs the loop (dispatch, results, deaths, store writes); one sampler
 thread reads every worker tree's memory at ``sample_interval_s`` and kills a tree the moment it
-crosses a hard limit (that must not wait for the loop). Both share the worker handles under a lock.
+crosses a hard limit, or one tree when their sum crosses the run's memory budget (that must not
+wait for the loop; the loop records the kill and acts on it). Both share the worker handles under a lock.
 
 A session holds its run's lock for as long as it runs (``Store.lock_run``), keeps its temporary
 files in a private folder made for it, treats SIGTERM and SIGHUP like Ctrl-C (when it runs in the
