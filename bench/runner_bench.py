@@ -600,6 +600,20 @@ def bench_overshoot(store: str, kills: int = 3) -> dict[str, Any]:
 # -- report ----------------------------------------------------------------------------------------
 
 
+def _grows_kwargs() -> dict[str, Any]:
+    """Runner arguments that leave the Keras-TF fit's per-fit growth in place: the worker's release of
+    TensorFlow's custom-gradient registry off, where this version has it (before it, the fit grows)."""
+    import inspect
+
+    from trainguard.runner import Runner
+
+    return (
+        {"tf_custom_gradients": False}
+        if "tf_custom_gradients" in inspect.signature(Runner).parameters
+        else {}
+    )
+
+
 def _fmt_ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a is not None and b else "-"
 
@@ -836,6 +850,7 @@ def main(argv: list[str] | None = None) -> int:
             configs.append(row)
     if "e" in only and (row := step("(e) Runner 2 workers", bench_runner, trials, 2, store)) is not None:
         configs.append(row)
+    grows = _grows_kwargs()
     for key, ratio in (("l", None), ("m", 1.05)):
         if key not in only:
             continue
@@ -853,7 +868,7 @@ def main(argv: list[str] | None = None) -> int:
             store,
             workers=2,
             policy=None if ratio is None else Policy(peak_ratio=ratio),
-            runner_kwargs={"tf_custom_gradients": False},
+            runner_kwargs=grows,
         )
         if row is not None:
             configs.append(row)
@@ -862,8 +877,7 @@ def main(argv: list[str] | None = None) -> int:
         if key in only:
             label = f"({key}) trainguard Runner, workers=auto, memory_budget={ratio:g} x single-trial peak"
             # (k) shows a replacement started early: only a worker that grows is replaced
-            grows = {"tf_custom_gradients": False} if key == "k" else None
-            if grows:
+            if key == "k":
                 label += ", a workload that grows (tf_custom_gradients=False)"
             row = step(
                 label,
@@ -874,7 +888,7 @@ def main(argv: list[str] | None = None) -> int:
                 store,
                 workers="auto",
                 memory_budget=int(ratio * single_peak),
-                runner_kwargs=grows,
+                runner_kwargs=_grows_kwargs() if key == "k" else None,
             )
             if row is not None:
                 configs.append(row)
