@@ -11,7 +11,8 @@ The Python analog of TF.js's ``tf.tidy``/``startScope``/``dispose``::
     def train(params): ...
 
 On exit the scope runs the cleanups (each switchable): Keras ``clear_session()`` (if Keras is
-imported), ``gc.collect()``, ``torch.cuda.empty_cache()`` (if torch has initialised CUDA) and
+imported), the release of the traced graphs ``tf.custom_gradient`` pins in TensorFlow's gradient
+registry (if TensorFlow is imported), ``gc.collect()``, ``torch.cuda.empty_cache()`` (if torch has initialised CUDA) and
 glibc ``malloc_trim(0)``. Then it measures: this process's RSS before, after and at its peak
 (read by a light shared thread, 20 Hz by default, so nested scopes cost one thread), GPU bytes
 before and after (framework allocators when loaded, else NVML for this pid), and the objects
@@ -392,6 +393,10 @@ class Scope:
         name: a label for the report.
         cleanup: False switches every cleanup step off.
         keras_clear_session: run ``keras.backend.clear_session()`` on exit (if Keras is imported).
+        tf_custom_gradients: on exit, move the gradient functions ``tf.custom_gradient`` registered
+            while tracing out of TensorFlow's global registry onto their graphs, so that the
+            graphs of finished fits are freed (the growth of Keras ``fit`` on TensorFlow); a graph
+            still in use keeps its gradient.
         gc_collect: run ``gc.collect()`` on exit.
         empty_cuda_cache: run ``torch.cuda.empty_cache()`` on exit (if torch has initialised CUDA).
         malloc_trim: run glibc ``malloc_trim(0)`` on exit.
@@ -420,6 +425,7 @@ class Scope:
         name: str | None = None,
         cleanup: bool = True,
         keras_clear_session: bool = True,
+        tf_custom_gradients: bool = True,
         gc_collect: bool = True,
         empty_cuda_cache: bool = True,
         malloc_trim: bool = True,
@@ -440,6 +446,7 @@ class Scope:
         for flag_name, flag in (
             ("cleanup", cleanup),
             ("keras_clear_session", keras_clear_session),
+            ("tf_custom_gradients", tf_custom_gradients),
             ("gc_collect", gc_collect),
             ("empty_cuda_cache", empty_cuda_cache),
             ("malloc_trim", malloc_trim),
@@ -451,6 +458,7 @@ class Scope:
         self.name = name
         self.cleanup_steps = {
             "keras_clear_session": cleanup and keras_clear_session,
+            "tf_custom_gradients": cleanup and tf_custom_gradients,
             "gc_collect": cleanup and gc_collect,
             "empty_cuda_cache": cleanup and empty_cuda_cache,
             "malloc_trim": cleanup and malloc_trim,

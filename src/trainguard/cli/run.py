@@ -151,6 +151,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--threads", type=int, metavar="N", help="threads per worker (default cores // workers)"
     )
     parser.add_argument(
+        "--keep-tf-gradients",
+        action="store_true",
+        help="do not release the traced graphs that tf.custom_gradient pins in TensorFlow's gradient "
+        "registry after each trial (released by default: it stops Keras fit's growth per trial on TF)",
+    )
+    parser.add_argument(
         "--preload",
         action="append",
         default=[],
@@ -374,6 +380,7 @@ def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
         backend=args.backend,
         address=args.address,
         resources=args.resources,
+        tf_custom_gradients=not args.keep_tf_gradients,
     )
 
 

@@ -1,4 +1,5 @@
-"""TensorFlow adapter: OOM detection and per-GPU allocator statistics."""
+"""TensorFlow adapter: OOM detection, per-GPU allocator statistics, and the release of the traced
+graphs ``tf.custom_gradient`` pins (see ``_tf_gradients``)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ class TensorFlowAdapter(BaseAdapter):
                 return True
         # Keras and tf.function sometimes wrap the error; TF's message is stable.
         return "OOM when allocating tensor" in str(exc)
+
+    def release_custom_gradients(self) -> bool:
+        """Move the ``CustomGradient-*`` gradient functions out of TensorFlow's global gradient
+        registry onto their traced graphs, so that a graph nothing else holds is freed (the growth
+        of Keras ``fit`` in a loop). Returns whether TensorFlow was loaded and it ran."""
+        if not self.loaded():
+            return False
+        from trainguard.frameworks._tf_gradients import release_custom_gradients
+
+        return release_custom_gradients() is not False
 
     def gpu_names(self, *, import_framework: bool = False) -> list[str]:
         """``tf.config.list_physical_devices('GPU')`` names; [] when TF is not loaded."""

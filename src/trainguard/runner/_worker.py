@@ -169,7 +169,27 @@ def _cleanup() -> dict[str, float]:
         start = time.perf_counter()
         gc.collect()
         return {"gc_collect": time.perf_counter() - start}
-    return cleanup()
+    return cleanup(tf_custom_gradients=_TF_CUSTOM_GRADIENTS[0])
+
+
+#: set by main() from the worker config: release tf.custom_gradient's traced graphs after each trial
+_TF_CUSTOM_GRADIENTS = [True]
+
+
+def _release_tf_gradients() -> float | None:
+    """Move the traced graphs' ``tf.custom_gradient`` functions out of TensorFlow's global
+    registry (what keeps every finished Keras ``fit``'s graph alive); seconds it took, or None
+    when it did not run (switched off, TensorFlow not imported)."""
+    if not _TF_CUSTOM_GRADIENTS[0] or "tensorflow" not in sys.modules:
+        return None
+    start = time.perf_counter()
+    try:
+        from trainguard.frameworks import adapter
+
+        ran = adapter("tensorflow").release_custom_gradients()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a failed release must never fail the trial
+        return None
+    return time.perf_counter() - start if ran else None
 
 
 def _oom_framework(exc: BaseException) -> str | None:
@@ -296,6 +316,8 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
     stats = _framework_stats()
     if msg.get("cleanup"):
         stats["cleanup_s"] = _cleanup()
+    elif (released_s := _release_tf_gradients()) is not None:
+        stats["tf_custom_gradients_s"] = released_s
     if msg.get("census"):
         totals = _census_totals()
         if totals is not None:
@@ -441,6 +463,7 @@ def main(argv: list[str]) -> None:
         if stream is not None and not isinstance(stream, _PipeSafe):
             setattr(sys, name, _PipeSafe(stream))
     config = json.loads(os.environ.pop(WORKER_CONFIG_ENV, "{}"))
+    _TF_CUSTOM_GRADIENTS[0] = bool(config.get("tf_custom_gradients", True))
     inbox, outbox = _bootstrap(config, read_fd, write_fd)
     global _STAGE_CHANNEL
     _STAGE_CHANNEL = _stage_channel(inbox, outbox)
