@@ -92,4 +92,7 @@ def test_scope_names_the_stray_variable_but_not_the_kept_model(tf_run, torch_run
         # the kept Dense(31) on 29 inputs: its kernel and bias are not survivors
         assert not any(shape in ((29, 31), (31,)) for _, _, shape in survivors), survivors
     tf_kinds = {s["kind"]: s["count"] for s in tf_run["scope_survivors"] if s["framework"] == "tensorflow"}
-    assert tf_kinds.get("Operation", 0) > 0  # the TF leak itself: graph state outside the kept model
+    # the TF leak itself, graph state outside the kept model (the custom-gradient registry entry of
+    # the traced train step), is released by scope()'s default cleanup: the graph stays with the
+    # kept model and no Operation survives outside it
+    assert tf_kinds.get("Operation", 0) == 0, tf_kinds

@@ -1,7 +1,10 @@
 """The runner on the seed's real workload: Keras 3 on the TensorFlow backend, which leaks per fit.
 
 One worker that is never recycled grows trial after trial; the same trials under predictive
-recycling (a tight ``peak_ratio`` budget so that it acts within a few trials) stay flat.
+recycling (a tight ``peak_ratio`` budget so that it acts within a few trials) stay flat. Both runs
+keep TensorFlow's custom-gradient registry as it is (``tf_custom_gradients=False``): the release
+workers do by default stops this growth at its source (test_tf_custom_gradients), and this test is
+about recycling a worker that does grow.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ PARAMS = [{"seed": i, "units": 256, "rows": 600} for i in range(TRIALS)]
 
 
 def _run(policy: Policy, tmp_path, name: str):
-    with Runner(policy=policy, keras_backend="tensorflow", store=tmp_path / "k.db", threads=1) as runner:
+    with Runner(
+        policy=policy,
+        keras_backend="tensorflow",
+        store=tmp_path / "k.db",
+        threads=1,
+        tf_custom_gradients=False,
+    ) as runner:
         results = runner.map("trainguard.workloads:keras_fit", PARAMS, name=name)
         workers = runner.store.workers(runner.store.get_run(name).run_id)
     assert all(r.status == "ok" for r in results), [r.error for r in results]

@@ -543,8 +543,9 @@ def attach_holders(growth: tuple[Any, ...], watch: ContainerWatch | None, *, top
     for kind in predicates:
         if kind not in chains and kind.startswith(("tensorflow.", "keras.")):
             chains[kind] = (
-                "no chain from a Python root: held inside TensorFlow's runtime (the graphs of traced "
-                "functions, kept by the eager context), which Keras' clear_session() does not release"
+                "no chain from a Python root within the search's budget: held inside TensorFlow "
+                "(most often by its gradient registry, where tf.custom_gradient pins each traced graph "
+                "that used it), which Keras' clear_session() does not release"
             )
     return tuple(replace(g, holder=chains[g.kind]) if g.kind in chains else g for g in growth)
 

@@ -180,8 +180,9 @@ def kind_rank(kind: str) -> int:
 
 
 def framework_hints(growth: tuple[KindGrowth, ...], modules: set[str] | None = None) -> tuple[str, ...]:
-    """Explanations for well-known growth patterns, from the kinds that grow."""
-    mods = set(sys.modules) if modules is None else modules
+    """Explanations for well-known growth patterns, from the kinds that grow (``modules`` is
+    accepted for callers that pass it; the hints depend on the kinds alone)."""
+    del modules
     kinds = {g.kind: g for g in growth}
     hints: list[str] = []
     traces = kinds.get("tensorflow.tf.function traces")
@@ -200,12 +201,12 @@ def framework_hints(growth: tuple[KindGrowth, ...], modules: set[str] | None = N
     if tf_graph:
         names = ", ".join(f"{g.kind.split('.', 1)[1]} {g.count_per_iter:+,.0f}/iter" for g in tf_graph)
         text = f"TensorFlow graph objects accumulate ({names})"
-        if "keras" in mods:
-            text += (
-                ": Keras keeps each new model's traced train/predict functions in its global state; "
-                "build the model once and reset its weights, or run each training in a recycled worker "
-                "(trainguard.Runner)"
-            )
+        text += (
+            ": a tf.custom_gradient traced inside a tf.function (Keras' TensorFlow optimizer uses one "
+            "in every train step) registers its gradient in TensorFlow's global gradient registry, "
+            "which keeps the whole traced graph for good; trainguard.frameworks.cleanup() or "
+            "trainguard.scope() releases them after each fit, and Runner workers do it by default"
+        )
         hints.append(text)
     keras_kinds = [g for k, g in kinds.items() if k.startswith("keras.") and g.count_per_iter >= 0.2]
     if keras_kinds:

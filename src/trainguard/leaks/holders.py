@@ -11,7 +11,8 @@ of the kind asked for. Roots, in the order searched (the first, shortest chain w
 1. globals of the user's own modules (files outside the standard library and site-packages):
    ``global RESULTS in train.py``;
 2. local variables of every running frame: ``local history in fit() (train.py:12)``;
-3. framework registries: Keras' global state, TensorFlow's graph and function caches;
+3. framework registries: Keras' global state, TensorFlow's gradient registry (where
+   ``tf.custom_gradient`` pins each traced graph that used it), graph and function caches;
 4. globals of every other module: ``global _cache of module somelib.util``.
 
 Each hop says how the next object is reached: ``[3]`` (an item), ``['key']`` (a dict entry),
@@ -129,6 +130,9 @@ def _registries() -> Iterator[tuple[str, Any]]:
     if state is not None and hasattr(state, "GLOBAL_STATE_TRACKER"):
         yield "Keras global state (keras.src.backend.common.global_state)", state.GLOBAL_STATE_TRACKER
     ops = sys.modules.get("tensorflow.python.framework.ops")
+    if ops is not None and hasattr(ops, "_gradient_registry"):
+        # tf.custom_gradient registers a gradient per trace here, closing over the traced graph
+        yield "TensorFlow's gradient registry (ops._gradient_registry)", ops._gradient_registry
     if ops is not None and hasattr(ops, "get_default_graph"):
         try:
             yield "TensorFlow's default graph", ops.get_default_graph()

@@ -699,6 +699,7 @@ class Session:
                 "quiet_modules": list(frameworks.QUIET_MODULES),
                 "max_result_bytes": self.config.max_result_bytes,
                 "device": self.config.worker_config.get("device"),
+                "tf_custom_gradients": self.config.worker_config.get("tf_custom_gradients", True),
             },
             fn_kind="node" if self.fn.kind == "node" else "python",
             max_message_bytes=self.config.max_result_bytes + MESSAGE_OVERHEAD_BYTES,
