@@ -74,7 +74,14 @@ def test_cleanup_runs_only_what_applies():
     if sys.platform.startswith("linux"):
         assert "malloc_trim" in steps and frameworks.malloc_trim() is True
     assert "empty_cuda_cache" not in steps or "torch" in sys.modules
-    assert frameworks.cleanup(gc_collect=False, malloc_trim=False, keras_clear_session=False) == {}
+    # the custom-gradient release runs only where TensorFlow is imported
+    assert ("tf_custom_gradients" in steps) == ("tensorflow" in sys.modules)
+    assert (
+        frameworks.cleanup(
+            gc_collect=False, malloc_trim=False, keras_clear_session=False, tf_custom_gradients=False
+        )
+        == {}
+    )
 
 
 def test_detect_allocator_from_ld_preload(tmp_path):

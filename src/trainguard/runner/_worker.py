@@ -313,16 +313,7 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
                 "return a summary (write large outputs to a file and return its path), or raise max_result_bytes",
                 "result_bytes": size,
             }
-    stats = _framework_stats()
-    if msg.get("cleanup"):
-        stats["cleanup_s"] = _cleanup()
-    elif (released_s := _release_tf_gradients()) is not None:
-        stats["tf_custom_gradients_s"] = released_s
-    if msg.get("census"):
-        totals = _census_totals()
-        if totals is not None:
-            stats["census"] = totals
-    stats["frameworks"] = _frameworks()
+    stats = _after_trial(msg)
     return {
         "op": "result",
         "index": msg["index"],
@@ -335,6 +326,22 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         "hwm_bytes": _peak(fn),
         "stats": stats,
     }
+
+
+def _after_trial(msg: dict[str, Any]) -> dict[str, Any]:
+    """What a worker does and reads after each trial: allocator figures, the cleanups asked for
+    (else the release of TensorFlow's custom-gradient graphs, unless switched off), a census."""
+    stats = _framework_stats()
+    if msg.get("cleanup"):
+        stats["cleanup_s"] = _cleanup()
+    elif (released_s := _release_tf_gradients()) is not None:
+        stats["tf_custom_gradients_s"] = released_s
+    if msg.get("census"):
+        totals = _census_totals()
+        if totals is not None:
+            stats["census"] = totals
+    stats["frameworks"] = _frameworks()
+    return stats
 
 
 _WANTS_CONTEXT: dict[int, bool] = {}
