@@ -168,6 +168,13 @@ def _resolve_backend(backend: Any, *, address: str | None = None, resources: Any
     raise ConfigError(f"backend={backend!r} is not a backend: use 'local' (the default) or 'ray'")
 
 
+def _check_flags(**flags: object) -> None:
+    """Keyword arguments that must be True or False."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}={value!r} must be True or False")
+
+
 def _check_sizing(
     workers: int | str, policy: Policy, memory_budget: str | int | None, backend: Any
 ) -> tuple[bool, int | None, int]:
@@ -434,10 +441,7 @@ class Runner:
         from trainguard._nesting import refuse_nested
 
         refuse_nested("Runner")
-        if not isinstance(fresh, bool):
-            raise ConfigError(f"fresh={fresh!r} must be True or False")
-        if not isinstance(tf_custom_gradients, bool):
-            raise ConfigError(f"tf_custom_gradients={tf_custom_gradients!r} must be True or False")
+        _check_flags(fresh=fresh, tf_custom_gradients=tf_custom_gradients)
         if policy is None:
             policy = Policy()
         if not isinstance(policy, Policy):
