@@ -159,10 +159,12 @@ def _warnings(r: dict[str, Any]) -> list[str]:
         and fw.get("tensorflow")
     ):
         out.append(
-            "Keras 3 on the TensorFlow backend keeps each fit's traced graphs: the process grows "
+            "Keras 3 on the TensorFlow backend keeps each fit's traced graphs (TensorFlow's gradient "
+            "registry holds them through the optimizer's tf.custom_gradient): the process grows "
             "tens of MB per repeated build+fit even after clear_session() and gc.collect(). "
-            "Instead: run trials in recycled workers (trainguard run / trainguard.Runner), build the "
-            "model once and re-initialise its weights, or set KERAS_BACKEND=torch."
+            "Instead: run trials in trainguard workers (trainguard run / trainguard.Runner release "
+            "them after each trial), call trainguard.frameworks.cleanup() or use trainguard.scope() "
+            "between fits in your own loop, or set KERAS_BACKEND=torch."
         )
     if keras_major is not None and keras_major < 3 and fw.get("tensorflow"):
         out.append(
