@@ -26,10 +26,10 @@ pid = os.fork()
 if pid == 0:
     # the child writes a little of its own (copy-on-write), then waits before exec
     mine = bytearray(b"\x02") * (8 << 20)
-    print("forked", flush=True)
+    os.write(1, b"forked\n")  # one write each: the two lines never interleave on the pipe
     time.sleep(30)
     os._exit(0)
-sys.stdout.write(f"{pid}\n"); sys.stdout.flush()
+os.write(1, f"{pid}\n".encode())
 time.sleep(30)
 """
 
