@@ -122,14 +122,10 @@ def base_and_leak(params):
 
 def ramp(params):
     """Grow to ``mb`` MiB in ``step_mb`` steps every ``step_s`` seconds, hold ``hold_s``, free: a
-    trial whose memory rises at a known rate. With ``barrier`` (a folder), the ramp starts once
+    trial whose memory rises at a known rate, after ``delay_s``. With ``barrier`` (a folder), the ramp starts once
     ``parties`` trials have reached it (a file each), so that trials of two workers rise together."""
-    barrier = params.get("barrier")
-    if barrier:
-        Path(barrier, f"{os.getpid()}-{params.get('tag', '')}").touch()
-        deadline = time.monotonic() + params.get("barrier_timeout_s", 60)
-        while len(os.listdir(barrier)) < params.get("parties", 2) and time.monotonic() < deadline:
-            time.sleep(0.02)
+    _barrier(params)
+    time.sleep(params.get("delay_s", 0))
     blocks = []
     step = params.get("step_mb", 5) * 2**20
     for _ in range(params.get("mb", 100) // params.get("step_mb", 5)):
@@ -138,3 +134,20 @@ def ramp(params):
     time.sleep(params.get("hold_s", 0.5))
     del blocks
     return {"pid": os.getpid()}
+
+
+def _barrier(params):
+    barrier = params.get("barrier")
+    if barrier:
+        Path(barrier, f"{os.getpid()}-{params.get('tag', '')}").touch()
+        deadline = time.monotonic() + params.get("barrier_timeout_s", 60)
+        while len(os.listdir(barrier)) < params.get("parties", 2) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def ramp_or_base(params):
+    """:func:`base_and_leak` (after the barrier, if any) when ``base_mb`` is given, else :func:`ramp`."""
+    if "base_mb" not in params:
+        return ramp(params)
+    _barrier(params)
+    return base_and_leak(params)

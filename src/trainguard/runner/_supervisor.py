@@ -1541,14 +1541,15 @@ class Session:
         """A worker killed at the memory budget (recorded already): with fewer workers from now on,
         its trial runs again, the pool's doing, not the trial's: no ``retries`` are used, up to
         :data:`BUDGET_KILLS_PER_TRIAL` times; then the retry policy decides. A trial whose tree alone
-        crossed the budget stops the run, as no concurrency can make it fit."""
+        crossed the budget in a fresh worker (its first trial: nothing else in it) stops the run, as
+        no concurrency can make it fit; in a worker grown by earlier trials it runs again in a fresh one."""
         choice = worker.budget_kill
         assert choice is not None
         budget = self._planner.budget_bytes or 0
         duration = None if run is None else time.monotonic() - run.started_mono
         peak = worker.trial_peak_rss or None
         error = {"status": "killed_budget", "message": cause.message, **cause.detail}
-        if run is not None and choice.alone:
+        if run is not None and choice.alone and worker.trials_done == 0:
             self._store_budget_killed(run, error, peak, duration)
             message = (
                 f"memory_budget={format_bytes(budget)} is below one trial's measured peak: trial {run.index} "
@@ -1581,10 +1582,15 @@ class Session:
             self._finish_attempt(worker, run, "killed_budget", error, None, peak, duration)
             return
         self._store_budget_killed(run, error, peak, duration)
+        where = (
+            f"its worker's tree alone, grown by {worker.trials_done} earlier trials, crossed it"
+            if choice.alone
+            else "beside other work"
+        )
         self._event(
             "retry",
             f"trial {run.index} attempt {run.attempt} on worker {worker.worker_id} ended with killed_budget "
-            f"(killed at the memory budget beside other work); running again as attempt {run.attempt + 1} "
+            f"(killed at the memory budget, {where}); running again as attempt {run.attempt + 1} "
             f"with at most {self._planner.target} worker{'s' if self._planner.target != 1 else ''} at once "
             "(a kill at the budget uses no retries)",
             data={"status": "killed_budget", "attempt": run.attempt, "workers": self._planner.target},
