@@ -850,6 +850,15 @@ def main(argv: list[str] | None = None) -> int:
             configs.append(row)
     if "e" in only and (row := step("(e) Runner 2 workers", bench_runner, trials, 2, store)) is not None:
         configs.append(row)
+
+    def keras_runner(label: str, **kwargs: Any) -> None:
+        """One Runner configuration on the Keras fit, added to the table when it ran."""
+        row = step(
+            label, bench_runner_general, label, "trainguard.workloads:keras_fit", trials, store, **kwargs
+        )
+        if row is not None:
+            configs.append(row)
+
     grows = _grows_kwargs()
     for key, ratio in (("l", None), ("m", 1.05)):
         if key not in only:
@@ -859,19 +868,9 @@ def main(argv: list[str] | None = None) -> int:
         label = f"({key}) trainguard Runner, 2 workers, a workload that grows (tf_custom_gradients=False)"
         if ratio is not None:
             label += f", Policy(peak_ratio={ratio:g})"
-        row = step(
-            label,
-            bench_runner_general,
-            label,
-            "trainguard.workloads:keras_fit",
-            trials,
-            store,
-            workers=2,
-            policy=None if ratio is None else Policy(peak_ratio=ratio),
-            runner_kwargs=grows,
+        keras_runner(
+            label, workers=2, policy=None if ratio is None else Policy(peak_ratio=ratio), runner_kwargs=grows
         )
-        if row is not None:
-            configs.append(row)
     single_peak = configs[0]["trial_peak_rss_bytes"][0]
     for key, ratio in (("h", 1.6), ("i", 3.0), ("k", 4.5)):
         if key in only:
@@ -879,19 +878,12 @@ def main(argv: list[str] | None = None) -> int:
             # (k) shows a replacement started early: only a worker that grows is replaced
             if key == "k":
                 label += ", a workload that grows (tf_custom_gradients=False)"
-            row = step(
+            keras_runner(
                 label,
-                bench_runner_general,
-                label,
-                "trainguard.workloads:keras_fit",
-                trials,
-                store,
                 workers="auto",
                 memory_budget=int(ratio * single_peak),
-                runner_kwargs=_grows_kwargs() if key == "k" else None,
+                runner_kwargs=grows if key == "k" else None,
             )
-            if row is not None:
-                configs.append(row)
     if "j" in only and (row := step("(j) ProcessPoolExecutor x2", bench_pool, trials, 180.0, 2)) is not None:
         configs.append(row)
     if "t" in only:
