@@ -7,6 +7,7 @@ and adds a node back. Skipped only when ray is not installed (``pip install 'tra
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -337,3 +338,95 @@ def test_node_removed_mid_run_is_recorded_and_its_trial_rerun(cluster, tmp_path)
         assert [w.config["node_id"] for w in lost] == [victim_node]
     finally:
         cluster.add_node(**NODE_ARGS, resources={"spare": 1})
+
+
+# -- joining a `ray start --head` by HOST:PORT ------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _end_ray_processes(head: subprocess.Popen, temp_dir: str) -> None:
+    """Stop the head this test started: its `ray start --block` process group, then any process of
+    that Ray session left (each names the session's own temp dir on its command line)."""
+    import psutil
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(head.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        head.wait(timeout=20)
+    mine = {os.getpid()}
+    left = [
+        p
+        for p in psutil.process_iter(["pid", "cmdline"])
+        if p.info["pid"] not in mine and any(temp_dir in (part or "") for part in (p.info["cmdline"] or []))
+    ]
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            for child in proc.children(recursive=True):
+                child.kill()
+            proc.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(head.pid, signal.SIGKILL)
+    head.wait(timeout=10)
+
+
+@pytest.fixture
+def token_head(tmp_path):
+    """A real `ray start --head --port PORT` with token authentication (what Ray 2.60 starts by
+    default once a token exists on the machine), and the token; stopped afterwards."""
+    import tempfile
+
+    port = _free_port()
+    token = "trainguard-test-" + os.urandom(12).hex()
+    temp_dir = tempfile.mkdtemp(prefix="tg-ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    log = tmp_path / "head.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    argv = [ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "1", "--temp-dir", temp_dir]
+    argv += ["--include-dashboard=false", "--disable-usage-stats", "--block"]
+    with open(log, "w") as out:
+        head = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        _wait_for(lambda: "Ray runtime started" in log.read_text() or head.poll() is not None, 120)
+        assert head.poll() is None, log.read_text()[-3000:]
+        yield f"127.0.0.1:{port}", token
+    finally:
+        _end_ray_processes(head, temp_dir)
+
+
+def _run_cli(tmp_path: Path, address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "trainguard", "run", ref("where"), "--backend", "ray", "--address"]
+    argv += [address, "--store", str(tmp_path / "r.db"), "--no-progress", "--json"]
+    argv += ["--params", str(_params_file(tmp_path))]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
+
+
+def test_joins_a_ray_start_head_by_host_and_port(token_head, tmp_path):
+    address, token = token_head
+    # a driver that has the head's token but no RAY_AUTH_MODE (as on a machine where `ray start`
+    # found ~/.ray/auth_token): Ray itself uses the token only for address="auto"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_AUTH_TOKEN"] = token
+    proc = _run_cli(tmp_path, address, env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with Store(tmp_path / "r.db", readonly=True) as store:
+        (summary,) = store.list_runs()
+        assert (summary.trials_ok, summary.status) == (1, "completed")
+    # without any token: one line that says what to do, at once
+    env = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"}
+    env["HOME"] = str(tmp_path / "home")  # no ~/.ray/auth_token there
+    (tmp_path / "none").mkdir()
+    start = time.monotonic()
+    proc = _run_cli(tmp_path / "none", address, env)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert len(lines) == 1 and "requires token authentication" in lines[0], proc.stderr
+    assert "RAY_AUTH_TOKEN" in lines[0]
+    assert time.monotonic() - start < 20

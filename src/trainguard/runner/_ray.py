@@ -639,7 +639,6 @@ class RayBackend(BaseBackend):
         hostport = address.removeprefix("ray://")
         if ":" not in hostport:
             raise ConfigError(f"address={address!r} is not 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
-        hostport = address.removeprefix("ray://")
         host, _, port = hostport.rpartition(":")
         try:
             port_n = int(port)
@@ -661,6 +660,7 @@ class RayBackend(BaseBackend):
         if ray.is_initialized():
             return ray
         self._tcp_check()
+        self._token_auth()
         try:
             ray.init(
                 address=self.address,
@@ -672,10 +672,44 @@ class RayBackend(BaseBackend):
             where = self.address or "the default address"
             raise ConfigError(
                 f"could not join a Ray cluster at {where}: {err}; check it is the head's GCS address "
-                "(HOST:PORT of `ray start --head`), or pass address='auto' on a node of the cluster"
+                "(HOST:PORT of `ray start --head`) and, if the head uses token authentication, that "
+                "RAY_AUTH_TOKEN (or ~/.ray/auth_token) here holds the head's token (`ray get-auth-token` "
+                "on the head), or pass address='auto' on a node of the cluster"
             ) from err
         self._started_ray = True
         return ray
+
+    def _token_auth(self) -> None:
+        """Use Ray's token authentication when the head at an explicit ``HOST:PORT`` requires it.
+
+        Ray (2.5x and later) starts ``ray start --head`` with token authentication whenever a token
+        exists on the machine (``~/.ray/auth_token``, which any local ``ray.init()`` writes), and
+        a driver that joins by ``address="auto"`` picks the token up; one that joins by an explicit
+        address never does, so its calls are refused (``InvalidAuthToken``) and ``ray.init``
+        gives up after about 20 s with a bare "Failed to connect". So: ask the head (one gRPC
+        call, a few ms) whether it wants a token; if it does, turn token mode on in this process as
+        Ray does for "auto" (``RAY_AUTH_MODE=token``) when a token is at hand, else say what to do.
+        A head without authentication is joined as before (turning token mode on there would kill
+        the slot actors), and an explicit ``RAY_AUTH_MODE`` is respected.
+        """
+        address = self.address
+        if address is None or address == "auto" or address.startswith("ray://"):
+            return
+        if _head_wants_token(address, self.connect_timeout_s) is not True:
+            return
+        mode = os.environ.get("RAY_AUTH_MODE")
+        if mode is not None and mode.lower() != "token":
+            raise ConfigError(
+                f"the Ray cluster at {address} requires token authentication, but RAY_AUTH_MODE={mode} "
+                "here: unset RAY_AUTH_MODE (or set it to token) and give this process the head's token "
+                "in RAY_AUTH_TOKEN (`ray get-auth-token` on the head)"
+            )
+        if mode is None and not _enable_token_auth():
+            raise ConfigError(
+                f"the Ray cluster at {address} requires token authentication and this process has no "
+                "token: set RAY_AUTH_TOKEN to the head's token (`ray get-auth-token` on the head), or "
+                "start the head with RAY_AUTH_MODE=disabled"
+            )
 
     def check(self, *, fn: Any, policy: Policy, slots: int, data: Any = None) -> None:
         if data is not None:
@@ -820,6 +854,46 @@ class RayBackend(BaseBackend):
                     ray.kill(state.actor, no_restart=True)
         for state in slots:
             state.thread.join(timeout=2.0)
+
+
+#: a call every Ray head serves (GCS), refused with UNAUTHENTICATED when it requires a token
+_GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+
+
+def _head_wants_token(address: str, timeout_s: float) -> bool | None:
+    """Whether the Ray head (GCS) at ``HOST:PORT`` refuses a call without a token; None when that
+    cannot be told (grpcio missing, another answer)."""
+    try:
+        import grpc  # installed with ray[default] and ray[client]
+    except ImportError:
+        return None
+    channel = grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)])
+    try:
+        call = channel.unary_unary(_GCS_PROBE, request_serializer=bytes, response_deserializer=bytes)
+        call(b"", timeout=timeout_s)
+        return False
+    except grpc.RpcError as err:
+        code = err.code() if callable(getattr(err, "code", None)) else None
+        return True if code == grpc.StatusCode.UNAUTHENTICATED else None
+    finally:
+        channel.close()
+
+
+def _enable_token_auth() -> bool:
+    """Turn Ray's token authentication on in this process (``RAY_AUTH_MODE=token``, as Ray itself
+    does for ``address="auto"``) if a token is at hand (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``
+    or ``~/.ray/auth_token``); whether it is now on."""
+    try:
+        from ray._private.authentication import authentication_token_setup as setup
+    except ImportError:  # a Ray without token authentication
+        return False
+    quiet = logging.getLogger(setup.__name__)
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its "token authentication is enabled" notice: we say what we do
+    try:
+        return bool(setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
+    finally:
+        quiet.setLevel(level)
 
 
 def _pickled_modules(payload: bytes) -> set[str]:
