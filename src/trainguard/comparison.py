@@ -3,7 +3,8 @@ thread count, each configuration in its own fresh worker, side by side in one ca
 
 The seed's cures for the repeated-fit leak ("switch the Keras backend", "try another allocator")
 are claims; :func:`compare` measures them. Per configuration it runs ``trials`` trials one after the
-other in one fresh worker (no recycling, so growth shows) and reports the growth per trial with its
+other in one fresh worker (no recycling, and TensorFlow's custom-gradient graphs not released, so
+the trial's own growth shows as it would in a plain loop) and reports the growth per trial with its
 95 % interval (:func:`trainguard.leaks.stats.robust_slope` over the worker's RSS after each trial,
 read inside the worker after ``gc.collect()``; the first trial, which holds the framework's import
 and warm-up, is left out when there are four or more), the peak RSS of the worker tree, the median
@@ -297,6 +298,9 @@ def compare(
             keras_backend=backend,
             allocator=alloc_path,
             threads=count,
+            # measure the trial's own growth, as in the user's loop: TensorFlow's custom-gradient
+            # graphs are kept, not released as trainguard's workers do by default
+            tf_custom_gradients=False,
         ) as runner:
             name: str | None = None
             if store is not None:

@@ -143,3 +143,15 @@ def test_a_graph_still_in_use_keeps_its_custom_gradient(tmp_path: Path) -> None:
 def test_the_switch_must_be_a_bool() -> None:
     with pytest.raises(ConfigError, match="tf_custom_gradients='no' must be True or False"):
         Runner(tf_custom_gradients="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_compare_measures_the_trials_own_growth_with_the_graphs_kept() -> None:
+    # compare() answers "does this configuration grow?" for the user's own loop: its workers must
+    # not release the graphs (6 MiB a trial here, as in the slope test above)
+    from trainguard import compare
+
+    result = compare(FIT, {}, keras_backend=["tensorflow"], trials=6)
+    (measured,) = result.results
+    assert measured.failures == 0 and measured.growing, measured.words
+    assert measured.growth_bytes_per_trial > 2 * MiB, measured.words
