@@ -9,6 +9,10 @@ the trials' own durations, the first trial of each worker (which pays the framew
 the median trial, and what is left between trials (dispatch, results, recycles).
 
     .venv/bin/python bench/one_worker_rounds.py --rounds 2     # about 4-5 minutes
+    .venv/bin/python bench/one_worker_rounds.py --rounds 2 --grow   # the fit left to grow in the worker
+
+``--grow`` runs the Runner with ``tf_custom_gradients=False``: the worker keeps the Keras fit's
+per-fit growth as the naive loop does, so it is recycled and pays a TensorFlow import each time.
 """
 
 from __future__ import annotations
@@ -55,12 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of (naive, Runner) (default 2)")
     parser.add_argument("--trials", type=int, default=40, help="trials per run (default 40)")
     parser.add_argument(
+        "--grow",
+        action="store_true",
+        help="Runner(tf_custom_gradients=False): the worker grows and is recycled",
+    )
+    parser.add_argument(
         "--out", default=str(HERE / "results" / "one_worker_rounds.json"), help="where to write the JSON"
     )
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.trials < 2:
         parser.error("--rounds must be >= 1 and --trials >= 2")
     from trainguard.demo import run_naive, run_with_runner, versions
+    from trainguard.store import Store
 
     store = os.path.join(tempfile.mkdtemp(prefix="trainguard-rounds-"), "rounds.db")
     rounds = []
@@ -70,14 +80,32 @@ def main(argv: list[str] | None = None) -> int:
         breakdown: dict[str, Any] = {}
         for which in order:
             print(f"[{time.strftime('%H:%M:%S')}] round {r + 1}: {which} ...", file=sys.stderr, flush=True)
-            if which == "naive":
-                half = run_naive(args.trials)
-            else:
-                name = f"rounds-{os.getpid()}-{r}"
-                half = run_with_runner(args.trials, store=store, workers=1, name=name)
+            if which == "runner":
+                if args.grow:
+                    sys.path.insert(0, str(HERE))
+                    from runner_bench import bench_runner_general
+
+                    row = bench_runner_general(
+                        f"(b) rounds {r}",
+                        "trainguard.workloads:keras_fit",
+                        args.trials,
+                        store,
+                        workers=1,
+                        runner_kwargs={"tf_custom_gradients": False},
+                    )
+                    wall, peak = row["wall_s"], row["peak_rss_bytes"]
+                    with Store(store, readonly=True) as reader:
+                        name = reader.list_runs()[-1].name
+                else:
+                    name = f"rounds-{os.getpid()}-{r}"
+                    half = run_with_runner(args.trials, store=store, workers=1, name=name)
+                    wall, peak = half.wall_s, half.peak_rss_bytes
                 breakdown = _runner_breakdown(store, name)
-            walls[which] = half.wall_s
-            walls[f"{which}_peak_mib"] = round(half.peak_rss_bytes / 2**20, 1)
+            else:
+                half = run_naive(args.trials)
+                wall, peak = half.wall_s, half.peak_rss_bytes
+            walls[which] = wall
+            walls[f"{which}_peak_mib"] = round(peak / 2**20, 1)
         ratio = walls["runner"] / walls["naive"]
         rounds.append({"round": r + 1, "order": list(order), **walls, "ratio": round(ratio, 4), **breakdown})
         print(f"    {json.dumps(rounds[-1])}", file=sys.stderr, flush=True)
@@ -88,15 +116,23 @@ def main(argv: list[str] | None = None) -> int:
         "max_ratio": max(ratios),
         "pooled_ratio": round(sum(r["runner"] for r in rounds) / sum(r["naive"] for r in rounds), 4),
     }
-    out = {"trials": args.trials, "rounds": rounds, "summary": summary, "versions": versions()}
+    out = {
+        "trials": args.trials,
+        "grow": args.grow,
+        "rounds": rounds,
+        "summary": summary,
+        "versions": versions(),
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
-    print("| round | order | naive s | Runner s | Runner / naive | Runner workers | first trials' extra s |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| round | order | naive s | Runner s | Runner / naive | Runner workers | first trials' extra s | between trials s |"
+    )
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rounds:
         print(
             f"| {row['round']} | {' then '.join(row['order'])} | {row['naive']:.1f} | {row['runner']:.1f} | "
-            f"{row['ratio']:.3f} | {row['workers']} | {row['first_trial_extra_s']:.1f} |"
+            f"{row['ratio']:.3f} | {row['workers']} | {row['first_trial_extra_s']:.1f} | {row['between_trials_s']:.2f} |"
         )
     print(
         f"\nRunner / naive: median {summary['median_ratio']:.3f}, range {summary['min_ratio']:.3f}-"
