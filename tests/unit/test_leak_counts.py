@@ -227,3 +227,20 @@ def test_container_watch_reads_append_only_and_exact_bytes_of_a_real_list() -> N
     kept.append(np.ones(5))
     assert not facts(kept)[0].append_only
     watch.release()
+
+
+def test_exact_bytes_of_an_entry_whose_class_module_is_a_descriptor() -> None:
+    """Keras defines classes whose ``__module__`` is not a string: reading an entry of such a class
+    made the whole census fail (counts were then left out of a Keras TF fit loop)."""
+    import gc
+
+    odd = type("Odd", (), {"__module__": property(lambda self: "somewhere")})
+    assert _evidence.exact_nbytes(odd()) is None
+    kept: list = []
+    gc.collect()
+    watch = _evidence.ContainerWatch()
+    kept.extend([odd(), np.ones(3)])
+    point = _evidence.take_counts(1, watch)
+    label = next(k for k in point.kinds if k.startswith("entries of list") and point.kinds[k][0] == 2)
+    assert point.kinds[label] == (2, 0) and label not in point.holders
+    watch.release()

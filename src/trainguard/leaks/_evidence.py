@@ -199,7 +199,9 @@ def exact_nbytes(obj: Any) -> int | None:
                 return None
             total += part
         return total
-    module = getattr(t, "__module__", "") or ""
+    module = getattr(t, "__module__", "")
+    if not isinstance(module, str):  # a class may define __module__ as a descriptor (Keras does)
+        return None
     if module.startswith("numpy"):
         ndarray = np.ndarray
         if not isinstance(obj, ndarray):
@@ -286,7 +288,10 @@ def take_counts(iteration: int, watch: ContainerWatch | None) -> CountPoint:
     if watch is not None:
         for i, _, n in grown:
             label = watch.label(i)
-            holder, nbytes = watch.holder(i, n)
+            try:
+                holder, nbytes = watch.holder(i, n)
+            except Exception:  # what a container holds must never cost the census
+                holder, nbytes = _OTHER_HOLDERS[list], 0
             if holder_allowance(holder) != (None, None):
                 holders[label] = holder  # only what changes a verdict is kept at every census
             kinds[label] = (n, nbytes)
