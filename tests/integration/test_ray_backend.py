@@ -291,55 +291,6 @@ def _params_file(tmp_path: Path) -> Path:
     return path
 
 
-# -- node loss (last: it changes the cluster) -------------------------------------------------------
-
-
-def test_node_removed_mid_run_is_recorded_and_its_trial_rerun(cluster, tmp_path):
-    folder = tmp_path / "hold"
-    folder.mkdir()
-    db = tmp_path / "r.db"
-    policy = Policy(retries=1)
-    runner = Runner(workers=3, backend="ray", store=db, policy=policy)
-    params = [{"x": i, "folder": str(folder)} for i in range(3)]
-    thread, out = _run_in_thread(lambda: runner.map(ref("hold"), params, name="loss"))
-    _wait_for(lambda: len(list(folder.glob("started-*"))) == 3)
-    store = Store(db)
-    run_id = store.get_run("loss").run_id
-    by_pid = {w.pid: w for w in store.workers(run_id)}
-    victim_pid = None
-    for marker in folder.glob("started-*"):
-        worker = by_pid[int(marker.read_text())]
-        if worker.config["node_id"] != _head_node_id(cluster):
-            victim_index, victim_pid, victim_node = (
-                int(marker.name.split("-")[1]),
-                worker.pid,
-                worker.config["node_id"],
-            )
-            break
-    assert victim_pid is not None
-    node = next(n for n in cluster.list_all_nodes() if n.node_id == victim_node)
-    cluster.remove_node(node)
-    try:
-        _wait_for(lambda: any(a.status == "crashed" for a in store.attempts(run_id, victim_index)), 60)
-        (folder / "release").write_text("")
-        thread.join(90)
-        runner.close()
-        assert "error" not in out, out
-        results = out["value"]
-        assert [r.status for r in results] == ["ok"] * 3
-        assert results[victim_index].attempts == 2
-        first = store.attempts(run_id, victim_index)[0]
-        assert (
-            first.status == "crashed"
-            and "node" in first.error["message"]
-            and "lost" in first.error["message"]
-        )
-        lost = [w for w in store.workers(run_id) if w.reason == "node_lost"]
-        assert [w.config["node_id"] for w in lost] == [victim_node]
-    finally:
-        cluster.add_node(**NODE_ARGS, resources={"spare": 1})
-
-
 # -- joining a `ray start --head` by HOST:PORT ------------------------------------------------------
 
 
@@ -430,3 +381,66 @@ def test_joins_a_ray_start_head_by_host_and_port(token_head, tmp_path):
     assert len(lines) == 1 and "requires token authentication" in lines[0], proc.stderr
     assert "RAY_AUTH_TOKEN" in lines[0]
     assert time.monotonic() - start < 20
+
+
+def test_bad_input_an_address_other_than_the_connected_cluster(cluster, tmp_path):
+    # this process is connected to the test cluster (ray.init in the fixture): another address
+    # would be ignored, so it is refused; the connected cluster's own address, or a loopback name
+    # for it, is fine
+    with pytest.raises(ConfigError, match=r"already connected to the Ray cluster at .*ray.shutdown\(\)"):
+        with Runner(backend="ray", address="127.0.0.1:9", store=None) as runner:
+            runner.map(ref("where"), [{"x": 0}])
+    port = cluster.address.rpartition(":")[2]
+    for address in (cluster.address, f"127.0.0.1:{port}"):
+        with Runner(backend="ray", address=address, store=None) as runner:
+            (result,) = runner.map(ref("where"), [{"x": 0}])
+        assert result.ok, result.error
+
+
+# -- node loss (last: it changes the cluster) -------------------------------------------------------
+
+
+def test_node_removed_mid_run_is_recorded_and_its_trial_rerun(cluster, tmp_path):
+    folder = tmp_path / "hold"
+    folder.mkdir()
+    db = tmp_path / "r.db"
+    policy = Policy(retries=1)
+    runner = Runner(workers=3, backend="ray", store=db, policy=policy)
+    params = [{"x": i, "folder": str(folder)} for i in range(3)]
+    thread, out = _run_in_thread(lambda: runner.map(ref("hold"), params, name="loss"))
+    _wait_for(lambda: len(list(folder.glob("started-*"))) == 3)
+    store = Store(db)
+    run_id = store.get_run("loss").run_id
+    by_pid = {w.pid: w for w in store.workers(run_id)}
+    victim_pid = None
+    for marker in folder.glob("started-*"):
+        worker = by_pid[int(marker.read_text())]
+        if worker.config["node_id"] != _head_node_id(cluster):
+            victim_index, victim_pid, victim_node = (
+                int(marker.name.split("-")[1]),
+                worker.pid,
+                worker.config["node_id"],
+            )
+            break
+    assert victim_pid is not None
+    node = next(n for n in cluster.list_all_nodes() if n.node_id == victim_node)
+    cluster.remove_node(node)
+    try:
+        _wait_for(lambda: any(a.status == "crashed" for a in store.attempts(run_id, victim_index)), 60)
+        (folder / "release").write_text("")
+        thread.join(90)
+        runner.close()
+        assert "error" not in out, out
+        results = out["value"]
+        assert [r.status for r in results] == ["ok"] * 3
+        assert results[victim_index].attempts == 2
+        first = store.attempts(run_id, victim_index)[0]
+        assert (
+            first.status == "crashed"
+            and "node" in first.error["message"]
+            and "lost" in first.error["message"]
+        )
+        lost = [w for w in store.workers(run_id) if w.reason == "node_lost"]
+        assert [w.config["node_id"] for w in lost] == [victim_node]
+    finally:
+        cluster.add_node(**NODE_ARGS, resources={"spare": 1})

@@ -658,6 +658,7 @@ class RayBackend(BaseBackend):
         ray = _import_ray()
         self._ray = ray
         if ray.is_initialized():
+            self._same_cluster(ray)
             return ray
         self._tcp_check()
         self._token_auth()
@@ -678,6 +679,23 @@ class RayBackend(BaseBackend):
             ) from err
         self._started_ray = True
         return ray
+
+    def _same_cluster(self, ray: Any) -> None:
+        """Refuse an explicit ``HOST:PORT`` other than the cluster this process is connected to
+        (``ray.init`` was called): it would be ignored, and the run would go to the other one."""
+        address = self.address
+        if address is None or address == "auto" or address.startswith("ray://"):
+            return
+        try:
+            connected = str(ray.get_runtime_context().gcs_address)
+        except Exception:  # noqa: BLE001 - cannot tell: keep the connection
+            return
+        if not _same_endpoint(address, connected):
+            raise ConfigError(
+                f"this process is already connected to the Ray cluster at {connected} (ray.init was "
+                f"called), not to address={address!r}: call ray.shutdown() first, or pass "
+                "address=None to run on the connected cluster"
+            )
 
     def _token_auth(self) -> None:
         """Use Ray's token authentication when the head at an explicit ``HOST:PORT`` requires it.
@@ -854,6 +872,31 @@ class RayBackend(BaseBackend):
                     ray.kill(state.actor, no_restart=True)
         for state in slots:
             state.thread.join(timeout=2.0)
+
+
+def _same_endpoint(a: str, b: str) -> bool:
+    """Whether two ``HOST:PORT`` name the same endpoint: the same port, and hosts that resolve to
+    the same address or are both this machine (loopback or one of its interfaces)."""
+    host_a, _, port_a = a.rpartition(":")
+    host_b, _, port_b = b.rpartition(":")
+    if port_a != port_b:
+        return False
+
+    def resolve(host: str) -> str:
+        try:
+            return socket.gethostbyname(host.strip("[]"))
+        except OSError:
+            return host
+
+    ip_a, ip_b = resolve(host_a), resolve(host_b)
+    if ip_a == ip_b:
+        return True
+    import psutil
+
+    local = {"127.0.0.1", "::1"} | {
+        addr.address for addrs in psutil.net_if_addrs().values() for addr in addrs
+    }
+    return (ip_a in local or ip_a.startswith("127.")) and (ip_b in local or ip_b.startswith("127."))
 
 
 #: a call every Ray head serves (GCS), refused with UNAUTHENTICATED when it requires a token
