@@ -20,8 +20,9 @@ census for 15 calls past its fill allowance (``_evidence.count_support``), :func
 leak through at the next look, with the memory series confirming at the check's own level over 8
 settled readings (the count test has already paid for the looks). A kind that adds many objects a
 call (a Keras TF fit: ~1,100 graph operations; tf.function retracing; kept torch graphs) is called
-within about 16 calls; a kind that adds one object a call must first pass the 128 objects a bounded
-cache may hold, about 130 calls. When the counts stop rising the loop thins its readings to the
+within about 16 calls, and so is an array or tensor a call appended to a list that only grows at
+its end (its holder's evidence: ``_evidence.holder_allowance``); one entry a call into a dict must
+first pass the 128 objects a bounded cache may hold, about 130 calls. When the counts stop rising the loop thins its readings to the
 batch size it would have used (:func:`thin`) and plans the rest of the looks from there.
 """
 

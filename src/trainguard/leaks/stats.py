@@ -47,7 +47,8 @@ every reading over at least ``min_calls`` calls (15), (2) it has not slowed down
 of the run grows at least ``1 - max_slowdown`` times as fast as the first half, for the count and,
 when the kind carries bytes, for its bytes: a pool whose entries shrink is filling up), and (3) it
 has grown by more than ``fill_allowance`` objects (128: ``functools.lru_cache``'s default size,
-twice the 60-70 entries of the caches and pools of the leak corpus) during the run. A count that rose
+twice the 60-70 entries of the caches and pools of the leak corpus; the leak check lowers it for
+kinds whose holder it knows, see ``trainguard.leaks._evidence.holder_allowance``) during the run. A count that rose
 and then stayed flat for at least as many readings as it rose is a plateau. The leak check also
 asks that memory itself grows significantly at the same look and that the kind's bytes, when it
 has any, explain at least a quarter of that growth (see ``trainguard.leaks._evidence``).
