@@ -262,7 +262,7 @@ def test_torch_list_of_plain_tensors_is_called_within_20_calls_on_its_holder(tmp
 
 
 def test_the_holder_search_does_not_print_framework_deprecation_warnings(tmp_path: Path) -> None:
-    """The walk touches every module's globals (torch.distributed.reduce_op warns when read): a leak
+    """The walk (and the census's walk over tracked objects) touches every module's globals (torch.distributed.reduce_op warns when read): a leak
     check on a torch step printed eight FutureWarnings the user's code never caused."""
     pytest.importorskip("torch")
     script = """
@@ -271,6 +271,8 @@ import torch, torch.distributed
 from trainguard.leaks.holders import holder_chains
 warnings.simplefilter("always")
 holder_chains({"nothing": lambda o: False}, max_seconds=20.0)
+from trainguard.leaks.attribution import extra_counts
+extra_counts()  # the census's walk over every tracked object for torch graph tensors
 print("{}")
 """
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

@@ -12,6 +12,7 @@ import gc
 import logging
 import sys
 import tracemalloc
+import warnings
 from typing import Any
 
 import numpy as np
@@ -52,13 +53,17 @@ def _torch_graph_tensors() -> tuple[int, int] | None:
     count = 0
     tensor_type = torch.Tensor
     roots = []
-    for obj in gc.get_objects():
-        try:
-            if isinstance(obj, tensor_type) and obj.grad_fn is not None:
-                count += 1
-                roots.append(obj.grad_fn)
-        except Exception:  # some tensor subclasses raise on attribute access
-            continue
+    with warnings.catch_warnings():
+        # isinstance() on a deprecated module attribute (torch.distributed.reduce_op) warns: the
+        # user did not touch it, so they are not told
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            try:
+                if isinstance(obj, tensor_type) and obj.grad_fn is not None:
+                    count += 1
+                    roots.append(obj.grad_fn)
+            except Exception:  # some tensor subclasses raise on attribute access
+                continue
     # the Python wrapper of a node may be made on access and freed after: keeping each one until
     # the walk ends keeps its id from being reused by another node's wrapper
     seen: dict[int, Any] = {}
