@@ -102,7 +102,7 @@ def test_calibration_batches_fast_steps_and_plans_the_looks() -> None:
     # reading costs 10 ms, a call 0.1 ms: 2.5 % overhead needs 4000 calls per reading
     assert plan.calls_per_measurement == 4000
     assert plan.schedule[0] == config.min_measurements
-    assert plan.tolerance_bytes_per_iter == pytest.approx(_plan.auto_tolerance(0.0001))
+    assert plan.tolerance_bytes_per_iter == pytest.approx(_plan.auto_tolerance(0.0001, 4000))
     assert plan.gpu_key is None
     series[0]["gpu_allocated_bytes"] = 10
     assert _plan.calibrate(
@@ -203,3 +203,17 @@ def test_planning_again_after_the_dense_phase_keeps_the_first_batch_size() -> No
         calls_per_measurement=108,
     )
     assert plan.calls_per_measurement == 108
+
+
+def test_default_tolerance_covers_the_checks_own_bookkeeping_per_reading() -> None:
+    """A flat 0.1 s step read after every call grew +1.2-1.7 KiB a call from the check's own rows
+    (measured on bench/leak_corpus/flat_big_temporaries.py): the default tolerance must be above
+    that when read every call, and fall back towards the 1 KiB floor when readings are batched."""
+    every_call = _plan.auto_tolerance(0.1, 1)
+    assert every_call >= 1024 + 1.4 * 1024 * 1.25  # the measured 1.4 KiB a reading, with margin
+    assert _plan.auto_tolerance(0.1, 100) < 1.1 * 1024 + 1024 * 1024 * 0.1 / 60
+    assert _plan.auto_tolerance(0.1, 100) < every_call
+    # slow steps: 1 MiB per minute of step time dominates whatever the reading rate
+    assert _plan.auto_tolerance(6.0, 1) == pytest.approx(1024 * 1024 * 0.1)
+    # very fast steps keep the 64 MiB per minute cap
+    assert _plan.auto_tolerance(50e-6, 1) == pytest.approx(64 * 1024 * 1024 * 50e-6 / 60)

@@ -78,8 +78,9 @@ def leakcheck(
             each named by the first frame in your own code (not the standard library or site-packages).
         tracemalloc_full_stack: add each site's whole traced stack to its detail.
         tolerance: growth per iteration below which there is no leak (``"16KB"`` or bytes);
-            default: 1 MiB per minute of step time, at least 1 KiB per call unless that is
-            over 64 MiB per minute of step time (steps under ~1 ms).
+            default: 1 MiB per minute of step time, at least 1 KiB per call plus the check's own
+            bookkeeping (2 KiB per reading, spread over the calls between readings) unless that
+            is over 64 MiB per minute of step time (steps under ~1 ms).
         alpha: the false-positive budget of the whole sequential test.
         trim: call ``malloc_trim(0)`` before each reading (glibc only) and report what it returned.
         calls_per_measurement: calls between readings; default automatic.

@@ -116,17 +116,28 @@ class LookResult:
     leak_gate: int
 
 
-def auto_tolerance(step_time_s: float) -> float:
-    """The default tolerance: 1 MiB per minute of step time, and at least 1 KiB per call.
+#: What the check itself keeps in the measured process per reading (the reading's row, its share of
+#: census points, the heap a census churns): measured 1.0-1.4 KiB a reading on a flat step read
+#: after every call (bench/leak_corpus/flat_big_temporaries.py, 2026-12-01), with a margin. The
+#: default tolerance adds it per call, so the check never calls its own bookkeeping a leak.
+BOOKKEEPING_BYTES_PER_READING = 2048.0
+
+
+def auto_tolerance(step_time_s: float, calls_per_reading: int = 1) -> float:
+    """The default tolerance: 1 MiB per minute of step time, and at least 1 KiB per call plus the
+    check's own bookkeeping per call (:data:`BOOKKEEPING_BYTES_PER_READING` / ``calls_per_reading``).
 
     Under 1.4 GB a day of continuous running is not a leak anyone acts on; a step that keeps a
     float per call in a history list grows RSS by 200-360 B per call (the floats plus allocator
-    fragmentation), which nobody calls a leak either. The 1 KiB floor is capped at 64 MiB per
-    minute of step time, so that a very fast step (50 us) keeping 200 B per call, 240 MB a
-    minute, is still a leak.
+    fragmentation), which nobody calls a leak either. A step of 40-250 ms read after every call
+    also grows by what the check keeps for each reading (about 1.0-1.4 KiB): without that term a
+    flat step was called a leak at 1.2-1.7 KiB a call. The floor is capped at 64 MiB per minute of
+    step time, so that a very fast step (50 us) keeping 200 B per call, 240 MB a minute, is still a
+    leak.
     """
     per_minute = step_time_s / 60.0
-    return max(1024.0 * 1024.0 * per_minute, min(1024.0, 64 * 1024.0 * 1024.0 * per_minute))
+    floor = 1024.0 + BOOKKEEPING_BYTES_PER_READING / max(int(calls_per_reading), 1)
+    return max(1024.0 * 1024.0 * per_minute, min(floor, 64 * 1024.0 * 1024.0 * per_minute))
 
 
 def _batch_size(
@@ -182,7 +193,7 @@ def calibrate(
     )
     tolerance = config.tolerance_bytes_per_iter
     if tolerance is None:
-        tolerance = auto_tolerance(step_time_s)
+        tolerance = auto_tolerance(step_time_s, k)
     n = len(series)
     planned = config.max_measurements
     if config.max_iterations is not None:
