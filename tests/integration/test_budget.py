@@ -20,6 +20,8 @@ from trainguard.store import Store
 HERE = Path(__file__).parent
 MIB = 2**20
 TRIAL = {"mb": 120, "hold_s": 0.35}
+# the same 120 MiB reached over 1.2 s (2 MiB every 20 ms), for a kill that must come midway
+RAMP = {"mb": 120, "step_mb": 2, "step_s": 0.02}
 # a tree of ~30 MiB (interpreter, trainguard) plus the 120 MiB the trial holds; measured spread of
 # the peaks of one worker's trials here: under 2 MiB
 needs_two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
@@ -103,8 +105,10 @@ def test_a_budget_below_one_trial_kills_it_and_stops_with_the_peak(tmp_path, one
             match=r"^memory_budget=.* is below one trial's measured peak: trial 0 alone reached .*MiB "
             r"and was killed at the budget: raise it above that",
         ):
-            runner.map(ref("hold"), [TRIAL] * 4, name="b")
-    assert outside.peak < one_trial_peak  # killed before the trial held all it asked for
+            runner.map(ref("ramp"), [RAMP] * 4, name="b")
+    # killed on the way up: the trial rises 100 MiB/s to the same peak as ``hold``'s, so even a
+    # sampler 0.3 s late (a loaded machine) ends it about 30 MiB past the budget, far below the peak
+    assert outside.peak < one_trial_peak
     with Store(db, readonly=True) as store:
         run = store.get_run("b")
         trials = store.trials(run.run_id)
