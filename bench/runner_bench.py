@@ -306,6 +306,7 @@ def bench_runner_general(
 ) -> dict[str, Any]:
     """A Runner configuration sampled from outside at 10 Hz (the workers' trees summed), with the
     pool's recorded choices (workers, threads, early starts, budget events) from the store."""
+    from trainguard.cli.show import POOL_EVENT_KINDS
     from trainguard.demo import TreeSampler, theil_sen_slope
     from trainguard.probes.host import tree_memory
     from trainguard.runner import Runner
@@ -330,15 +331,7 @@ def bench_runner_general(
         worker_rows = reader.workers(run.run_id)
         events = reader.events(
             run.run_id,
-            kinds=[
-                "workers",
-                "threads",
-                "prestart",
-                "budget_wait",
-                "budget_kill",
-                "budget_exceeded",
-                "recycle",
-            ],
+            kinds=[*POOL_EVENT_KINDS, "recycle"],
         )
     peaks = [r.peak_rss_bytes for r in results]
     durations = sorted(r.duration_s or 0.0 for r in results)
