@@ -93,9 +93,10 @@ __all__ = [
 ]
 
 
-# integrations reached as attributes (``trainguard.optuna.optimize``): the modules import their
+# integrations and the framework cleanup reached as attributes (``trainguard.optuna.optimize``,
+# ``trainguard.frameworks.cleanup()``): the modules import their
 # framework only when used
-_SUBMODULES = ("optuna", "keras")
+_SUBMODULES = ("optuna", "keras", "frameworks")
 
 
 def __getattr__(name: str) -> Any:

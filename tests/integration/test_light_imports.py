@@ -27,9 +27,10 @@ print("HEAVY=" + ",".join(heavy))
         "import trainguard; trainguard.scope; trainguard.ScopeReport; trainguard.Sampler; trainguard.census",
         "import trainguard.integrations.pytest_plugin",
         "import trainguard; trainguard.optuna.optimize; trainguard.optuna.isolated; trainguard.keras",
+        "import trainguard; trainguard.frameworks.cleanup()",
         "from trainguard.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
     ],
-    ids=["import", "public-names", "pytest-plugin", "integrations", "cli-help"],
+    ids=["import", "public-names", "pytest-plugin", "integrations", "cleanup", "cli-help"],
 )
 def test_no_framework_is_imported(code):
     out = subprocess.run(
