@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -325,6 +326,8 @@ def _end_ray_processes(head: subprocess.Popen, temp_dir: str) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(head.pid, signal.SIGKILL)
     head.wait(timeout=10)
+    psutil.wait_procs(left, timeout=10)
+    shutil.rmtree(temp_dir, ignore_errors=True)  # the session's logs and sockets go with it
 
 
 @pytest.fixture
