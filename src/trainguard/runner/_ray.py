@@ -680,11 +680,19 @@ class RayBackend(BaseBackend):
         self._started_ray = True
         return ray
 
+    def _explicit_gcs_address(self) -> str | None:
+        """The ``HOST:PORT`` of a head's GCS the user named, or None (the default, ``auto``, or a
+        Ray Client ``ray://`` address)."""
+        address = self.address
+        if address is None or address == "auto" or address.startswith("ray://"):
+            return None
+        return address
+
     def _same_cluster(self, ray: Any) -> None:
         """Refuse an explicit ``HOST:PORT`` other than the cluster this process is connected to
         (``ray.init`` was called): it would be ignored, and the run would go to the other one."""
-        address = self.address
-        if address is None or address == "auto" or address.startswith("ray://"):
+        address = self._explicit_gcs_address()
+        if address is None:
             return
         try:
             connected = str(ray.get_runtime_context().gcs_address)
@@ -710,8 +718,8 @@ class RayBackend(BaseBackend):
         A head without authentication is joined as before (turning token mode on there would kill
         the slot actors), and an explicit ``RAY_AUTH_MODE`` is respected.
         """
-        address = self.address
-        if address is None or address == "auto" or address.startswith("ray://"):
+        address = self._explicit_gcs_address()
+        if address is None:
             return
         if _head_wants_token(address, self.connect_timeout_s) is not True:
             return

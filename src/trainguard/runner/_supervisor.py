@@ -1748,7 +1748,7 @@ class Session:
             and over[0] > self._budget_over_recorded
         ):
             self._budget_over_recorded = over[0]
-            # the budget is kept by prediction, not by killing: a reading over it is said, not hidden
+            # the highest sum seen over the budget is said too (the kill that follows is its own event)
             self._event(
                 "budget_exceeded",
                 f"the workers' trees summed {format_bytes(over[0])}, over the memory budget "
