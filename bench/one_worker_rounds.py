@@ -18,8 +18,10 @@ per-fit growth as the naive loop does, so it is recycled and pays a TensorFlow i
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -72,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     from trainguard.demo import run_naive, run_with_runner, versions
     from trainguard.store import Store
 
-    store = os.path.join(tempfile.mkdtemp(prefix="trainguard-rounds-"), "rounds.db")
+    scratch = tempfile.mkdtemp(prefix="trainguard-rounds-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # the store is scratch: figures are printed
+    store = os.path.join(scratch, "rounds.db")
     rounds = []
     for r in range(args.rounds):
         walls: dict[str, float] = {}

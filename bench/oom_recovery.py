@@ -15,6 +15,8 @@ of interpreter and numpy) under ``memory_limit=350MB``. In one run, side by side
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import sys
 import tempfile
 import time
@@ -43,6 +45,7 @@ def brute_force(sizes: list[int]) -> tuple[int, float, list[tuple[int, str, int 
 
 def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="trainguard-oom-bench-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # scratch: the figures are printed
     store = folder / "oom.db"
     largest, brute_s, rows = brute_force(list(range(2048, 5121, 256)))
     print(f"limit {format_bytes(LIMIT)}; brute force over {len(rows)} sizes in {brute_s:.1f} s:")

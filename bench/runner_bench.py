@@ -49,6 +49,7 @@ figures to bench/results/runner_bench.json.
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime as dt
 import json
 import os
@@ -792,7 +793,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainguard.demo import versions
 
-    store = os.path.join(tempfile.mkdtemp(prefix="trainguard-bench-"), "bench.db")
+    scratch = tempfile.mkdtemp(prefix="trainguard-bench-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # scratch: the figures are printed
+    store = os.path.join(scratch, "bench.db")
     configs: list[dict[str, Any]] = []
 
     failures: list[dict[str, str]] = []

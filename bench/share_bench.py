@@ -19,11 +19,13 @@ JSON, and a 1 GiB array as JSON is several GB of text. Writes bench/results/shar
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime as dt
 import gc
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import threading
@@ -114,6 +116,7 @@ def run_config(name: str, fn, store: Path, hold_s: float, data=None) -> dict:
 
     gc.collect()
     markers = Path(tempfile.mkdtemp(prefix=f"share-bench-{name}-"))
+    atexit.register(shutil.rmtree, markers, ignore_errors=True)
     with trainguard.Runner(workers=2, store=store, threads=1) as runner, PeakPss(markers) as pss:
         t0 = time.time()
         params = [{"hold_s": hold_s, "i": i, "marker_dir": str(markers)} for i in range(2)]
@@ -143,6 +146,7 @@ def main() -> None:
 
     rows = int(args.gib * GiB) // (4 * 1024)
     tmp = Path(tempfile.mkdtemp(prefix="share-bench-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     out: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "gib": args.gib}
 
     base = run_config("no_data", no_data, tmp / "a.db", args.hold)

@@ -15,9 +15,11 @@ Writes bench/results/staged_bench.json.
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime as dt
 import json
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -40,7 +42,9 @@ def main() -> None:
     import trainguard
     from trainguard.store import Store
 
-    db = Path(tempfile.mkdtemp(prefix="staged-bench-")) / "k.db"
+    scratch = tempfile.mkdtemp(prefix="staged-bench-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # scratch: the figures are printed
+    db = Path(scratch) / "k.db"
     params = [{"epochs": args.epochs, "leak_mib": args.leak_mib}]
     out: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "args": vars(args)}
     rows = {}

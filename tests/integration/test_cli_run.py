@@ -53,13 +53,17 @@ def test_run_json_output_and_exit_codes(tmp_path, trainguard_cli):
     db = str(tmp_path / "runs.db")
     params = tmp_path / "p.json"
     params.write_text(json.dumps([{"kind": "ok"}, {"kind": "raise"}, {"kind": "ok"}]))
-    proc = trainguard_cli("run", f"{TRIALS}:fault", "--params", str(params), "--store", db, "--name", "cli1", "--json")
+    proc = trainguard_cli(
+        "run", f"{TRIALS}:fault", "--params", str(params), "--store", db, "--name", "cli1", "--json"
+    )
     assert proc.returncode == 1, proc.stderr  # a trial failed
     out = json.loads(proc.stdout)
     assert out["run"] == "cli1" and [r["status"] for r in out["results"]] == ["ok", "failed", "ok"]
     assert out["results"][1]["error"]["status"] == "exception"
     # stdin, a grid, all ok -> 0; default name is stable
-    proc = trainguard_cli("run", f"{TRIALS}:echo", "--params", "-", "--store", db, "--json", input='{"x": [1, 2]}')
+    proc = trainguard_cli(
+        "run", f"{TRIALS}:echo", "--params", "-", "--store", db, "--json", input='{"x": [1, 2]}'
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["value"]["x"] for r in out["results"]] == [1, 2] and out["run"].startswith("echo-")

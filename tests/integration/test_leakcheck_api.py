@@ -121,7 +121,9 @@ def test_make_config_takes_leakchecks_settings_and_defaults() -> None:
     assert make_config().max_time_s == 120.0 and make_config().alpha == 0.01  # leakcheck's defaults
     assert make_config(max_time="1m", metric="RSS").metric == "rss"
     for name in ("max_tme", "isolated", "progress"):  # not a setting of the check
-        with pytest.raises(ConfigError, match=f"unknown leak-check setting {name!r}: use one of max_iterations"):
+        with pytest.raises(
+            ConfigError, match=f"unknown leak-check setting {name!r}: use one of max_iterations"
+        ):
             make_config(**{name: 1})
 
 

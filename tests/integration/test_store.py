@@ -457,7 +457,9 @@ def test_the_s_names_are_deprecated_names_of_the_durations(db: Path) -> None:
         "sample_resolution_s= is deprecated: use sample_resolution=, which takes the same values",
     ]
     for new, old in (("sample_resolution", "sample_resolution_s"), ("busy_timeout", "busy_timeout_s")):
-        with pytest.raises(ConfigError, match=f"give {new}= only: {old}= is its deprecated older name") as err:
+        with pytest.raises(
+            ConfigError, match=f"give {new}= only: {old}= is its deprecated older name"
+        ) as err:
             Store(db, **{new: 1, old: 1})
         _one_line(err)
 

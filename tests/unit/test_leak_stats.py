@@ -248,3 +248,50 @@ def test_slow_but_significant_growth_below_tolerance_says_so() -> None:
     d = S.decide(y, alpha=0.001, tolerance=5 * 1024.0, final=True)
     assert d.verdict is Verdict.NO_LEAK, d.reason
     assert d.reason.startswith("slow growth") and "--tolerance" in d.reason
+
+
+def test_trend_test_holds_its_level_on_short_autocorrelated_series():
+    # half white noise, half AR(1) with phi = 0.5, and spikes: the lag-1 rule with n - 2 degrees
+    # of freedom called 1.6 % of these flat series growing at the 1 % level (1.85 % at n = 10);
+    # the long-run variance with its own degrees of freedom holds the level (0.7 %)
+    p = np.array(
+        [
+            S.robust_slope(noisy(n, 0.0, 10 * MB, seed, rho=0.5, spikes=0.03)).p_increase
+            for n in (10, 30)
+            for seed in range(4000)
+        ]
+    )
+    assert np.mean(p < 0.01) <= 0.012
+
+
+def test_long_run_estimate_sets_the_degrees_of_freedom():
+    y = noisy(136, 0.0, 10 * MB, 5, rho=0.5)
+    est = S.robust_slope(y)
+    lags = int(np.ceil(136 ** (1 / 3)))
+    assert est.df == pytest.approx(1.5 * 136 / (lags + 1))
+    assert est.df < 136 - 2
+    # the interval, the test and the standard error read back agree on those degrees of freedom
+    from scipy import stats as sps
+
+    assert est.stderr * sps.t.ppf(0.975, est.df) == pytest.approx((est.ci_high - est.ci_low) / 2)
+    assert est.p_increase == pytest.approx(sps.t.sf(est.z, est.df))
+    plain = S.robust_slope(y, autocorrelation=False)
+    assert plain.df == 136 - 2 and plain.variance_inflation == 1.0
+
+
+def test_long_run_factor_sees_correlation_past_lag_one():
+    # noise whose lag-1 correlation is small but whose correlations persist (a slow AR(1) at 0.9
+    # under much white noise): its long-run variance (4.6 times its variance) is far above what
+    # lag 1 alone implies (1.4)
+    factors = []
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+        ar = np.zeros(200)
+        for t in range(1, 200):
+            ar[t] = 0.9 * ar[t - 1] + rng.normal(0, np.sqrt(1 - 0.81))
+        y = rng.normal(0, 2.0, 200) + ar
+        est = S.robust_slope(y)
+        rho = est.autocorrelation
+        factors.append(est.variance_inflation / ((1 + rho) / (1 - rho)))
+    # exactly 1.0 when only lag 1 is read
+    assert np.mean(np.array(factors) > 1.0) >= 0.5 and np.percentile(factors, 90) > 1.1
