@@ -19,11 +19,11 @@ The pieces, and why each is there:
   deflated). Lag 1 alone misses the correlation at longer lags of noise that is partly white and
   partly AR(1), and an estimated variance makes the t statistic's tails heavier than Student's
   ``n - 2`` degrees of freedom say: at the levels the leak check reads (about 1e-4 a look) that
-  doubled its false leaks on plain noise (0.17 % in 10,000 series of ``bench/leak_false_rate.py``'s
+  doubled its false leaks on plain noise (0.16 % of 30,000 series of ``bench/leak_false_rate.py``'s
   noise). The test and the interval therefore use the long-run estimate's equivalent degrees of
   freedom, ``1.5 n / (lags + 1)`` (Bartlett's kernel: the estimate's variance is ``4/3 (lags + 1) / n``
-  of its square), when that is fewer than ``n - 2``: 0.07 % then, and 95 % intervals that hold
-  their level on short series where the lag-1 rule's were too narrow. A rank test (Mann-Kendall) was tried first: its statistic has a ceiling at
+  of its square), when that is fewer than ``n - 2``: 0.09 % then, and 95 % intervals of short
+  series that miss closer to their nominal 5 % (``bench/slope_interval_coverage.py``). A rank test (Mann-Kendall) was tried first: its statistic has a ceiling at
   small n, so a clean 200 KB/iter leak over 14 readings could never reach a strict level.
 * :func:`detect_warmup` -- where the series settles: the MSER rule used for simulation warm-up
   (minimise the standard error of the mean of what is kept), applied to the residuals from a
