@@ -23,8 +23,9 @@ The pieces, and why each is there:
   noise). The test and the interval therefore use the long-run estimate's equivalent degrees of
   freedom, ``1.5 n / (lags + 1)`` (Bartlett's kernel: the estimate's variance is ``4/3 (lags + 1) / n``
   of its square), when that is fewer than ``n - 2``: 0.09 % then, and 95 % intervals of short
-  series that miss closer to their nominal 5 % (``bench/slope_interval_coverage.py``). A rank test (Mann-Kendall) was tried first: its statistic has a ceiling at
-  small n, so a clean 200 KB/iter leak over 14 readings could never reach a strict level.
+  series that miss closer to their nominal 5 % (``bench/slope_interval_coverage.py``). A rank
+  test (Mann-Kendall) was tried first: its statistic has a ceiling at small n, so a clean
+  200 KB/iter leak over 14 readings could never reach a strict level.
 * :func:`detect_warmup` -- where the series settles: the MSER rule used for simulation warm-up
   (minimise the standard error of the mean of what is kept), applied to the residuals from a
   robust line through the second half, so that a steady leak is "settled" from its start and a
