@@ -51,8 +51,15 @@ def test_models_never_disposed_leak_with_tensors_per_iteration_named():
     assert report["iterations"] >= 120  # a leak verdict waits past warm-ups, as for Python
 
 
+#: The disposed loop keeps 10-30 KiB a model, a third of the tolerance, under ±600 KiB of noise:
+#: its interval's strict bound is under the tolerance after 77-152 iterations (measured), so 130
+#: left it inconclusive now and then, with the earlier statistic too (1 in 3 runs); it stops at its
+#: verdict, so the larger budget costs nothing when it decides early.
+DISPOSED_BUDGET = ["--max-iterations", "250", *BUDGET[2:]]
+
+
 def test_the_same_loop_with_everything_disposed_does_not_leak():
-    out = _leakcheck(f"{SEED_LOOP}:step_disposed", "--setup", "setup", *BUDGET)
+    out = _leakcheck(f"{SEED_LOOP}:step_disposed", "--setup", "setup", *DISPOSED_BUDGET)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     assert report["verdict"] in ("no_leak", "plateau"), report["reason"]
