@@ -295,3 +295,14 @@ def test_long_run_factor_sees_correlation_past_lag_one():
         factors.append(est.variance_inflation / ((1 + rho) / (1 - rho)))
     # exactly 1.0 when only lag 1 is read
     assert np.mean(np.array(factors) > 1.0) >= 0.5 and np.percentile(factors, 90) > 1.1
+
+
+def test_long_run_off_keeps_the_lag_one_rule():
+    # the leak check's confirmation of count evidence reads memory this way (_plan.look)
+    y = noisy(15, 0.0, 10 * MB, 7, rho=0.5)
+    plain = S.robust_slope(y, long_run=False)
+    assert plain.df == 15 - 2
+    rho = plain.autocorrelation
+    assert plain.variance_inflation == pytest.approx((1 + rho) / (1 - rho))
+    assert S.robust_slope(y).df < 15 - 2
+    assert S.decide(y, alpha=0.01, tolerance=1.0, long_run=False).slope.df == 15 - 2

@@ -296,6 +296,7 @@ def robust_slope(
     confidence: float = 0.95,
     autocorrelation: bool = True,
     resolution: float = 0.0,
+    long_run: bool = True,
 ) -> SlopeEstimate:
     """Theil-Sen slope with a robust standard error, a confidence interval and a trend test.
 
@@ -316,6 +317,10 @@ def robust_slope(
         autocorrelation: correct for autocorrelated noise (recommended for memory series).
         resolution: the step of the measurement (e.g. 4096 for page-granular RSS); the noise scale
             is never taken below ``resolution / sqrt(12)``.
+        long_run: with ``autocorrelation``, also bound the variance by the long-run estimate and
+            use its degrees of freedom (the default). False keeps the lag-1 rule alone with
+            ``n - 2`` degrees of freedom: for a test at a moderate level over few readings that
+            only confirms other evidence (the leak check's confirmation of count evidence).
 
     Returns:
         A :class:`SlopeEstimate` (``z`` is the t statistic). With fewer than 3 points the
@@ -343,9 +348,9 @@ def robust_slope(
     rho = _lag1_autocorrelation(resid, scale) if autocorrelation else 0.0
     inflation = (1.0 + rho) / (1.0 - rho)
     df = float(n - 2)
-    if autocorrelation:
-        long_run, nu = _long_run_factor(resid, scale)
-        inflation = max(inflation, long_run)
+    if autocorrelation and long_run:
+        factor, nu = _long_run_factor(resid, scale)
+        inflation = max(inflation, factor)
         df = min(df, nu)
     sxx = float(np.sum((xa - xa.mean()) ** 2))
     se = 1.05 * scale * math.sqrt(inflation / sxx)
@@ -472,6 +477,7 @@ def plateau_test(
     ratio: float = 0.25,
     confidence: float = 0.95,
     min_growth: float = 0.0,
+    long_run: bool = True,
 ) -> PlateauResult:
     """Growth that stops is not a leak: did ``y`` grow during its warm-up and then level off?
 
@@ -488,6 +494,7 @@ def plateau_test(
         ratio: how much slower than during the warm-up the settled growth must be.
         confidence: the confidence level of the settled slope's interval.
         min_growth: the warm-up must have grown at least this much (units of ``y``).
+        long_run: passed to :func:`robust_slope`.
 
     Returns:
         A :class:`PlateauResult`.
@@ -497,7 +504,7 @@ def plateau_test(
     d = detect_warmup(ya, xa) if warmup_index is None else int(warmup_index)
     if n < 8 or d < 3 or n - d < max(8, d):
         return PlateauResult(False, d, 0.0, 0.0, None)
-    after = robust_slope(ya[d:], xa[d:], confidence=confidence)
+    after = robust_slope(ya[d:], xa[d:], confidence=confidence, long_run=long_run)
     k = max(2, min(5, d // 2))
     # skip the first reading: the first call of anything allocates caches, which is not growth
     start_level = float(np.median(ya[1 : 1 + k]))
@@ -574,6 +581,7 @@ def decide(
     confidence: float = 0.95,
     unit: str = "B",
     strong: bool = False,
+    long_run: bool = True,
 ) -> Decision:
     """One look of the sequential leak decision.
 
@@ -592,6 +600,8 @@ def decide(
             (p < 1 %) on its own, at least half as fast as the whole window. Used when too few
             iterations fit in the budget to wait out a warm-up of 50-80 iterations: a ramp that is
             about to level off slows down at its end, a leak does not.
+        long_run: passed to every :func:`robust_slope` of the look (False: the lag-1 rule alone,
+            for a look that only confirms other evidence).
 
     Returns:
         A :class:`Decision`; ``verdict`` is None when more iterations are needed.
@@ -607,11 +617,15 @@ def decide(
     warm = detect_warmup(ya, xa)
     wx, wy = xa[warm:], ya[warm:]
     m = wy.size
-    est = robust_slope(wy, wx, confidence=confidence)
-    strict = robust_slope(wy, wx, confidence=1.0 - 2.0 * alpha)
+    est = robust_slope(wy, wx, confidence=confidence, long_run=long_run)
+    strict = robust_slope(wy, wx, confidence=1.0 - 2.0 * alpha, long_run=long_run)
     noise = noise_scale(wy, wx)
     half = m // 2
-    recent = robust_slope(wy[half:], wx[half:], confidence=confidence) if m - half >= 4 else None
+    recent = (
+        robust_slope(wy[half:], wx[half:], confidence=confidence, long_run=long_run)
+        if m - half >= 4
+        else None
+    )
     step_idx = detect_steps(wy, min_jump=max(tolerance * 2, 1.0) if unit == "B" else 0.0)
     rate = f"{_fmt(est.slope, unit)}/iter (CI {_fmt(est.ci_low, unit)} .. {_fmt(est.ci_high, unit)})"
 
@@ -623,14 +637,16 @@ def decide(
 
     significant = est.p_increase < alpha and est.slope >= tolerance
     if significant:
-        problems = _leak_problems(wy, wx, est, recent, step_idx, tolerance, alpha, confidence, strong, unit)
+        problems = _leak_problems(
+            wy, wx, est, recent, step_idx, tolerance, alpha, confidence, strong, unit, long_run
+        )
         if not problems:
             return out(
                 Verdict.LEAK, f"memory grows {rate}, steadily after {int(xa[warm])} warm-up iterations"
             )
         if not final:
             return out(None, "; ".join(problems) + "; collecting more iterations")
-        plateau = plateau_test(ya, xa, tolerance=tolerance, confidence=confidence)
+        plateau = plateau_test(ya, xa, tolerance=tolerance, confidence=confidence, long_run=long_run)
         stopped = recent is not None and not (recent.p_increase < alpha and recent.ci_low > 0)
         if (
             stopped
@@ -644,7 +660,7 @@ def decide(
             )
         return out(Verdict.INCONCLUSIVE, f"memory grew {rate} but {'; '.join(problems)}; run more iterations")
     verdict, reason = _without_significant_growth(
-        ya, xa, warm, est, strict, noise, tolerance, confidence, final, m >= min_points, rate, unit
+        ya, xa, warm, est, strict, noise, tolerance, confidence, final, m >= min_points, rate, unit, long_run
     )
     return out(verdict, reason)
 
@@ -660,6 +676,7 @@ def _leak_problems(
     confidence: float,
     strong: bool,
     unit: str,
+    long_run: bool = True,
 ) -> list[str]:
     """Why significant growth is not (yet) a leak: it slows down, the recent third does not grow
     on its own (``strong``), or most of it came in one or two jumps. Empty when it is a leak."""
@@ -668,7 +685,7 @@ def _leak_problems(
     m = wy.size
     half = m // 2
     if recent is not None:
-        first = robust_slope(wy[: half + 1], wx[: half + 1], confidence=confidence)
+        first = robust_slope(wy[: half + 1], wx[: half + 1], confidence=confidence, long_run=long_run)
         se = math.hypot(first.stderr, recent.stderr)
         z_slow = (first.slope - recent.slope) / se if se > 0 and math.isfinite(se) else 0.0
         # growth must show in both halves: a level shift (the allocator switching to a
@@ -683,7 +700,7 @@ def _leak_problems(
             )
     if strong and m >= 9:
         tail_start = m - max(m // 3, 4)
-        tail = robust_slope(wy[tail_start:], wx[tail_start:], confidence=confidence)
+        tail = robust_slope(wy[tail_start:], wx[tail_start:], confidence=confidence, long_run=long_run)
         if not (tail.p_increase < 0.01 and tail.slope >= max(tolerance, 0.5 * est.slope)):
             problems.append(
                 f"the last {tail.n} measurements do not show the same growth on their own "
@@ -692,7 +709,7 @@ def _leak_problems(
     up_steps = [i for i in step_idx if wy[i] > wy[i - 1]]
     if step_idx and len(up_steps) <= 2:
         adjusted = _remove_jumps(wy, step_idx)
-        adj = robust_slope(adjusted, wx, confidence=confidence)
+        adj = robust_slope(adjusted, wx, confidence=confidence, long_run=long_run)
         if not (adj.p_increase < alpha and adj.slope >= tolerance):
             where = ", ".join(str(int(wx[i])) for i in up_steps) or "-"
             problems.append(f"most growth came in {len(step_idx)} jump(s) (at iteration {where})")
@@ -712,13 +729,20 @@ def _without_significant_growth(
     enough: bool,
     rate: str,
     unit: str,
+    long_run: bool = True,
 ) -> tuple[Verdict | None, str]:
     """The verdict when growth is not significant: plateau, no_leak, wait, or inconclusive."""
     fmt = _fmt
     # a few MB of first-iteration caches is ordinary; a plateau is growth worth mentioning
     min_growth = 4.0 * 1024 * 1024 if unit == "B" else 0.0
     plateau = plateau_test(
-        ya, xa, warmup_index=warm, tolerance=tolerance, confidence=confidence, min_growth=min_growth
+        ya,
+        xa,
+        warmup_index=warm,
+        tolerance=tolerance,
+        confidence=confidence,
+        min_growth=min_growth,
+        long_run=long_run,
     )
     if plateau.is_plateau and (final or enough):
         return Verdict.PLATEAU, (
