@@ -285,7 +285,8 @@ def _long_run_factor(resid: np.ndarray, scale: float) -> tuple[float, float]:
     nu = 1.5 * n / (lags + 1)
     if denom == 0:
         return 1.0, nu
-    acc = sum((1.0 - k / (lags + 1)) * float(np.dot(r[:-k], r[k:])) for k in range(1, min(lags, n - 1) + 1))
+    # lags < n - 1 from 6 points on
+    acc = sum((1.0 - k / (lags + 1)) * float(np.dot(r[:-k], r[k:])) for k in range(1, lags + 1))
     return 1.0 + 2.0 * acc / denom, nu
 
 
