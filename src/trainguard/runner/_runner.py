@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from trainguard.doctor import THREAD_VARIABLES
 from trainguard.exceptions import ConfigError, TrialError
-from trainguard.runner._backend import BaseBackend
 from trainguard.runner._fnref import prepare
-from trainguard.runner._local import LocalBackend
-from trainguard.runner._supervisor import RunProgress, Session, SessionConfig, TrialResult, default_run_name
+from trainguard.runner.backends.base import BaseBackend
+from trainguard.runner.backends.local import LocalBackend
 from trainguard.runner.policy import Policy
+from trainguard.runner.session._loop import RunProgress, Session, SessionConfig, TrialResult, default_run_name
 from trainguard.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ def _check_params(params_list: Any) -> list[dict[str, Any]]:
 
 def _resolve_backend(backend: Any, *, address: str | None = None, resources: Any = None) -> BaseBackend:
     if backend == "ray":
-        from trainguard.runner._ray import RayBackend
+        from trainguard.runner.backends.ray import RayBackend
 
         return RayBackend(address, resources=resources)
     if address is not None or resources is not None:
@@ -338,7 +338,7 @@ def _worker_env(
 class Runner:
     """Runs a function over many params in supervised worker processes that are recycled by policy.
 
-    Each worker is a fresh ``python -m trainguard.runner._worker`` process (never a fork) whose
+    Each worker is a fresh ``python -m trainguard.runner.worker.process`` process (never a fork) whose
     environment is complete before any framework import: ``KERAS_BACKEND``, thread limits
     (``threads`` per worker, default cores // workers), ``CUDA_VISIBLE_DEVICES`` (``gpus``, one
     entry per worker slot, round robin), ``MALLOC_TRIM_THRESHOLD_`` and an ``LD_PRELOAD`` allocator.
@@ -397,7 +397,7 @@ class Runner:
         backend: where workers run: ``"local"`` (default: child processes of this one), ``"ray"``
             (on the nodes of a Ray cluster, one node-local supervisor actor per worker slot; needs
             ``pip install 'trainguard[ray]'``), or an object implementing
-            ``trainguard.runner._backend.BaseBackend``.
+            ``trainguard.runner.backends.base.BaseBackend``.
         address: with ``backend="ray"``: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, or
             ``"ray://HOST:PORT"``); None uses Ray's default (``RAY_ADDRESS``, else a Ray started here).
         resources: with ``backend="ray"``: what each worker slot reserves on its node, as Ray names
@@ -457,7 +457,7 @@ class Runner:
         interval, start_timeout_s, result_cap = _check_limits(
             sample_interval, start_timeout, max_result_bytes, tree_tracking, policy
         )
-        from trainguard.runner._seeding import check_seed
+        from trainguard.runner.worker.seeding import check_seed
 
         seed = check_seed(seed)
 
