@@ -399,7 +399,7 @@ def _load_fn(msg: dict[str, Any], max_result_bytes: int | None = None) -> Any:
 
     kind, payload = msg["kind"], msg["payload"]
     if kind == "command":
-        from trainguard.runner import _command
+        from trainguard.runner.worker import command as _command
 
         return _command.load(payload, max_result_bytes)
     if kind == "file":
