@@ -265,3 +265,15 @@ def test_the_cycle_check_counts_imports_inside_functions_and_not_type_checking_o
     assert _cycle_edges(_package_edges(tmp_path)) == set()
     (tmp_path / "beta" / "c.py").write_text("def late():\n    from trainguard.alpha import a\n")
     assert _cycle_edges(_package_edges(tmp_path)) == {("alpha", "beta"), ("beta", "alpha")}
+
+
+def test_the_backend_contract_is_public_and_its_docstring_is_the_contract():
+    from trainguard.runner import BaseBackend, BaseWorker
+    from trainguard.runner.backends.local import LocalBackend
+
+    assert issubclass(LocalBackend, BaseBackend)
+    doc = BaseBackend.__doc__ or ""
+    assert "The contract, for implementers" in doc
+    for name in ("start", "inbox", "send", "read", "kill", "wait", "end", "enforces_limits", "classify"):
+        assert name in doc, name
+        assert hasattr(BaseBackend, name) or hasattr(BaseWorker, name), name
