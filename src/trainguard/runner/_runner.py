@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainguard.doctor import THREAD_VARIABLES
+from trainguard._envvars import THREAD_VARIABLES
 from trainguard.exceptions import ConfigError, TrialError
 from trainguard.runner._config import RunConfig
 from trainguard.runner._fnref import prepare
