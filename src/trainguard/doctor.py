@@ -122,6 +122,11 @@ def _cpu_quota(cgroup_path: str | None) -> float | None:
 
 
 def _warnings(r: dict[str, Any]) -> list[str]:
+    """What the report says to change, each with what to do instead: frameworks, GPUs, the host."""
+    return [*_framework_warnings(r), *_gpu_warnings(r), *_host_warnings(r)]
+
+
+def _framework_warnings(r: dict[str, Any]) -> list[str]:
     out: list[str] = []
     fw = r["frameworks"]
     keras_version = fw.get("keras")
@@ -155,6 +160,12 @@ def _warnings(r: dict[str, Any]) -> list[str]:
                 "trainguard run give each worker cores/workers threads (its default), or set "
                 "OMP_NUM_THREADS=<cores per worker>."
             )
+    return out
+
+
+def _gpu_warnings(r: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    fw = r["frameworks"]
     gpus = r["gpus"]
     deep = r.get("deep") or {}
     if fw.get("tensorflow") and gpus:
@@ -180,6 +191,13 @@ def _warnings(r: dict[str, Any]) -> list[str]:
             "PyTorch's CUDA caching allocator fragments when tensor sizes vary between trials. Instead: set "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (and scope() empties the cache between trials)."
         )
+    return out
+
+
+def _host_warnings(r: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    usable = r["cpus_usable"]
+    deep = r.get("deep") or {}
     if r["cgroup_limit_bytes"] is None:
         out.append(
             "No memory limit on this process's cgroup: a leak grows until the kernel's OOM killer ends some "

@@ -120,7 +120,6 @@ LONG_FUNCTIONS: set[str] = {
     "cli/run.py:run",
     "cli/show.py:_print_text",
     "comparison.py:compare",
-    "doctor.py:_warnings",
     "fitting.py:find_batch_size",
     "report/_compare.py:render_comparison",
     "report/_leak.py:render_leak",
