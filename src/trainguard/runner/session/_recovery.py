@@ -17,7 +17,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainguard.outcomes import OOM_STATUSES
+from trainguard.outcomes import OOM_STATUSES, Failure
 from trainguard.runner.policy import params_without, should_retry, shrink_step, start_at
 from trainguard.runner.session._records import Attempt
 from trainguard.units import format_bytes
@@ -76,12 +76,13 @@ class Recovery:
     ) -> dict[str, Any] | None:
         """The stored failure of an attempt: its cause plus the attempt, the worker and, under
         ``on_oom``, the sizes it ran with (a new dict; the cause is not changed)."""
-        if error is None:
+        failure = Failure.from_json(error)
+        if failure is None:
             return None
-        out = {**error, "attempt": run.attempt, "worker_id": worker_id}
+        failure = failure.with_fields(attempt=run.attempt, worker_id=worker_id)
         if self.policy.on_oom is not None and status in OOM_STATUSES:
-            out["ran_with"] = self._sized_keys(run.sent_params)
-        return out
+            failure = failure.with_fields(ran_with=self._sized_keys(run.sent_params))
+        return failure.to_json()
 
     def next_attempt(
         self,
@@ -220,11 +221,10 @@ class Recovery:
                 if int(current[rule.key]) <= rule.minimum
                 else f"max_attempts={rule.max_attempts} out-of-memory attempts reached"
             )
-            if error is not None:
-                error = {
-                    **error,
-                    "message": f"{error.get('message') or status} (out of memory at {words}; {why})",
-                }
+            failure = Failure.from_json(error)
+            if failure is not None:
+                said = f"{failure.message or status} (out of memory at {words}; {why})"
+                error = failure.with_message(said).to_json()
             self.recorder.event(
                 "oom_give_up",
                 f"trial {run.index} attempt {run.attempt}{where} ran out of memory ({status}) with {words}"
