@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainguard._envvars import THREAD_VARIABLES
+from trainguard._text import require_utf8
 from trainguard.exceptions import ConfigError, TrialError
 from trainguard.runner._config import RunConfig
 from trainguard.runner._fnref import prepare
@@ -69,7 +70,15 @@ def find_allocator(name: str) -> str:
     if name.endswith(".so") or ".so." in name or os.sep in name:
         if not Path(name).is_file():
             raise ConfigError(f"allocator library {name!r} does not exist: give the path of an installed .so")
-        return str(Path(name).resolve())
+        resolved = str(Path(name).resolve())
+        if any(c in resolved for c in " :\t\n"):
+            # the dynamic loader splits LD_PRELOAD at spaces and colons, with no way to quote them
+            raise ConfigError(
+                f"allocator library {resolved!r} has a space or colon in its path, which LD_PRELOAD cannot "
+                "hold (the loader splits it there): link it from a path without one, e.g. "
+                "ln -s 'my libs/libjemalloc.so.2' /tmp/libjemalloc.so.2"
+            )
+        return resolved
     if name not in _ALLOCATOR_LIBS:
         raise ConfigError(f"allocator={name!r} is unknown: use 'jemalloc', 'tcmalloc', a .so path, or None")
     dirs = [*_LIB_DIRS, os.path.join(sys.prefix, "lib")]
@@ -580,6 +589,7 @@ class Runner:
             WorkerCrashedError: a worker died before it was ready.
         """
         spec = prepare(fn)
+        require_utf8(spec.ref, "function", "rename the file or folder to UTF-8 (the store keeps its path)")
         params = _check_params(params_list)
         if data is not None:
             from trainguard.runner._shared import SharedData, _check_arrays
@@ -596,6 +606,7 @@ class Runner:
             name = default_run_name(spec.ref, params)
         elif not isinstance(name, str) or not name.strip():
             raise ConfigError(f"name must be a non-empty string such as 'sweep1', not {name!r}")
+        require_utf8(name, "run name", "pass a UTF-8 name, e.g. --name sweep1")
         if not params:
             return iter(())
         store = self._open_store()
