@@ -89,7 +89,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--backend",
         choices=("local", "ray"),
         default="local",
-        help="where workers run: local (default) or ray (on a Ray cluster, pip install 'trainguard[ray]')",
+        help="where workers run: local (default) or ray (on a Ray cluster, pip install -e '.[ray]')",
     )
     parser.add_argument(
         "--address",

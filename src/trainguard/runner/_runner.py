@@ -309,7 +309,7 @@ def _check_limits(
 
         if not nvml_available():
             raise ConfigError(
-                "gpu_memory_limit needs NVML (pip install 'trainguard[nvml]') and an NVIDIA driver; none is available"
+                "gpu_memory_limit needs NVML (pip install -e '.[nvml]') and an NVIDIA driver; none is available"
             )
     return float(interval), float(start_timeout_s), int(result_cap)
 
@@ -426,7 +426,7 @@ class Runner:
             seeds nothing. The seed is stored with each trial and shown by ``trainguard show``.
         backend: where workers run: ``"local"`` (default: child processes of this one), ``"ray"``
             (on the nodes of a Ray cluster, one node-local supervisor actor per worker slot; needs
-            ``pip install 'trainguard[ray]'``), or an object implementing
+            ``pip install -e '.[ray]'``), or an object implementing
             ``trainguard.runner.backends.base.BaseBackend``.
         address: with ``backend="ray"``: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, or
             ``"ray://HOST:PORT"``); None uses Ray's default (``RAY_ADDRESS``, else a Ray started here).
