@@ -196,7 +196,9 @@ def test_optuna_not_installed_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)
     with pytest.raises(MissingDependencyError) as err:
         tgo.isolated(tiny)
-    assert "pip install -e '.[optuna]'` in your trainguard clone" in str(err.value) and "\n" not in str(err.value)
+    assert "pip install -e '.[optuna]'` in your trainguard clone" in str(err.value) and "\n" not in str(
+        err.value
+    )
     import trainguard.optuna  # noqa: F401 - the module itself imports without optuna
 
 
