@@ -171,6 +171,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--allocator", metavar="NAME", help="LD_PRELOAD jemalloc or tcmalloc (or a .so path) in the workers"
     )
     parser.add_argument(
+        "--tree-tracking",
+        default="auto",
+        choices=("auto", "cgroup", "subreaper", "portable", "windows"),
+        help="how a worker's process tree is kept and ended: auto (Linux: cgroup + subreaper; macOS: "
+        "portable; Windows: windows), portable (psutil + a process group only), ... "
+        "(`trainguard doctor` lists what each guarantees here)",
+    )
+    parser.add_argument(
         "--store", default="trainguard.db", metavar="FILE", help="results store (default trainguard.db)"
     )
     parser.add_argument("--name", metavar="NAME", help="run name; running the same name again resumes it")
@@ -399,6 +407,7 @@ def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
         address=args.address,
         resources=args.resources,
         tf_custom_gradients=not args.keep_tf_gradients,
+        tree_tracking=args.tree_tracking,
     )
 
 

@@ -262,6 +262,12 @@ def _check_placement(
                 "gpus= and Device(visible_devices=) both set CUDA_VISIBLE_DEVICES: give only one"
             )
         device.check()
+    from trainguard.process import refuse_linux_only
+
+    if allocator is not None:
+        refuse_linux_only(f"allocator={allocator!r}", "LD_PRELOAD of a glibc allocator")
+    if malloc_trim_threshold is not None:
+        refuse_linux_only("malloc_trim_threshold", "glibc's MALLOC_TRIM_THRESHOLD_")
     allocator_path = find_allocator(allocator) if allocator is not None else None
     trim = parse_size(malloc_trim_threshold, name="malloc_trim_threshold", allow_none=True)
     if env is not None and (
@@ -302,8 +308,9 @@ def _check_limits(
         raise ConfigError(
             f"max_result_bytes={max_result_bytes!r} must be between 1 byte and 2GiB, such as '16MiB'"
         )
-    if tree_tracking not in ("auto", "cgroup", "subreaper"):
-        raise ConfigError(f"tree_tracking={tree_tracking!r} is unknown: use 'auto', 'cgroup' or 'subreaper'")
+    from trainguard.process import resolve_tracking
+
+    resolve_tracking(tree_tracking)  # an unknown tier, or one this platform lacks: one line
     if policy.gpu_memory_limit is not None:
         from trainguard.probes.nvml import nvml_available
 
@@ -418,8 +425,11 @@ class Runner:
             ``setsid`` ones included) in its tree, counted in its memory and killed with it:
             ``"auto"`` (default) gives each worker a cgroup v2 of its own where one can be made
             (root, or a delegated systemd scope) on top of making it a child subreaper;
-            ``"subreaper"`` uses the subreaper alone; ``"cgroup"`` requires the cgroup. Which one
-            a worker got is stored with it (``tree_tracking`` in its config).
+            ``"subreaper"`` uses the subreaper alone; ``"cgroup"`` requires the cgroup (both Linux
+            only); ``"portable"`` (what macOS gets by default) uses psutil and a process group per
+            worker only (a daemon that leaves the group escapes); ``"windows"`` (Windows' default)
+            a Job Object per worker. Which one a worker got is stored with it (``tree_tracking``
+            in its config); ``trainguard doctor`` lists what each guarantees here.
         seed: the run's seed. Trial ``i`` gets its own seed derived from ``(seed, i)``, the same on
             every attempt and in any worker, and the worker seeds Python's ``random``, numpy, and
             torch, TensorFlow and Keras (those the trial imports) with it before the trial. None

@@ -365,6 +365,7 @@ class Pool:
             fn_kind="node" if self.fn_kind == "node" else "python",
             max_message_bytes=self.config.max_result_bytes + MESSAGE_OVERHEAD_BYTES,
             tree_tracking=self.config.tree_tracking,
+            memory_limit_bytes=self.policy.memory_limit,
             capture_dir=self.capture_dir,
             detail={"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {},
         )
