@@ -54,8 +54,14 @@ def _hint(value: Any, error: str) -> str:
 
 def why_unsendable(value: Any) -> str | None:
     """Why ``value`` cannot go to a worker (what it is, and what to do instead), or None."""
+    import io
+
     import cloudpickle
 
+    if isinstance(value, io.IOBase) and not value.closed:
+        # cloudpickle would send a file opened for reading as a copy of its contents, and one
+        # opened for writing not at all: neither is the open file the code means
+        return f"it is {describe(value)}; {_hint(value, 'file')}"
     device = off_cpu(value)
     if device is not None:
         return (
@@ -75,11 +81,12 @@ def pickle_inputs(items: dict[str, Any], what: str) -> bytes:
     Raises:
         ConfigError: one line naming the first value that cannot be sent, and why.
     """
+    import io
+
     import cloudpickle
 
     for label, value in items.items():
-        device = off_cpu(value)
-        if device is not None:
+        if off_cpu(value) is not None or (isinstance(value, io.IOBase) and not value.closed):
             raise ConfigError(
                 f"{label} cannot be sent to the {what}'s worker: {why_unsendable(value)}", value=label
             )

@@ -83,19 +83,30 @@ class BridgeStream:
         self._name = name
         self._lock = lock
         self._original = original
+        self._buffer = ""
 
     def write(self, text: str) -> int:
-        if text:
-            try:
-                with self._lock:
-                    send_json(self._conn, {"op": "out", "stream": self._name, "text": str(text)})
-            except OSError:
-                if self._original is not None:
-                    return int(self._original.write(text))
+        # whole lines travel (one frame per print, not one per piece print writes)
+        self._buffer += str(text)
+        if "\n" in self._buffer:
+            head, _, self._buffer = self._buffer.rpartition("\n")
+            self._send(head + "\n")
+        elif len(self._buffer) > 8192:
+            self.flush()
         return len(text)
 
     def flush(self) -> None:
-        pass
+        if self._buffer:
+            text, self._buffer = self._buffer, ""
+            self._send(text)
+
+    def _send(self, text: str) -> None:
+        try:
+            with self._lock:
+                send_json(self._conn, {"op": "out", "stream": self._name, "text": text})
+        except OSError:
+            if self._original is not None:
+                self._original.write(text)
 
     def isatty(self) -> bool:
         return False
@@ -130,6 +141,9 @@ class CallSlot(BaseSlot):
             except Exception as exc:  # noqa: BLE001 - the caller gets it, as the same type where it can
                 return self._send_error(conn, lock, exc)
         finally:
+            for stream in (sys.stdout, sys.stderr):
+                if isinstance(stream, BridgeStream):
+                    stream.flush()
             sys.stdout, sys.stderr = saved
         try:
             payload = cloudpickle.dumps(value)
