@@ -7,7 +7,8 @@ side :class:`BaseSlot`) is shared by ``@trainguard.isolated``, the ``%%trainguar
 
 from __future__ import annotations
 
-from trainguard.guarded._function import IsolatedFunction, isolated
+from trainguard.guarded._calls import GuardedCalls
+from trainguard.guarded._function import IsolatedFunction, isolated, make_policy
 from trainguard.guarded._pool import BaseJob, CallPool
 from trainguard.guarded._send import off_cpu, pickle_inputs, why_unsendable
 from trainguard.guarded._slot import BaseSlot, describe
@@ -17,6 +18,8 @@ __all__ = [
     "BaseJob",
     "BaseSlot",
     "CallPool",
+    "GuardedCalls",
+    "make_policy",
     "IsolatedFunction",
     "describe",
     "isolated",

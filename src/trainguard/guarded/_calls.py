@@ -94,7 +94,11 @@ def _rebuilt(reply: dict[str, Any], data: bytes | None) -> BaseException:
                 exc = None
         if exc is None:
             exc = TrialError(f"{qualified}: {reply.get('message')}", exc_type=qualified)
-    exc.add_note(f"raised in a trainguard worker:\n{reply.get('traceback', '').rstrip()}")
+    note = f"raised in a trainguard worker:\n{reply.get('traceback', '').rstrip()}"
+    if hasattr(exc, "add_note"):  # Python 3.11+
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
     return exc
 
 

@@ -133,8 +133,8 @@ class CallSlot(BaseSlot):
         args, kwargs = cloudpickle.loads(conn.recv_bytes())
         lock = threading.Lock()
         saved = sys.stdout, sys.stderr
-        sys.stdout = BridgeStream(conn, "stdout", lock, saved[0])  # type: ignore[assignment]
-        sys.stderr = BridgeStream(conn, "stderr", lock, saved[1])  # type: ignore[assignment]
+        sys.stdout = BridgeStream(conn, "stdout", lock, saved[0])
+        sys.stderr = BridgeStream(conn, "stderr", lock, saved[1])
         try:
             try:
                 value = self._fn(*args, **kwargs)

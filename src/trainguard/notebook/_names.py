@@ -64,7 +64,7 @@ class _Names(ast.NodeVisitor):
             if alias.name != "*":
                 self._bind(alias.asname or alias.name.split(".")[0])
 
-    visit_ImportFrom = visit_Import  # type: ignore[assignment]
+    visit_ImportFrom = visit_Import
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
         if node.name:

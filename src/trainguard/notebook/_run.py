@@ -14,7 +14,7 @@ _CELL_REF = "trainguard.notebook._cell:run_cell"
 
 
 def _engine(engines: dict[tuple[tuple[str, Any], ...], Any], options: dict[str, Any]) -> Any:
-    from trainguard.guarded._function import make_policy
+    from trainguard.guarded import make_policy
 
     fresh = options.pop("fresh", False)
     key = tuple(sorted(options.items()))
@@ -23,7 +23,7 @@ def _engine(engines: dict[tuple[tuple[str, Any], ...], Any], options: dict[str, 
         engine.close()
         engine = None
     if engine is None:
-        from trainguard.guarded._calls import GuardedCalls
+        from trainguard.guarded import GuardedCalls
 
         runner_options = dict(options)
         policy, timeout_s = make_policy(

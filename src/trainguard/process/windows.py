@@ -91,7 +91,7 @@ class ExtendedLimit(ctypes.Structure):
 def _api() -> Any:
     if sys.platform != "win32":
         raise OSError("Job Objects exist only on Windows")
-    return ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    return ctypes.WinDLL("kernel32", use_last_error=True)
 
 
 class JobObject:
@@ -222,7 +222,7 @@ def gpu_dedicated_bytes(pid: int) -> int | None:
     ``\\GPU Process Memory(pid_<PID>_*)\\Dedicated Usage``; None where it cannot be read."""
     if sys.platform != "win32":
         return None
-    pdh = ctypes.WinDLL("pdh")  # type: ignore[attr-defined]
+    pdh = ctypes.WinDLL("pdh")
     query = ctypes.c_void_p()
     if pdh.PdhOpenQueryW(None, None, ctypes.byref(query)) != 0:
         return None

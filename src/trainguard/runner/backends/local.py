@@ -104,10 +104,11 @@ class LocalWorker(BaseWorker):
             self.pipes.to_worker.send(msg)
 
     def read(self, *, uss: bool = False, rediscover: bool = False) -> tuple[int, int | None] | None:
-        return self.sampler.read(uss=uss, rediscover=rediscover)
+        reading: tuple[int, int | None] | None = self.sampler.read(uss=uss, rediscover=rediscover)
+        return reading
 
     def pids(self) -> tuple[int, ...]:
-        return self.sampler.pids()
+        return tuple(self.sampler.pids())
 
     def kill(self) -> None:
         self.sampler.kill(started_after=self.started_wall)
