@@ -87,3 +87,18 @@ def test_the_runner_refuses_a_tier_this_machine_lacks_before_any_worker():
 
     with pytest.raises(ConfigError, match="tree_tracking='windows' needs Windows"):
         Runner(store=None, tree_tracking="windows")
+
+
+def test_doctor_lists_this_machines_guarantees(trainguard_cli):
+    import json
+
+    out = trainguard_cli("doctor", "--json")
+    assert out.returncode == 0, out.stderr
+    process = json.loads(out.stdout)["process"]
+    assert process["tier"] == "linux"
+    levels = {g["name"]: g["level"] for g in process["guarantees"]}
+    assert set(levels) == {"tree membership", "kill", "memory cap", "peak", "GPU per process"}
+    assert levels["memory cap"] == "approximate"
+    assert {g["name"]: g["level"] for g in process["portable"]}["kill"] == "approximate"
+    text = trainguard_cli("doctor").stdout
+    assert "worker processes: the linux tier" in text and "with --tree-tracking" in text

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 
 from trainguard.exceptions import ConfigError
 
-__all__ = ["TRACKING_CHOICES", "resolve_tracking", "refuse_linux_only", "Guarantee", "guarantees"]
+__all__ = [
+    "TRACKING_CHOICES",
+    "resolve_tracking",
+    "refuse_linux_only",
+    "Guarantee",
+    "guarantees",
+    "this_machine",
+]
 
 TRACKING_CHOICES = ("auto", "cgroup", "subreaper", "portable", "windows")
 _NAMES = {"linux": "Linux", "darwin": "macOS", "win32": "Windows"}
@@ -138,3 +145,42 @@ def guarantees(tier: str, *, cgroup: bool = False, nvml_per_process: bool = True
             ),
         ]
     raise ValueError(f"unknown tier {tier!r}")
+
+
+def this_machine() -> dict[str, object]:
+    """The tier ``"auto"`` gives here, what it guarantees (exact or approximate) and what this
+    platform lacks, as ``trainguard doctor`` shows it."""
+    platform = sys.platform
+    tier = resolve_tracking("auto", platform)
+    missing: list[str] = []
+    cgroup = False
+    if platform.startswith("linux"):
+        from trainguard.proctree import tracking_mechanisms
+
+        mechanisms = tracking_mechanisms()
+        cgroup = "cgroup" in mechanisms
+        if not cgroup:
+            missing.append(
+                "a cgroup v2 per worker (needs root or a delegated systemd scope): the subreaper alone keeps trees"
+            )
+        if "subreaper" not in mechanisms:
+            missing.append("the child subreaper")
+    else:
+        missing.append("cgroup v2, the child subreaper and /proc (Linux only)")
+        missing.append(
+            "allocator= and malloc_trim_threshold= (glibc's LD_PRELOAD and MALLOC_TRIM_THRESHOLD_)"
+        )
+    from trainguard.probes.nvml import nvml_available
+
+    nvml_per_process = platform.startswith("linux") or not nvml_available()
+    if platform == "win32":
+        nvml_per_process = False  # WDDM: NVML lists no per-process figures; PDH does
+    chosen = guarantees(tier, cgroup=cgroup, nvml_per_process=nvml_per_process)
+    return {
+        "tier": "linux" if tier == "auto" else tier,
+        "guarantees": [{"name": g.name, "level": g.level, "how": g.how} for g in chosen],
+        "portable": [{"name": g.name, "level": g.level, "how": g.how} for g in guarantees("portable")]
+        if tier != "portable" and platform != "win32"
+        else None,
+        "missing": missing,
+    }
