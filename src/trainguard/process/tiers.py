@@ -155,7 +155,7 @@ def this_machine() -> dict[str, object]:
     missing: list[str] = []
     cgroup = False
     if platform.startswith("linux"):
-        from trainguard.proctree import tracking_mechanisms
+        from trainguard.process.cgroup import tracking_mechanisms
 
         mechanisms = tracking_mechanisms()
         cgroup = "cgroup" in mechanisms

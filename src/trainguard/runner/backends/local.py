@@ -78,7 +78,9 @@ class LocalWorker(BaseWorker):
         # the tier's tree (process/): the Linux one reads /proc, the portable one psutil alone
         self.tier = resolve_tracking(spec.tree_tracking)
         self.sampler: Any = (
-            ProcessTree(proc.pid, cgroup=cgroup) if self.tier not in ("portable", "windows") else tier_tree(proc, self.tier, spec.memory_limit_bytes)
+            ProcessTree(proc.pid, cgroup=cgroup)
+            if self.tier not in ("portable", "windows")
+            else tier_tree(proc, self.tier, spec.memory_limit_bytes)
         )
         self.fn_kind = spec.fn_kind
         self.capture_dir = spec.capture_dir
@@ -133,7 +135,11 @@ class LocalWorker(BaseWorker):
         # what the tree holds now: a dead worker's orphans are no longer below it (the sampler's
         # last discovery and this walk still know them; the cgroup, when there is one, always does)
         portable = self.tier in ("portable", "windows")
-        known = set(self.sampler.pids()) if portable else {*self.sampler.pids(), *proctree.descendants(self.proc.pid)}
+        known = (
+            set(self.sampler.pids())
+            if portable
+            else {*self.sampler.pids(), *proctree.descendants(self.proc.pid)}
+        )
         killed = False
         rc = self.wait(grace_s)
         if rc is None:
