@@ -365,6 +365,10 @@ class Session:
         self._budget_over: tuple[int, float] | None = None
         self._budget_over_recorded = 0.0
         self._no_prestart = False  # a replacement started early was killed at the budget
+        # each worker's last seconds (flight recorder) and memory pressure (soft limit)
+        from trainguard.runner.session._last_seconds import LastSeconds
+
+        self._last = LastSeconds(policy)
 
     # -- progress ---------------------------------------------------------------------------------
 
@@ -867,6 +871,12 @@ class Session:
             )
             if decision is not None and msg.get("remaining") == 0:
                 decision = None  # the trial ends after this stage: leaving now would only cost a start
+            pressured = self._last.stage_exit(
+                worker.worker_id, remaining=msg.get("remaining"), now_s=time.monotonic()
+            )
+            if pressured is not None:
+                decision = pressured
+                self._pressure_event(worker, "checkpointed", rss_bytes=rss, stage=int(msg["stage"]))
             if decision is not None:
                 go_on = False
                 worker.stage_exit = decision
@@ -1061,6 +1071,16 @@ class Session:
                 "error": {"status": status, "message": f"the worker sent a result that is not JSON: {err}"},
             }
         stats = msg.get("stats") or {}
+        self._last.on_stats(worker.worker_id, stats)
+        flight = None
+        if status == "framework_oom":
+            flight = self._last.flight_record(worker.worker_id, status, stats=stats)
+        error_type = str((msg.get("error") or {}).get("type") or "")
+        self._pressure_event(
+            worker,
+            "checkpoint_failed" if error_type.endswith("CheckpointError") else "finished",
+            rss_bytes=rss_after,
+        )
         if self.run_id is not None and (
             "census" in stats
             or stats.get("cleanup_s")
@@ -1076,7 +1096,9 @@ class Session:
                 worker_id=worker.worker_id,
                 index=run.index,
             )
-        self._finish_attempt(worker, run, status, msg.get("error"), value, peak, float(msg["duration_s"]))
+        self._finish_attempt(
+            worker, run, status, msg.get("error"), value, peak, float(msg["duration_s"]), flight=flight
+        )
         worker.reserved_bytes = None
         self._plan_after_trial(worker, peak, rss_after, float(msg["duration_s"]), status, stats)
         if status == "framework_oom":
@@ -1178,7 +1200,11 @@ class Session:
         value: Any,
         peak: int | None,
         duration_s: float | None,
+        *,
+        flight: dict[str, Any] | None = None,
     ) -> None:
+        """Record an attempt's end (with its flight recorder, when it has one: on the attempt only,
+        not the trial's error) and decide what follows: a shrink, a retry, or the trial's end."""
         worker_id = worker.worker_id if worker else None
         rule = self.policy.on_oom
         if error is not None:
@@ -1191,7 +1217,7 @@ class Session:
                 run.index,
                 run.attempt,
                 status=status,
-                error=error,
+                error=error if flight is None else {**(error or {}), "flight_recorder": flight},
                 peak_rss_bytes=peak,
                 duration_s=duration_s,
             )
@@ -1430,6 +1456,7 @@ class Session:
         )
         # wait for it to be gone before a replacement starts: its memory must be free first
         self._reap(worker, grace_s=10.0)
+        self._last.forget(worker.worker_id)
 
     def _reap(self, worker: _Worker, grace_s: float) -> int | None:
         rc, killed = worker.handle.end(grace_s)
@@ -1469,6 +1496,16 @@ class Session:
             index=index,
         )
 
+    def _pressure_event(
+        self, worker: _Worker, action: Any, *, rss_bytes: int | None = None, stage: int | None = None
+    ) -> None:
+        """Record how a pressure on this worker's trial ended (nothing when there was none)."""
+        event = self._last.resolve(
+            worker.worker_id, action, now_s=time.monotonic(), rss_bytes=rss_bytes, stage=stage
+        )
+        if event is not None:
+            self._event("pressure", event.message, data=event.data, worker=worker, index=event.index)
+
     def _end_worker(self, worker: _Worker, reason: str, detail: dict[str, Any]) -> None:
         if worker.ended:
             return
@@ -1477,6 +1514,12 @@ class Session:
             self.store.end_worker(self.run_id, worker.worker_id, reason=reason, detail=detail)
 
     def _on_death(self, worker: _Worker) -> None:
+        try:
+            self._record_death(worker)
+        finally:
+            self._last.forget(worker.worker_id)  # its last seconds are recorded (or not needed)
+
+    def _record_death(self, worker: _Worker) -> None:
         previous = worker.state
         # the pipe may close while the process lingers (it closed its fds): make sure it is gone
         if worker.handle.wait(2.0) is None:
@@ -1534,8 +1577,18 @@ class Session:
         )
         error = {"status": cause.attempt_status, "message": cause.message, **cause.detail}
         logger.info("trial %d attempt %d: %s", run.index, run.attempt, cause.message)
+        flight = self._last.flight_record(worker.worker_id, cause.attempt_status)
+        grace = kill is not None and kill.message.startswith("killed under memory pressure")
+        self._pressure_event(worker, "grace_expired" if grace else "ignored", rss_bytes=peak)
         self._finish_attempt(
-            worker, run, cause.attempt_status, error, None, peak, time.monotonic() - run.started_mono
+            worker,
+            run,
+            cause.attempt_status,
+            error,
+            None,
+            peak,
+            time.monotonic() - run.started_mono,
+            flight=flight,
         )
 
     def _after_budget_kill(self, worker: _Worker, run: _Running | None, cause: EndCause) -> None:
@@ -1677,16 +1730,28 @@ class Session:
                     if gpu is not None:
                         worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
                 self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
+            now_mono = time.monotonic()
+            grace_kill = self._last.on_sample(
+                worker.worker_id,
+                worker.handle,
+                rss_bytes=rss,
+                gpu_bytes=gpu,
+                mono_s=now_mono,
+                wall_s=now_wall,
+                trial=None if run is None or kill is not None else (run.index, run.attempt, run.started_mono),
+            )
             if run is None or kill is not None or worker.handle.enforces_limits:
                 continue
             decision = check_limits(
-                self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=time.monotonic() - run.started_mono
+                self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=now_mono - run.started_mono
             )
+            decision = decision or grace_kill
             if decision is not None:
                 with self._lock:
                     if worker.trial is not run:
                         continue
                     worker.kill = decision
+                self._last.before_kill(worker.worker_id, worker.handle)
                 worker.handle.kill()
                 logger.info("worker %d: %s", worker.worker_id, decision.message)
         if self._planner.budget_bytes is not None:

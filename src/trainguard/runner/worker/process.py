@@ -370,8 +370,8 @@ def _make_context(fn: Any, msg: dict[str, Any], started: float) -> Any:
     boundary = None
     if _STAGE_CHANNEL is not None and msg.get("checkpoint_dir"):
 
-        def boundary(stage: int, remaining: int | None) -> None:
-            _STAGE_CHANNEL(msg, stage, remaining, started, fn)
+        def boundary(stage: int, remaining: int | None, pressure: bool) -> None:
+            _STAGE_CHANNEL(msg, stage, remaining, started, fn, pressure)
 
     return TrialContext(
         index=msg["index"],
@@ -486,6 +486,9 @@ def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any
     from trainguard import process as proctree
 
     _nesting.set_role("worker")
+    from trainguard.runner.worker.context import install_pressure_handler
+
+    install_pressure_handler()  # before "ready": the supervisor may signal pressure from the first trial
     # keep every descendant in this worker's tree, however it detaches: a cgroup of its own when
     # the supervisor made one (membership survives re-parenting), and always as child subreaper
     tree = {"cgroup": False, "subreaper": proctree.become_subreaper()}
@@ -573,7 +576,12 @@ def _serve(inbox: Any, outbox: Any, threads: int | None, max_result_bytes: int |
 
 def _stage_channel(inbox: Any, outbox: Any) -> Callable[..., None]:
     def stage_channel(
-        msg: dict[str, Any], stage: int, remaining: int | None, started: float, fn: Any
+        msg: dict[str, Any],
+        stage: int,
+        remaining: int | None,
+        started: float,
+        fn: Any,
+        pressure: bool = False,
     ) -> None:
         """A staged trial committed a checkpoint: tell the supervisor, and leave when it says so."""
         write_message(
@@ -585,6 +593,7 @@ def _stage_channel(inbox: Any, outbox: Any) -> Callable[..., None]:
                 "stage": stage,
                 "remaining": remaining,
                 "rss_bytes": _status_kb("VmRSS:") or 0,
+                "pressure": pressure,
             },
         )
         try:

@@ -1,0 +1,206 @@
+"""What the supervisor keeps of each worker's last seconds, and the hooks its loops call: the
+flight recorder (samples at full rate, the tree's processes, the last census and allocator stats the
+worker sent) and memory pressure (soft limit, predicted crossing, grace).
+
+The session calls these at a few points: every sample (sampler thread), before a kill (sampler
+thread), a worker's result or stage message, its death (loop thread). Decisions are the pure
+functions of :mod:`trainguard.runner.policy._pressure`; the bookkeeping is
+:class:`~trainguard.runner.session._pressure_tracker.PressureTracker`; this module only joins them to a
+worker's handle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from trainguard import process
+from trainguard.runner.backends import BaseWorker
+from trainguard.runner.policy import KillDecision, Policy, PressureDecision, RecycleDecision
+from trainguard.runner.session._flight_recorder import FlightRecorder
+from trainguard.runner.session._pressure_tracker import Action, PressureEvent, PressureTracker
+
+__all__ = ["LastSeconds", "tree_processes"]
+
+logger = logging.getLogger(__name__)
+
+#: how often the tree's process list (pid, name, RSS) is refreshed for the flight recorder
+_PROCESSES_EVERY_S = 1.0
+
+
+def tree_processes(pids: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The tree's processes with their RSS, largest first (a process gone meanwhile is left out)."""
+    rows: list[dict[str, Any]] = []
+    for pid in pids:
+        rss = process.statm_rss_bytes(pid)
+        if rss is None:
+            continue
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+                name = fh.read().strip()
+        except OSError:
+            name = "?"
+        rows.append({"pid": pid, "name": name, "rss_bytes": rss})
+    rows.sort(key=lambda r: -int(r["rss_bytes"]))
+    return rows
+
+
+class _Box:
+    """One worker's recorder, its last process list and the last stats it sent."""
+
+    def __init__(self) -> None:
+        self.flight = FlightRecorder()
+        self.processes: list[dict[str, Any]] = []
+        self.processes_at = -1e9
+        self.census: Any = None
+        self.allocator: dict[str, Any] | None = None
+        self.memory_cgroup: tuple[str, str] | None = None
+        self.cgroup_looked = False
+
+
+class LastSeconds:
+    """Per worker id: the flight recorder and the pressure state."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.pressure = PressureTracker(policy)
+        self._boxes: dict[int, _Box] = {}
+        self._lock = threading.Lock()
+
+    def _box(self, worker_id: int) -> _Box:
+        with self._lock:
+            box = self._boxes.get(worker_id)
+            if box is None:
+                box = self._boxes[worker_id] = _Box()
+            return box
+
+    # -- sampler thread ----------------------------------------------------------------------------
+
+    def on_sample(
+        self,
+        worker_id: int,
+        handle: BaseWorker,
+        *,
+        rss_bytes: int,
+        gpu_bytes: int | None,
+        mono_s: float,
+        wall_s: float,
+        trial: tuple[int, int, float] | None,
+    ) -> KillDecision | None:
+        """Record one sample; with a trial running (``(index, attempt, started_mono)``), raise
+        pressure when the policy says so (signalling the worker) and return the kill of a trial
+        whose ``pressure_grace`` ran out."""
+        box = self._box(worker_id)
+        box.flight.add(mono_s, wall_s, rss_bytes, gpu_bytes)
+        if mono_s - box.processes_at >= _PROCESSES_EVERY_S:
+            box.processes_at = mono_s
+            box.processes = tree_processes(handle.pids())
+        if not box.cgroup_looked:  # while the worker is alive: its /proc entry names its cgroup
+            box.cgroup_looked = True
+            box.memory_cgroup = _own_memory_cgroup(handle)
+        if trial is None:
+            return None
+        index, attempt, started = trial
+        verdict = self.pressure.observe(
+            worker_id,
+            index=index,
+            attempt=attempt,
+            attempt_started_s=started,
+            rss_bytes=rss_bytes,
+            series=box.flight.rss_series(),
+            now_s=mono_s,
+        )
+        if isinstance(verdict, PressureDecision):
+            delivered = handle.signal_pressure()
+            self.pressure.delivered(worker_id, delivered)
+            logger.info("worker %d under memory pressure: %s", worker_id, verdict.message)
+            return None
+        return verdict
+
+    def before_kill(self, worker_id: int, handle: BaseWorker) -> None:
+        """The tree's processes as they are at the kill (after it, they are gone)."""
+        try:
+            self._box(worker_id).processes = tree_processes(handle.pids())
+        except Exception:  # noqa: BLE001 - the kill must happen whatever this reading does
+            logger.exception("reading the processes of worker %d before its kill failed", worker_id)
+
+    # -- loop thread --------------------------------------------------------------------------------
+
+    def on_stats(self, worker_id: int, stats: dict[str, Any]) -> None:
+        """A result's stats: keep the census and the allocator figures for a later flight record."""
+        box = self._box(worker_id)
+        if stats.get("census") is not None:
+            box.census = stats["census"]
+        allocator = {
+            k: v for k, v in stats.items() if k in ("torch", "tensorflow", "jax", "allocator", "gpu")
+        }
+        if allocator:
+            box.allocator = allocator
+
+    def flight_record(
+        self, worker_id: int, cause: str, *, stats: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The flight recorder of an attempt that ended with ``cause`` (JSON-ready)."""
+        if stats:
+            self.on_stats(worker_id, stats)
+        box = self._box(worker_id)
+        exact = _read_peak(box.memory_cgroup) if box.memory_cgroup is not None else None
+        snapshot = (stats or {}).get("torch_memory_snapshot")
+        return box.flight.snapshot(
+            cause=cause,
+            processes=box.processes,
+            census=box.census,
+            allocator=box.allocator,
+            exact_peak=exact,
+            torch_memory_snapshot=snapshot if isinstance(snapshot, str) else None,
+        )
+
+    def stage_exit(self, worker_id: int, *, remaining: int | None, now_s: float) -> RecycleDecision | None:
+        """A checkpoint was committed: leave the worker when its trial is under pressure (unless it
+        says no stage is left)."""
+        self.pressure.checkpointed(worker_id, now_s)
+        state = self.pressure.active(worker_id)
+        if state is None or remaining == 0:
+            return None
+        return RecycleDecision(
+            "soft_limit" if state.decision.rule == "soft_limit" else "pressure_predicted",
+            {k: v for k, v in state.decision.values.items() if v is not None},
+            f"under memory pressure ({state.decision.message})",
+        )
+
+    def resolve(
+        self,
+        worker_id: int,
+        action: Action,
+        *,
+        now_s: float,
+        rss_bytes: int | None = None,
+        stage: int | None = None,
+    ) -> PressureEvent | None:
+        return self.pressure.resolve(worker_id, action, now_s=now_s, rss_bytes=rss_bytes, stage=stage)
+
+    def forget(self, worker_id: int) -> None:
+        self.pressure.forget(worker_id)
+        with self._lock:
+            self._boxes.pop(worker_id, None)
+
+
+def _own_memory_cgroup(handle: BaseWorker) -> tuple[str, str] | None:
+    """The worker's own memory cgroup (local workers only: a remote pid names another host's)."""
+    from trainguard.probes.cgroup_peak import own_memory_cgroup
+
+    pid = getattr(handle, "pid", None)
+    if not isinstance(pid, int) or handle.where or pid == os.getpid():
+        return None
+    try:
+        return own_memory_cgroup(pid)
+    except Exception:  # noqa: BLE001 - a missing reading must never cost a sample
+        logger.exception("finding the memory cgroup of pid %d failed", pid)
+        return None
+
+
+def _read_peak(found: tuple[str, str]) -> dict[str, Any] | None:
+    from trainguard.probes.cgroup_peak import read_peak
+
+    return read_peak(*found)
