@@ -71,6 +71,13 @@ def resolve_soft_limit(soft_limit: Any, memory_limit: int | None) -> int | None:
             f"soft_limit={soft_limit!r} is negative: give a size under memory_limit such as '450MB', "
             "or a fraction of it such as 0.65"
         )
+    if isinstance(soft_limit, str):
+        try:
+            number = float(soft_limit)
+        except ValueError:
+            number = None
+        if number is not None and 0 < number < 1:
+            soft_limit = number  # "0.65" from the command line: a fraction
     if isinstance(soft_limit, float) and 0 < soft_limit < 1:
         fraction = soft_limit
     elif isinstance(soft_limit, str) and soft_limit.strip().endswith("%"):
