@@ -27,7 +27,11 @@ def leaky_training(params, ctx):
             if params.get("unpicklable_under_pressure"):
                 ctx.checkpoint({**state, "bad": lambda: None})
             ctx.checkpoint(state)  # under pressure: this worker ends here, a fresh one resumes
-        elif params.get("checkpoint_every"):
-            if (epoch + 1) % params["checkpoint_every"] == 0:
-                ctx.checkpoint(state)
-    return {"total": round(state["total"], 12), "epochs": state["epoch"], "resumed": ctx.resumed, "pid": pids[0]}
+        elif epoch + 1 in params.get("checkpoint_at", ()):
+            ctx.checkpoint(state)  # a regular checkpoint, well before any pressure
+    return {
+        "total": round(state["total"], 12),
+        "epochs": state["epoch"],
+        "resumed": ctx.resumed,
+        "pid": pids[0],
+    }
