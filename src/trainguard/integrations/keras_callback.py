@@ -264,14 +264,14 @@ class MemoryCallback(_keras.callbacks.Callback):
             return 0
         state = ctx.restore(default=None) or {}
         folder = ctx.restore_path
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(model.trainable_variables)  # before the weights, which hold its slots too
         model.load_weights(os.path.join(folder, WEIGHTS_FILE))
         optimizer_file = os.path.join(folder, OPTIMIZER_FILE)
-        if os.path.exists(optimizer_file) and getattr(model, "optimizer", None) is not None:
+        if os.path.exists(optimizer_file) and optimizer is not None:
             import numpy as np
 
-            optimizer = model.optimizer
-            if not optimizer.built:
-                optimizer.build(model.trainable_variables)
             with np.load(optimizer_file) as saved:
                 values = [saved[f"v{i}"] for i in range(len(saved.files))]
             if len(values) != len(optimizer.variables):
