@@ -17,6 +17,7 @@ def train(params, ctx):
     import trainguard.torch
 
     torch.manual_seed(0)
+    np.random.seed(0)
     x = torch.randn(256, 16)
     y = x.sum(dim=1, keepdim=True)
     model = torch.nn.Sequential(

@@ -45,8 +45,8 @@ def print_pressure(out: Any, events: Any) -> None:
 
 def print_flight_recorders(out: Any, index: int, rows: list[dict[str, Any]]) -> None:
     """``show RUN --trial N``: each attempt, and the flight recorder of those that have one."""
+    from trainguard._flight import flight_summary
     from trainguard.cli._display import markup_safe, sparkline
-    from trainguard.runner import flight_summary
     from trainguard.units import format_bytes
 
     out.print(f"[bold]trial {index}[/]: {len(rows)} attempt{'s' if len(rows) != 1 else ''}")

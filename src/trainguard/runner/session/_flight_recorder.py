@@ -15,7 +15,7 @@ from typing import Any
 
 from trainguard.runner.policy import growth_rate
 
-__all__ = ["FlightRecorder", "FLIGHT_WINDOW_S", "FLIGHT_MAX_SAMPLES", "flight_summary"]
+__all__ = ["FlightRecorder", "FLIGHT_WINDOW_S", "FLIGHT_MAX_SAMPLES"]
 
 #: seconds of samples kept (the "last seconds" shown after a kill)
 FLIGHT_WINDOW_S = 10.0
@@ -95,27 +95,3 @@ class FlightRecorder:
         if torch_memory_snapshot is not None:
             out["torch_memory_snapshot"] = torch_memory_snapshot
         return out
-
-
-def flight_summary(recorder: dict[str, Any]) -> str:
-    """One line for ``show``: how many samples over how long, the growth rate, the peak."""
-    from trainguard.units import format_bytes
-
-    samples = recorder.get("samples") or []
-    span = -float(samples[0]["t_s"]) if samples else 0.0
-    rate = recorder.get("growth_bytes_per_s")
-    parts = [f"{len(samples)} samples over the last {span:.1f} s"]
-    if rate is not None:
-        parts.append(f"growing {format_bytes(rate, signed=True)}/s")
-    if recorder.get("sampled_peak_bytes") is not None:
-        parts.append(f"sampled peak {format_bytes(recorder['sampled_peak_bytes'])}")
-    exact = recorder.get("exact_peak") or {}
-    if exact.get("peak_bytes") is not None:
-        parts.append(
-            f"exact peak {format_bytes(exact['peak_bytes'])} ({exact.get('source')}; the samples missed "
-            f"{format_bytes(exact.get('sampled_shortfall_bytes'))})"
-        )
-    procs = recorder.get("processes") or []
-    if procs:
-        parts.append(f"{len(procs)} process{'es' if len(procs) != 1 else ''} in the tree")
-    return ", ".join(parts)
