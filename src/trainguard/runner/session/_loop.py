@@ -1071,16 +1071,7 @@ class Session:
                 "error": {"status": status, "message": f"the worker sent a result that is not JSON: {err}"},
             }
         stats = msg.get("stats") or {}
-        self._last.on_stats(worker.worker_id, stats)
-        flight = None
-        if status == "framework_oom":
-            flight = self._last.flight_record(worker.worker_id, status, stats=stats)
-        error_type = str((msg.get("error") or {}).get("type") or "")
-        self._pressure_event(
-            worker,
-            "checkpoint_failed" if error_type.endswith("CheckpointError") else "finished",
-            rss_bytes=rss_after,
-        )
+        flight = self._last_seconds_of_result(worker, msg, status, stats, rss_after)
         if self.run_id is not None and (
             "census" in stats
             or stats.get("cleanup_s")
@@ -1124,6 +1115,22 @@ class Session:
                 self._retire(worker, decision)
             else:
                 self._maybe_prestart(worker, stats)
+
+    def _last_seconds_of_result(
+        self, worker: _Worker, msg: dict[str, Any], status: str, stats: dict[str, Any], rss_after: int
+    ) -> dict[str, Any] | None:
+        """A result's part in the flight recorder and memory pressure: the stats kept, the flight
+        recorder of an out-of-memory attempt, how a pressure on it ended."""
+        self._last.on_stats(worker.worker_id, stats)
+        error_type = str((msg.get("error") or {}).get("type") or "")
+        self._pressure_event(
+            worker,
+            "checkpoint_failed" if error_type.endswith("CheckpointError") else "finished",
+            rss_bytes=rss_after,
+        )
+        if status != "framework_oom":
+            return None
+        return self._last.flight_record(worker.worker_id, status, stats=stats)
 
     def _plan_after_trial(
         self,
