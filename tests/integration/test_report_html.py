@@ -104,7 +104,9 @@ def test_run_report_in_chromium(browser, real_run, tmp_path: Path, capsys) -> No
     assert [a.status for a in recorded] == ["killed_memory"]
     flight = page.locator("#flight svg.chart[id^='flight-']")
     assert flight.count() == 1
-    drawn = page.eval_on_selector_all("#flight path.series.flight-rss", "ps => ps.map(p => p.getTotalLength())")
+    drawn = page.eval_on_selector_all(
+        "#flight path.series.flight-rss", "ps => ps.map(p => p.getTotalLength())"
+    )
     assert len(drawn) == 1 and drawn[0] > 50
     assert page.locator("#flight g.limit").count() >= 1
     assert "samples over the last" in page.inner_text("#flight")

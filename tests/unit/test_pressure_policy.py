@@ -14,10 +14,10 @@ import pytest
 from trainguard.exceptions import ConfigError
 from trainguard.probes.cgroup_peak import memory_cgroup_dir, own_memory_cgroup, read_peak
 from trainguard.runner import Policy
-from trainguard.runner._flight_recorder import FlightRecorder
-from trainguard.runner._pressure import decide_pressure, grace_expired, growth_rate, resolve_soft_limit
-from trainguard.runner._pressure_tracker import PressureTracker
-from trainguard.runner.policy import KillDecision
+from trainguard.runner.policy import KillDecision, decide_pressure, grace_expired, growth_rate
+from trainguard.runner.policy._pressure import resolve_soft_limit
+from trainguard.runner.session._flight_recorder import FlightRecorder
+from trainguard.runner.session._pressure_tracker import PressureTracker
 
 MiB = 2**20
 

@@ -58,13 +58,15 @@ def run(args: argparse.Namespace) -> int:
         workers = store.workers(info.run_id)
         # the pool's events have their own table (and JSON key), each once: not among the recent ones
         # the pressure events too: they have their own section, said once
-        events = store.events(info.run_id, limit=args.events, exclude=(*POOL_EVENT_KINDS, "pressure"))
+        events = store.events(
+            info.run_id, limit=args.events, exclude=(*POOL_EVENT_KINDS, *EventKind.in_view("pressure"))
+        )
         samples = store.samples(info.run_id)
         stages = store.stages(info.run_id)
         trial_memory = _trial_memory(store.events(info.run_id, kinds=["trial_stats"]))
         memory_events = store.events(info.run_id, kinds=MEMORY_EVENT_KINDS)
         pool_events = store.events(info.run_id, kinds=POOL_EVENT_KINDS)
-        pressure_events = store.events(info.run_id, kinds=["pressure"])
+        pressure_events = store.events(info.run_id, kinds=list(EventKind.in_view("pressure")))
         attempts = store.attempts(info.run_id, args.trial)
     assert summary is not None
     if args.trial is not None and not any(t.index == args.trial for t in trials):
