@@ -8,8 +8,12 @@ keeping 40 MiB, under memory_limit=700MB; it cannot finish in one worker. Three 
 
 - ``hard limit only``: no checkpoints; killed at the limit, retried (retries=2): every kill loses the
   whole attempt.
-- ``checkpoint every 5 epochs``: what users write instead (a fixed interval), with retries=3; a kill
-  loses the epochs since the last checkpoint.
+- ``checkpoint every 5 epochs, retry``: what users write instead (a fixed interval and a retry on
+  the kill; trainguard's own stage rules off: ``predictive=False``); a kill loses the epochs since
+  the last checkpoint.
+- ``every 5 epochs + stage rules``: the same checkpoints with the staged trials' default rules, which
+  move the trial to a fresh worker at a checkpoint when the next stage is predicted to cross the
+  limit.
 - ``soft_limit=450MB``: the trial checkpoints when ``ctx.under_pressure`` is set and a fresh worker
   carries it on; no kill.
 
@@ -70,11 +74,13 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="trainguard-pressure-bench-"))
     try:
         db = tmp / "bench.db"
+        every5 = {**PARAMS, "listen": False, "checkpoint_at": [5, 10, 15, 20]}
         rows = {
             "hard limit only": _measure(db, "hard", {"retries": 2}, {**PARAMS, "listen": False}),
-            "checkpoint every 5 epochs": _measure(
-                db, "interval", {"retries": 3}, {**PARAMS, "listen": False, "checkpoint_at": [5, 10, 15, 20]}
+            "checkpoint every 5 epochs, retry": _measure(
+                db, "interval", {"retries": 3, "predictive": False}, every5
             ),
+            "every 5 epochs + stage rules": _measure(db, "staged", {"retries": 3}, every5),
             "soft_limit=450MB": _measure(db, "soft", {"soft_limit": "450MB"}, PARAMS),
         }
     finally:
@@ -88,7 +94,7 @@ def main() -> int:
     }
     for label, row in rows.items():
         print(
-            f"{label:28s} {row['status']:7s} wall {row['wall_s']:6.1f} s  kills {row['kills']}  "
+            f"{label:34s} {row['status']:7s} wall {row['wall_s']:6.1f} s  kills {row['kills']}  "
             f"lost/kill {row['work_lost_per_kill_s']:5.2f} s  lost total {row['work_lost_total_s']:5.2f} s  "
             f"pressures {row['pressures']}  attempts {row['attempts']}"
         )

@@ -1130,7 +1130,18 @@ class Session:
         )
         if status != "framework_oom":
             return None
-        return self._last.flight_record(worker.worker_id, status, stats=stats)
+        flight = self._last.flight_record(worker.worker_id, status, stats=stats)
+        snapshot = flight.get("torch_memory_snapshot")
+        store_path = getattr(self.store, "path", None) if self.persistent else None
+        if snapshot and store_path is not None and self.run_id is not None:
+            # out of the run's private folder (removed at the end), next to the store, kept
+            kept = store_path.with_name(store_path.name + ".snapshots") / f"run-{self.run_id}"
+            try:
+                kept.mkdir(parents=True, exist_ok=True)
+                flight["torch_memory_snapshot"] = shutil.move(snapshot, kept / os.path.basename(snapshot))
+            except OSError:
+                logger.exception("could not keep the CUDA memory snapshot %s", snapshot)
+        return flight
 
     def _plan_after_trial(
         self,

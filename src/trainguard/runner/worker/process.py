@@ -258,6 +258,7 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
     _reset_peak()
     error: dict[str, Any] | None = None
     value_json: str | None = None
+    snapshot: str | None = None
     start = time.perf_counter()
     try:
         if msg.get("mixed_precision"):
@@ -284,6 +285,10 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         }
         if framework:
             error["framework"] = framework
+        if framework == "torch":
+            from trainguard.runner.device import dump_torch_memory_snapshot
+
+            snapshot = dump_torch_memory_snapshot(_CAPTURE_DIR[0], msg["index"], msg["attempt"])
         if getattr(exc, "trial_status", None) is not None:  # a command trial: its words, its stderr
             error["message"] = str(exc)[:2000]
             error["traceback"] = str(getattr(exc, "detail", "") or "")[-20000:]
@@ -314,6 +319,8 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
                 "result_bytes": size,
             }
     stats = _after_trial(msg)
+    if snapshot is not None:
+        stats["torch_memory_snapshot"] = snapshot
     return {
         "op": "result",
         "index": msg["index"],
@@ -345,6 +352,8 @@ def _after_trial(msg: dict[str, Any]) -> dict[str, Any]:
 
 
 _WANTS_CONTEXT: dict[int, bool] = {}
+#: the run's private folder (set at bootstrap): where a CUDA memory snapshot is dumped
+_CAPTURE_DIR: list[str | None] = [None]
 #: set by main(): sends a stage boundary to the supervisor and waits for its answer
 _STAGE_CHANNEL: Any = None
 
@@ -488,7 +497,10 @@ def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any
     _nesting.set_role("worker")
     from trainguard.runner.worker.context import install_pressure_handler
 
-    install_pressure_handler()  # before "ready": the supervisor may signal pressure from the first trial
+    install_pressure_handler()
+    _CAPTURE_DIR[0] = config.get(
+        "capture_dir"
+    )  # before "ready": the supervisor may signal pressure from the first trial
     # keep every descendant in this worker's tree, however it detaches: a cgroup of its own when
     # the supervisor made one (membership survives re-parenting), and always as child subreaper
     tree = {"cgroup": False, "subreaper": proctree.become_subreaper()}
