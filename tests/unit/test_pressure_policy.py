@@ -161,3 +161,13 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_earlier_stage(tmp_path):
     err = next(line for line in proc.stdout.splitlines() if line.startswith("ERR"))
     assert "stage 2 could not be written" in err and "stage 1 is kept" in err and "\n" not in err
     assert "STAGE 1 ['stage-1']" in proc.stdout
+
+
+def test_device_torch_memory_history():
+    from trainguard.runner import Device
+
+    assert Device(torch_memory_history=True).torch_memory_history == 100_000
+    assert Device(torch_memory_history=5000).worker_settings()["torch_memory_history"] == 5000
+    assert "torch_memory_history" not in Device().worker_settings()
+    with pytest.raises(ConfigError, match="torch_memory_history"):
+        Device(torch_memory_history=0)

@@ -92,6 +92,11 @@ class FlightRecorder:
             if sampled_peak is not None and exact_peak.get("peak_bytes") is not None:
                 # what the sampler missed between two samples: the kernel's own high-water mark
                 out["exact_peak"]["sampled_shortfall_bytes"] = int(exact_peak["peak_bytes"]) - sampled_peak
+            sampled_gpu = max((g for _m, _w, _r, g in ring if g is not None), default=None)
+            if sampled_gpu is not None and exact_peak.get("gpu_peak_bytes") is not None:
+                out["exact_peak"]["gpu_sampled_shortfall_bytes"] = (
+                    int(exact_peak["gpu_peak_bytes"]) - sampled_gpu
+                )
         if torch_memory_snapshot is not None:
             out["torch_memory_snapshot"] = torch_memory_snapshot
         return out

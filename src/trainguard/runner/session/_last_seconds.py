@@ -146,6 +146,13 @@ class LastSeconds:
             self.on_stats(worker_id, stats)
         box = self._box(worker_id)
         exact = _read_peak(box.memory_cgroup) if box.memory_cgroup is not None else None
+        gpu_peak = _gpu_accounting_peak(tuple(int(p["pid"]) for p in box.processes))
+        if gpu_peak is not None:
+            exact = {
+                **(exact or {}),
+                "gpu_peak_bytes": gpu_peak,
+                "gpu_source": "NVML accounting maxMemoryUsage",
+            }
         snapshot = (stats or {}).get("torch_memory_snapshot")
         return box.flight.snapshot(
             cause=cause,
@@ -204,3 +211,16 @@ def _read_peak(found: tuple[str, str]) -> dict[str, Any] | None:
     from trainguard.probes.cgroup_peak import read_peak
 
     return read_peak(*found)
+
+
+def _gpu_accounting_peak(pids: tuple[int, ...]) -> int | None:
+    """NVML accounting's exact GPU peak of the tree's processes, where accounting is on (GPU only)."""
+    from trainguard.probes.nvml import accounting_max_memory, nvml_available
+
+    if not pids or not nvml_available():
+        return None
+    try:
+        return accounting_max_memory(pids)
+    except Exception:  # noqa: BLE001 - a missing reading must never cost the record
+        logger.exception("reading NVML accounting failed")
+        return None
