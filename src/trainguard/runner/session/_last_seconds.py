@@ -93,7 +93,7 @@ class LastSeconds:
         whose ``pressure_grace`` ran out."""
         box = self._box(worker_id)
         box.flight.add(mono_s, wall_s, rss_bytes, gpu_bytes)
-        if mono_s - box.processes_at >= _PROCESSES_EVERY_S:
+        if not handle.where and mono_s - box.processes_at >= _PROCESSES_EVERY_S:  # local pids only
             box.processes_at = mono_s
             box.processes = tree_processes(handle.pids())
         if not box.cgroup_looked:  # while the worker is alive: its /proc entry names its cgroup
@@ -120,6 +120,8 @@ class LastSeconds:
 
     def before_kill(self, worker_id: int, handle: BaseWorker) -> None:
         """The tree's processes as they are at the kill (after it, they are gone)."""
+        if handle.where:
+            return  # a remote worker's pids are another host's
         try:
             self._box(worker_id).processes = tree_processes(handle.pids())
         except Exception:  # noqa: BLE001 - the kill must happen whatever this reading does

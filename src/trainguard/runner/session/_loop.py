@@ -1621,8 +1621,9 @@ class Session:
         duration = None if run is None else time.monotonic() - run.started_mono
         peak = worker.trial_peak_rss or None
         error = {"status": "killed_budget", "message": cause.message, **cause.detail}
+        flight = self._last.flight_record(worker.worker_id, "killed_budget") if run is not None else None
         if run is not None and choice.alone and worker.trials_done == 0:
-            self._store_budget_killed(run, error, peak, duration)
+            self._store_budget_killed(run, error, peak, duration, flight)
             message = (
                 f"memory_budget={format_bytes(budget)} is below one trial's measured peak: trial {run.index} "
                 f"alone reached {format_bytes(choice.values['tree_bytes'])} and was killed at the budget: "
@@ -1651,9 +1652,9 @@ class Session:
         if run is None:
             return
         if run.budget_kills >= BUDGET_KILLS_PER_TRIAL:
-            self._finish_attempt(worker, run, "killed_budget", error, None, peak, duration)
+            self._finish_attempt(worker, run, "killed_budget", error, None, peak, duration, flight=flight)
             return
-        self._store_budget_killed(run, error, peak, duration)
+        self._store_budget_killed(run, error, peak, duration, flight)
         where = (
             f"its worker's tree alone, grown by {worker.trials_done} earlier trials, crossed it"
             if choice.alone
@@ -1684,7 +1685,12 @@ class Session:
         )
 
     def _store_budget_killed(
-        self, run: _Running, error: dict[str, Any], peak: int | None, duration: float | None
+        self,
+        run: _Running,
+        error: dict[str, Any],
+        peak: int | None,
+        duration: float | None,
+        flight: dict[str, Any] | None = None,
     ) -> None:
         """Record the attempt as ``killed_budget`` (the trial itself stays unfinished)."""
         if self.run_id is not None:
@@ -1693,7 +1699,7 @@ class Session:
                 run.index,
                 run.attempt,
                 status="killed_budget",
-                error=error,
+                error=error if flight is None else {**error, "flight_recorder": flight},
                 peak_rss_bytes=peak,
                 duration_s=duration,
             )
