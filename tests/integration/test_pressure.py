@@ -136,3 +136,16 @@ def test_soft_limit_at_or_over_memory_limit_is_one_line_before_the_run(tmp_path)
             ("negative" in lines[0]) if soft.startswith("-") else ("must be under memory_limit" in lines[0])
         )
     assert not db.exists() or not Store(db, readonly=True).list_runs()
+
+
+def test_pressure_grace_ends_a_trial_that_does_not_checkpoint(tmp_path):
+    db = tmp_path / "g.db"
+    policy = Policy(memory_limit="2GB", soft_limit="450MB", pressure_grace="1s")
+    with Runner(store=db, policy=policy) as runner:
+        (result,) = runner.map(TRAIN, [{**PARAMS, "listen": False}], name="grace")
+    assert result.status == "failed" and result.error["status"] == "killed_memory"
+    assert "pressure_grace" in result.error["message"]
+    attempts, pressure, _ = _recorded(db, "grace")
+    assert attempts[0].peak_rss_bytes < 1.5e9  # ended well under the hard limit
+    assert [e.data["action"] for e in pressure] == ["grace_expired"]
+    assert len(attempts[0].error["flight_recorder"]["samples"]) >= 20
