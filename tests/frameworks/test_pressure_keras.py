@@ -39,3 +39,13 @@ def test_a_keras_fit_checkpointed_under_pressure_ends_with_the_uninterrupted_wei
         actions = [e.data["action"] for e in store.events(run, kinds=["pressure"])]
     assert statuses.count("staged") >= 1 and statuses[-1] == "ok"
     assert actions[: statuses.count("staged")] == ["checkpointed"] * statuses.count("staged")
+
+
+def test_checkpoint_action_outside_a_trial_is_one_line():
+    import trainguard.keras
+    from trainguard.exceptions import ConfigError
+
+    callback = trainguard.keras.MemoryCallback(action="checkpoint")
+    with pytest.raises(ConfigError, match="needs a trial context") as info:
+        callback.on_train_begin()
+    assert "\n" not in str(info.value)

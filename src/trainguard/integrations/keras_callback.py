@@ -177,6 +177,8 @@ class MemoryCallback(_keras.callbacks.Callback):
         self._warned = set()
         self._epoch_peak = 0
         self._batches = 0
+        if self.action == "checkpoint":
+            self._context()  # outside a Runner's trial: one line before the first epoch
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_peak = 0
