@@ -133,7 +133,11 @@ def test_cgroup_peak_reads_this_machines_memory_cgroup():
         assert own_memory_cgroup(os.getpid()) is None
         return
     peak = read_peak(*found)
-    assert peak is not None and peak["peak_bytes"] > 0 and "memory" in peak["source"]
+    version, folder = found
+    if version == "v2" and not os.path.exists(os.path.join(folder, "memory.peak")):
+        assert peak is None  # kernels before 5.19 keep no memory.peak: nothing is claimed
+    else:
+        assert peak is not None and peak["peak_bytes"] > 0 and "memory" in peak["source"]
     # this process shares its cgroup with itself: its peak is not a tree's own
     assert own_memory_cgroup(os.getpid()) is None
 
