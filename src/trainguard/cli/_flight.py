@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["attempt_rows", "print_pressure", "print_flight_recorders", "IGNORED_WORDS"]
+__all__ = ["attempt_rows", "print_pressure", "print_flight_recorders", "print_trial", "IGNORED_WORDS"]
 
 #: what ``show`` says, once, for a run whose trial was under pressure and killed at its hard limit
 IGNORED_WORDS = "pressure ignored; killed at the hard limit"
@@ -75,3 +75,12 @@ def print_flight_recorders(out: Any, index: int, rows: list[dict[str, Any]]) -> 
         allocator = recorder.get("allocator")
         if allocator:
             out.print("    allocator: " + markup_safe(str(allocator)[:300]))
+
+
+def print_trial(index: int, rows: list[dict[str, Any]], pressure_events: Any) -> None:
+    """``show RUN --trial N``: the trial's attempts with their flight recorders, then its pressures."""
+    from trainguard.cli._display import console
+
+    out = console(pipe_width=160)
+    print_flight_recorders(out, index, rows)
+    print_pressure(out, [e for e in pressure_events if e.index == index])

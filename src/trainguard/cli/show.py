@@ -43,16 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trial is not None and args.trial < 0:
         raise ConfigError(f"--trial {args.trial} must be a trial index >= 0, e.g. --trial 0")
     with Store(args.store, readonly=True) as store:
-        info = store.get_run(args.run_name)
-        if info is None and args.run_name.isdigit():
-            info = store.get_run_by_id(int(args.run_name))
-        if info is None:
-            names = [s.name for s in store.list_runs()]
-            hint = f"known runs: {', '.join(names[-5:])}" if names else "the store has no runs yet"
-            # the message is printed through visible() by cli.main: names with escapes stay inert
-            raise ConfigError(
-                f"no run named {args.run_name!r} in {args.store} ({hint}): `trainguard runs --store {args.store}` lists them"
-            )
+        info = _find_run(store, args)
         summary = store.summary(info.run_id)
         trials = store.trials(info.run_id)
         workers = store.workers(info.run_id)
@@ -73,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"run {summary.name!r} has no trial {args.trial}: its trials are 0 .. {len(trials) - 1}"
         )
-    from trainguard.cli._flight import attempt_rows, print_flight_recorders, print_pressure
+    from trainguard.cli._flight import attempt_rows, print_pressure, print_trial
 
     attempt_json = attempt_rows(attempts)
     fragmentation, oom = memory_rows(memory_events)
@@ -104,11 +95,7 @@ def run(args: argparse.Namespace) -> int:
         print(to_json(payload, indent=2))
         return 0
     if args.trial is not None:
-        from trainguard.cli._display import console
-
-        out = console(pipe_width=160)
-        print_flight_recorders(out, args.trial, attempt_json)
-        print_pressure(out, [e for e in pressure_events if e.index == args.trial])
+        print_trial(args.trial, attempt_json, pressure_events)
         return 0
     _print_text(args, info, summary, trials, workers, events, samples, trial_memory)
     from trainguard.cli._display import console
@@ -119,6 +106,23 @@ def run(args: argparse.Namespace) -> int:
     if stages:
         _print_stages(stages)
     return 0
+
+
+def _find_run(store: Any, args: argparse.Namespace) -> Any:
+    """The run named (or numbered) on the command line, or a one-line error listing the known ones."""
+    from trainguard.exceptions import ConfigError
+
+    info = store.get_run(args.run_name)
+    if info is None and args.run_name.isdigit():
+        info = store.get_run_by_id(int(args.run_name))
+    if info is None:
+        names = [s.name for s in store.list_runs()]
+        hint = f"known runs: {', '.join(names[-5:])}" if names else "the store has no runs yet"
+        # the message is printed through visible() by cli.main: names with escapes stay inert
+        raise ConfigError(
+            f"no run named {args.run_name!r} in {args.store} ({hint}): `trainguard runs --store {args.store}` lists them"
+        )
+    return info
 
 
 def _trial_memory(events: Any) -> dict[int, dict[str, Any]]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
+import time
 from typing import Any
 
 from trainguard import process
@@ -28,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 #: how often the tree's process list (pid, name, RSS) is refreshed for the flight recorder
 _PROCESSES_EVERY_S = 1.0
+#: a worker not sampled for this long is gone: its last seconds are dropped
+_FORGET_AFTER_S = 60.0
 
 
 def tree_processes(pids: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -57,6 +61,7 @@ class _Box:
         self.census: Any = None
         self.allocator: dict[str, Any] | None = None
         self.memory_cgroup: tuple[str, str] | None = None
+        self.seen_s = 0.0  # monotonic time of its last sample
         self.cgroup_looked = False
 
 
@@ -92,6 +97,7 @@ class LastSeconds:
         pressure when the policy says so (signalling the worker) and return the kill of a trial
         whose ``pressure_grace`` ran out."""
         box = self._box(worker_id)
+        box.seen_s = mono_s
         box.flight.add(mono_s, wall_s, rss_bytes, gpu_bytes)
         if not handle.where and mono_s - box.processes_at >= _PROCESSES_EVERY_S:  # local pids only
             box.processes_at = mono_s
@@ -188,6 +194,60 @@ class LastSeconds:
         stage: int | None = None,
     ) -> PressureEvent | None:
         return self.pressure.resolve(worker_id, action, now_s=now_s, rss_bytes=rss_bytes, stage=stage)
+
+    def record_end(
+        self,
+        recorder: Any,
+        worker: Any,
+        action: Action,
+        *,
+        rss_bytes: int | None = None,
+        stage: int | None = None,
+    ) -> None:
+        """Record (loop thread) how a pressure on this worker's trial ended; nothing when none."""
+        event = self.resolve(
+            worker.worker_id, action, now_s=time.monotonic(), rss_bytes=rss_bytes, stage=stage
+        )
+        if event is not None:
+            recorder.event("pressure", event.message, data=event.data, worker=worker, index=event.index)
+
+    def result(
+        self,
+        recorder: Any,
+        worker: Any,
+        msg: dict[str, Any],
+        status: str,
+        stats: dict[str, Any],
+        rss_after: int,
+    ) -> dict[str, Any] | None:
+        """A result's part (loop thread): the stats kept, how a pressure on it ended, and the
+        flight recorder of an out-of-memory attempt (a CUDA memory snapshot moved next to the
+        store, out of the run's private folder, which goes at the end)."""
+        self.on_stats(worker.worker_id, stats)
+        error_type = str((msg.get("error") or {}).get("type") or "")
+        failed = error_type.endswith("CheckpointError")
+        self.record_end(recorder, worker, "checkpoint_failed" if failed else "finished", rss_bytes=rss_after)
+        if status != "framework_oom":
+            return None
+        flight = self.flight_record(worker.worker_id, status, stats=stats)
+        snapshot = flight.get("torch_memory_snapshot")
+        store_path = recorder.store_path()
+        if snapshot and store_path is not None and recorder.run_id is not None:
+            kept = store_path.with_name(store_path.name + ".snapshots") / f"run-{recorder.run_id}"
+            try:
+                kept.mkdir(parents=True, exist_ok=True)
+                flight["torch_memory_snapshot"] = shutil.move(snapshot, kept / os.path.basename(snapshot))
+            except OSError:
+                logger.exception("could not keep the CUDA memory snapshot %s", snapshot)
+        return flight
+
+    def prune(self, now_s: float, *, after_s: float = _FORGET_AFTER_S) -> None:
+        """Forget workers not sampled for ``after_s`` (gone: recycled, or dead and recorded; the
+        loop takes a dead worker's record within moments of its death)."""
+        with self._lock:
+            gone = [w for w, box in self._boxes.items() if box.seen_s and now_s - box.seen_s > after_s]
+        for worker_id in gone:
+            self.forget(worker_id)
 
     def forget(self, worker_id: int) -> None:
         self.pressure.forget(worker_id)
