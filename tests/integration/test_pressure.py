@@ -36,8 +36,8 @@ def _recorded(db: Path, name: str):
 
 @pytest.fixture(scope="module")
 def unlimited_value(tmp_path_factory):
-    with Runner() as runner:
-        (result,) = runner.map(TRAIN, [PARAMS])
+    with Runner(store=tmp_path_factory.mktemp("unlimited") / "u.db") as runner:
+        (result,) = runner.map(TRAIN, [PARAMS], name="unlimited")
     assert result.ok, result.error
     return result.value
 
