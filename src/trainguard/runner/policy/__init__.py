@@ -59,6 +59,8 @@ from trainguard.runner.policy._pressure import (
     resolve_soft_limit,
 )
 from trainguard.runner.policy._recycle import (
+    HISTORY_KEPT,
+    PREDICT_WINDOW,
     RecycleDecision,
     WorkerHistory,
     decide_recycle,
@@ -66,6 +68,7 @@ from trainguard.runner.policy._recycle import (
     first_recycle,
     growth_per_trial,
     predict_next_peak,
+    worker_history,
 )
 from trainguard.runner.policy._retry import failure_category, should_retry
 from trainguard.runner.policy._values import positive_int
@@ -83,6 +86,9 @@ __all__ = [
     "RecycleDecision",
     "KillDecision",
     "WorkerHistory",
+    "worker_history",
+    "HISTORY_KEPT",
+    "PREDICT_WINDOW",
     "ATTEMPT_STATUSES",
     "RETRY_CATEGORIES",
     "failure_category",
