@@ -34,5 +34,6 @@ if [ "${1:-}" != quick ]; then
   run $PY bench/ray_backend_bench.py
   run $PY bench/compare_backends.py --json bench/results/compare.json
   run $PY bench/staged_bench.py
+  run $PY bench/pressure_bench.py
 fi
 echo "results: $out"

@@ -143,7 +143,8 @@ _KILL_REASONS = frozenset(
 class EventKind(str, Enum):
     """The kinds of a run's events (``Store.add_event(kind=...)``), each in the view that lists it:
     ``"pool"`` (the pool's shape: ``show``'s workers/threads/budget table), ``"memory"`` (per-trial
-    memory figures and OOM recovery), ``"run"`` (everything else, the run's log)."""
+    memory figures and OOM recovery), ``"pressure"`` (memory pressure under a soft limit: its own
+    section), ``"run"`` (everything else, the run's log)."""
 
     view: str
 
@@ -180,6 +181,8 @@ class EventKind(str, Enum):
     REUSED = ("reused", "run")
     RUN_FINISHED = ("run_finished", "run")
     RUN_REPLACED = ("run_replaced", "run")
+    #: how a memory pressure (soft limit) ended: what the trial did, what it cost (its own section in show)
+    PRESSURE = ("pressure", "pressure")
 
     @classmethod
     def in_view(cls, view: str) -> tuple[str, ...]:

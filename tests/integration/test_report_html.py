@@ -99,6 +99,17 @@ def test_run_report_in_chromium(browser, real_run, tmp_path: Path, capsys) -> No
     assert recycled >= 2 and page.locator("g.marker.recycle").count() == recycled
     assert page.locator("g.marker.kill").count() == sum(w.reason == "killed_memory" for w in workers) == 1
     assert page.locator("rect.trial").count() == len(attempts)
+    # the flight recorder of the attempt killed at the memory limit: a chart of its last seconds
+    recorded = [a for a in attempts if (a.error or {}).get("flight_recorder")]
+    assert [a.status for a in recorded] == ["killed_memory"]
+    flight = page.locator("#flight svg.chart[id^='flight-']")
+    assert flight.count() == 1
+    drawn = page.eval_on_selector_all(
+        "#flight path.series.flight-rss", "ps => ps.map(p => p.getTotalLength())"
+    )
+    assert len(drawn) == 1 and drawn[0] > 50
+    assert page.locator("#flight g.limit").count() >= 1
+    assert "samples over the last" in page.inner_text("#flight")
     kill_tip = page.locator("g.marker.kill title").text_content()
     assert "killed at the memory limit" in kill_tip
     recycle_tip = page.locator("g.marker.recycle title").first.text_content()

@@ -114,6 +114,18 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="a staged trial (fn(params, ctx) calling ctx.checkpoint) moves to a fresh worker after N stages in one",
     )
     parser.add_argument(
+        "--soft-limit",
+        metavar="SIZE",
+        help="ask a staged trial to checkpoint (ctx.under_pressure) when its tree crosses this size, or this "
+        "fraction of --memory-limit (0.65); it then resumes in a fresh worker",
+    )
+    parser.add_argument(
+        "--pressure-grace",
+        metavar="DURATION",
+        help="end a trial under pressure that has not checkpointed after this long (e.g. 30s; default: "
+        "only --memory-limit ends it)",
+    )
+    parser.add_argument(
         "--recycle-above", metavar="SIZE", help="recycle a worker whose RSS after a trial is above this"
     )
     parser.add_argument(
@@ -344,6 +356,8 @@ def _policy(args: argparse.Namespace) -> Any:
         retry_on=tuple(k.strip() for k in args.retry_on.split(",") if k.strip()),
         on_error="stop" if args.stop_on_error else "continue",
         on_oom=getattr(args, "on_oom", None),
+        soft_limit=args.soft_limit,
+        pressure_grace=args.pressure_grace,
     )
 
 

@@ -20,6 +20,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--events", type=int, default=10, metavar="N", help="how many recent events to show (default 10)"
     )
     parser.add_argument(
+        "--trial",
+        type=int,
+        metavar="N",
+        help="show trial N's attempts and, for each killed, crashed or out-of-memory one, its flight recorder",
+    )
+    parser.add_argument(
         "--max-trials",
         type=int,
         default=50,
@@ -34,28 +40,33 @@ def run(args: argparse.Namespace) -> int:
 
     if args.events < 0 or args.max_trials < 0:
         raise ConfigError("--events and --max-trials must be >= 0, e.g. --events 20")
+    if args.trial is not None and args.trial < 0:
+        raise ConfigError(f"--trial {args.trial} must be a trial index >= 0, e.g. --trial 0")
     with Store(args.store, readonly=True) as store:
-        info = store.get_run(args.run_name)
-        if info is None and args.run_name.isdigit():
-            info = store.get_run_by_id(int(args.run_name))
-        if info is None:
-            names = [s.name for s in store.list_runs()]
-            hint = f"known runs: {', '.join(names[-5:])}" if names else "the store has no runs yet"
-            # the message is printed through visible() by cli.main: names with escapes stay inert
-            raise ConfigError(
-                f"no run named {args.run_name!r} in {args.store} ({hint}): `trainguard runs --store {args.store}` lists them"
-            )
+        info = _find_run(store, args)
         summary = store.summary(info.run_id)
         trials = store.trials(info.run_id)
         workers = store.workers(info.run_id)
         # the pool's events have their own table (and JSON key), each once: not among the recent ones
-        events = store.events(info.run_id, limit=args.events, exclude=POOL_EVENT_KINDS)
+        # the pressure events too: they have their own section, said once
+        events = store.events(
+            info.run_id, limit=args.events, exclude=(*POOL_EVENT_KINDS, *EventKind.in_view("pressure"))
+        )
         samples = store.samples(info.run_id)
         stages = store.stages(info.run_id)
         trial_memory = _trial_memory(store.events(info.run_id, kinds=["trial_stats"]))
         memory_events = store.events(info.run_id, kinds=MEMORY_EVENT_KINDS)
         pool_events = store.events(info.run_id, kinds=POOL_EVENT_KINDS)
+        pressure_events = store.events(info.run_id, kinds=list(EventKind.in_view("pressure")))
+        attempts = store.attempts(info.run_id, args.trial)
     assert summary is not None
+    if args.trial is not None and not any(t.index == args.trial for t in trials):
+        raise ConfigError(
+            f"run {summary.name!r} has no trial {args.trial}: its trials are 0 .. {len(trials) - 1}"
+        )
+    from trainguard.cli._flight import attempt_rows, print_pressure, print_trial
+
+    attempt_json = attempt_rows(attempts)
     fragmentation, oom = memory_rows(memory_events)
     if args.json:
         payload: dict[str, Any] = {
@@ -74,17 +85,44 @@ def run(args: argparse.Namespace) -> int:
             },
             # per trial, what a Node worker read at the trial's end: tf.memory() and process.memoryUsage()
             "trial_memory": {str(k): v for k, v in trial_memory.items()},
+            # every attempt (or trial N's with --trial), each with its "flight_recorder" (None when
+            # it ended without a kill, an OOM or a crash)
+            "attempts": attempt_json,
+            "pressure": [dataclasses.asdict(e) for e in pressure_events],
         }
         from trainguard.cli._display import to_json
 
         print(to_json(payload, indent=2))
         return 0
+    if args.trial is not None:
+        print_trial(args.trial, attempt_json, pressure_events)
+        return 0
     _print_text(args, info, summary, trials, workers, events, samples, trial_memory)
+    from trainguard.cli._display import console
+
+    print_pressure(console(pipe_width=160), pressure_events)
     _print_memory(fragmentation, oom)
     _print_pool(pool_events)
     if stages:
         _print_stages(stages)
     return 0
+
+
+def _find_run(store: Any, args: argparse.Namespace) -> Any:
+    """The run named (or numbered) on the command line, or a one-line error listing the known ones."""
+    from trainguard.exceptions import ConfigError
+
+    info = store.get_run(args.run_name)
+    if info is None and args.run_name.isdigit():
+        info = store.get_run_by_id(int(args.run_name))
+    if info is None:
+        names = [s.name for s in store.list_runs()]
+        hint = f"known runs: {', '.join(names[-5:])}" if names else "the store has no runs yet"
+        # the message is printed through visible() by cli.main: names with escapes stay inert
+        raise ConfigError(
+            f"no run named {args.run_name!r} in {args.store} ({hint}): `trainguard runs --store {args.store}` lists them"
+        )
+    return info
 
 
 def _trial_memory(events: Any) -> dict[int, dict[str, Any]]:

@@ -7,7 +7,11 @@ From the per-epoch RSS it estimates the growth per epoch with the leak statistic
 (:func:`trainguard.leaks.stats.robust_slope`: Theil-Sen with a confidence interval) and, with a
 ``limit``, acts when memory is past it or is predicted to cross it within ``horizon_epochs``:
 ``"warn"``, ``"stop"`` (``model.stop_training = True``, so ``fit`` returns normally) or
-``"raise"`` (:class:`trainguard.MemoryLimitError`).
+``"raise"`` (:class:`trainguard.MemoryLimitError`). ``"checkpoint"``, in a trial run by
+``Runner.map`` (``def train(params, ctx)``), saves the model and its optimizer at the end of an
+epoch under memory pressure (the supervisor's ``Policy(soft_limit=...)``, or ``limit`` here) and
+commits them with ``ctx.checkpoint``; a fresh worker resumes the fit from that epoch, after
+:meth:`MemoryCallback.restore` reloads them.
 
 Backend-neutral: it uses only ``keras.callbacks.Callback`` and trainguard's probes, which read
 TensorFlow, torch and JAX allocators when those are loaded.
@@ -28,7 +32,10 @@ __all__ = ["MemoryCallback", "ACTIONS"]
 
 logger = logging.getLogger(__name__)
 
-ACTIONS = ("warn", "stop", "raise")
+ACTIONS = ("warn", "stop", "raise", "checkpoint")
+#: the files ``action="checkpoint"`` writes into the checkpoint folder
+WEIGHTS_FILE = "model.weights.h5"
+OPTIMIZER_FILE = "optimizer.npz"
 
 try:
     import keras as _keras
@@ -58,7 +65,11 @@ class MemoryCallback(_keras.callbacks.Callback):
         limit: RSS of the process tree to stay under, as ``"4GB"`` or bytes; None only records.
         gpu_limit: the same for GPU memory in use (needs a GPU).
         action: ``"warn"`` (a ``RuntimeWarning``, once per cause), ``"stop"`` (clean stop after the
-            current epoch or batch) or ``"raise"`` (``trainguard.MemoryLimitError``).
+            current epoch or batch), ``"raise"`` (``trainguard.MemoryLimitError``) or
+            ``"checkpoint"`` (in a ``Runner`` trial: at the end of an epoch under memory pressure,
+            save the model and optimizer and ``ctx.checkpoint``; the fit resumes from that epoch in
+            a fresh worker; call :meth:`restore` before ``fit``).
+        ctx: the trial context for ``"checkpoint"`` (default: the running trial's).
         predict: also act when the growth per epoch is significant and the next ``horizon_epochs``
             epochs are predicted to cross ``limit``.
         horizon_epochs: how far ahead a predicted crossing counts (default 1: the next epoch).
@@ -96,12 +107,15 @@ class MemoryCallback(_keras.callbacks.Callback):
         min_epochs: int = 3,
         confidence: float = 0.95,
         prefix: str = "memory_",
+        ctx: Any = None,
     ) -> None:
         super().__init__()
+        self._ctx = ctx
+        self._checkpoint_wanted = False
         self.limit_bytes = parse_size(limit, name="limit", allow_none=True)
         self.gpu_limit_bytes = parse_size(gpu_limit, name="gpu_limit", allow_none=True)
         if action not in ACTIONS:
-            raise ConfigError(f"action={action!r} must be one of 'warn', 'stop', 'raise'")
+            raise ConfigError(f"action={action!r} must be one of 'warn', 'stop', 'raise', 'checkpoint'")
         if not isinstance(predict, bool):
             raise ConfigError(f"predict must be True or False, not {predict!r}")
         self.horizon_epochs = int(_positive_int(horizon_epochs, "horizon_epochs", "1") or 0)
@@ -163,6 +177,8 @@ class MemoryCallback(_keras.callbacks.Callback):
         self._warned = set()
         self._epoch_peak = 0
         self._batches = 0
+        if self.action == "checkpoint":
+            self._context()  # outside a Runner's trial: one line before the first epoch
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_peak = 0
@@ -224,6 +240,76 @@ class MemoryCallback(_keras.callbacks.Callback):
             for key, value in reading.items():
                 logs[self.prefix + key] = float(value)
         self._check(epoch, reading, estimate)
+        if self.action == "checkpoint":
+            self._checkpoint_if_pressed(epoch)
+
+    # -- checkpoint under pressure ------------------------------------------------------------------
+
+    def _context(self) -> Any:
+        if self._ctx is None:
+            from trainguard.runner import current_context
+
+            self._ctx = current_context()
+        if self._ctx is None:
+            raise ConfigError(
+                "MemoryCallback(action='checkpoint') needs a trial context: run the fit in a trial "
+                "def train(params, ctx) through trainguard.Runner.map, or pass ctx="
+            )
+        return self._ctx
+
+    def restore(self, model: Any) -> int:
+        """Before ``fit``: when the trial resumed from a checkpoint this callback wrote, load the
+        model's weights and its optimizer's state; returns the epoch to pass as ``initial_epoch``
+        (0 on a fresh start)."""
+        ctx = self._context()
+        if not ctx.resumed:
+            return 0
+        state = ctx.restore(default=None) or {}
+        folder = ctx.restore_path
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(model.trainable_variables)  # before the weights, which hold its slots too
+        model.load_weights(os.path.join(folder, WEIGHTS_FILE))
+        optimizer_file = os.path.join(folder, OPTIMIZER_FILE)
+        if os.path.exists(optimizer_file) and optimizer is not None:
+            import numpy as np
+
+            with np.load(optimizer_file) as saved:
+                values = [saved[f"v{i}"] for i in range(len(saved.files))]
+            if len(values) != len(optimizer.variables):
+                raise ConfigError(
+                    f"the checkpoint's optimizer has {len(values)} variables and this model's "
+                    f"{len(optimizer.variables)}: build the same model and optimizer as the trial that wrote it"
+                )
+            for variable, value in zip(optimizer.variables, values, strict=True):
+                variable.assign(value)
+        return int(state.get("epoch", 0))
+
+    def _checkpoint_if_pressed(self, epoch: int) -> None:
+        ctx = self._context()
+        if not (ctx.safe_point() or self._checkpoint_wanted):
+            return
+        self._checkpoint_wanted = False
+        from trainguard.exceptions import CheckpointError
+
+        folder = ctx.checkpoint_path
+        try:
+            self.model.save_weights(os.path.join(folder, WEIGHTS_FILE))
+            optimizer = getattr(self.model, "optimizer", None)
+            if optimizer is not None and optimizer.built:
+                import numpy as np
+
+                arrays = {f"v{i}": _keras.ops.convert_to_numpy(v) for i, v in enumerate(optimizer.variables)}
+                np.savez(os.path.join(folder, OPTIMIZER_FILE), **arrays)
+        except OSError as err:
+            raise CheckpointError(
+                f"MemoryCallback(action='checkpoint'): the model of epoch {epoch} could not be saved "
+                f"({type(err).__name__}: {err}); the earlier checkpoint is kept"
+            ) from None
+        epochs = int((self.params or {}).get("epochs") or 0)
+        remaining = max(epochs - epoch - 1, 0) if epochs else None
+        self.events.append((epoch, "checkpoint", f"checkpointed after epoch {epoch} under memory pressure"))
+        ctx.checkpoint({"epoch": epoch + 1}, remaining=remaining)  # may end this worker here
 
     # -- decisions --------------------------------------------------------------------------------
 
@@ -272,6 +358,9 @@ class MemoryCallback(_keras.callbacks.Callback):
 
     def _act(self, epoch: int, cause: str, message: str) -> None:
         self.events.append((epoch, cause, message))
+        if self.action == "checkpoint":
+            self._checkpoint_wanted = True  # at the end of this epoch
+            return
         if self.action == "raise":
             raise MemoryLimitError(
                 f"trainguard.keras.MemoryCallback: {message}",

@@ -152,3 +152,36 @@ def gpu_memory_of_pids(pids: list[int] | tuple[int, ...]) -> int | None:
     if usage is None:
         return None
     return sum(usage.get(pid, 0) for pid in pids)
+
+
+def accounting_max_memory(pids: list[int] | tuple[int, ...]) -> int | None:
+    """The exact GPU memory peak of the given processes from NVML's accounting
+    (``nvmlDeviceGetAccountingStats(...).maxMemoryUsage``, summed over GPUs and processes), where
+    accounting mode is on (``nvidia-smi -am 1``, as root); None without NVML, with accounting off,
+    or when no GPU kept stats for these pids. Kept after a process ends, until the buffer wraps."""
+    nv = _nvml()
+    if nv is None or not pids:
+        return None
+    total, found = 0, False
+    try:
+        count = nv.nvmlDeviceGetCount()
+    except Exception as err:
+        logger.debug("NVML device count failed: %s", err)
+        return None
+    for index in range(count):
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            if nv.nvmlDeviceGetAccountingMode(handle) != getattr(nv, "NVML_FEATURE_ENABLED", 1):
+                continue
+        except Exception:
+            continue
+        for pid in pids:
+            try:
+                stats = nv.nvmlDeviceGetAccountingStats(handle, int(pid))
+            except Exception:
+                continue  # no stats for this pid on this GPU
+            peak = getattr(stats, "maxMemoryUsage", None)
+            if isinstance(peak, int):
+                total += peak
+                found = True
+    return total if found else None

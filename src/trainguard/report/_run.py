@@ -12,6 +12,7 @@ from typing import Any
 
 from trainguard.outcomes import ATTEMPT_WORDS, WorkerReason
 from trainguard.report import _svg
+from trainguard.report._flight import flight_section
 from trainguard.report._html import clean, fmt_bytes, fmt_seconds, kv_table, page, text
 
 __all__ = ["render_run", "ATTEMPT_WORDS"]
@@ -513,6 +514,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
         f"from outside and stored with each time bucket’s highest reading, so peaks survive downsampling. The strip "
         f"under each chart is one box per trial attempt; hover any mark for details.</p>{legend}"
         f"{''.join(charts) or '<p class=muted>No memory was sampled.</p>'}</section>"
+        f"{flight_section(attempts, policy)}"
         f'<section id="trials"><h2>Trials</h2><p class="note">Click a column to sort; type to filter.</p>'
         f'<div data-table="trials"></div></section>'
         f'<section id="growth"><h2>Growth per trial, per worker</h2><p class="note">Theil-Sen slope of each worker’s '

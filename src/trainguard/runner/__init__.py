@@ -16,6 +16,7 @@ the run goes on. Every result goes to the store, so the same named run resumes w
 
 from __future__ import annotations
 
+from trainguard._flight import flight_summary
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._fnref import load as load_fn
 from trainguard.runner._fnref import prepare as prepare_fn
@@ -27,7 +28,7 @@ from trainguard.runner.device import Device
 from trainguard.runner.policy import Policy, Shrink
 from trainguard.runner.session import RunProgress, TrialResult, WorkerProgress, default_run_name, device_key
 from trainguard.runner.worker.command import Command
-from trainguard.runner.worker.context import TrialContext
+from trainguard.runner.worker.context import TrialContext, current_context
 
 __all__ = [
     "Runner",
@@ -45,6 +46,8 @@ __all__ = [
     "share",
     "SharedData",
     "TrialContext",
+    "current_context",
+    "flight_summary",
     # for the library's other packages (compare, fit, optuna, the CLI): functions by reference,
     # params checked as the Runner checks them, the device key that remembered sizes are kept under
     "FnSpec",

@@ -26,7 +26,7 @@ worker -> supervisor::
      "device": {...}|None}                               # Device settings as the frameworks report them
     {"op": "fatal", "message": str}                      # bootstrap failed; the worker exits
     {"op": "fn_ok", "key": int} | {"op": "fn_error", "key": int, "message": str, "traceback": str}
-    {"op": "stage", "index": int, "attempt": int, "stage": int, "rss_bytes": int}
+    {"op": "stage", "index": int, "attempt": int, "stage": int, "rss_bytes": int, "pressure": bool}
                                     # a staged trial committed checkpoint "stage"; waits for stage_reply
     {"op": "result", "index": int, "attempt": int, "status": str, "value_json": str|None,
      "error": dict|None, "duration_s": float, "rss_bytes": int, "hwm_bytes": int|None,
@@ -123,6 +123,7 @@ _SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
         ("stage", int, False),
         ("remaining", int, True),
         ("rss_bytes", int, False),
+        ("pressure", bool, True),
     ],
     "result": [
         ("index", int, False),

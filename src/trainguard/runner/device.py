@@ -45,6 +45,10 @@ class Device:
         jax_preallocate: ``XLA_PYTHON_CLIENT_PREALLOCATE`` (JAX grabs 75 % of the GPU at start when true).
         jax_memory_fraction: ``XLA_PYTHON_CLIENT_MEM_FRACTION``, in (0, 1].
         mixed_precision: a Keras global dtype policy set in every worker, e.g. ``"mixed_float16"``.
+        torch_memory_history: record PyTorch's CUDA allocation history in every worker (the last N
+            allocations, or True for 100,000); a trial that runs out of CUDA memory then dumps a
+            memory snapshot (``torch.cuda.memory._dump_snapshot``, for pytorch.org/memory_viz) into
+            the run's private folder, and its flight recorder names the file.
 
     Raises:
         ConfigError: a value of the wrong kind or range (:meth:`check` also checks the frameworks
@@ -59,6 +63,7 @@ class Device:
     jax_preallocate: bool | None = None
     jax_memory_fraction: float | None = None
     mixed_precision: str | None = None
+    torch_memory_history: bool | int | None = None
 
     def __post_init__(self) -> None:
         from trainguard.units import parse_size
@@ -105,6 +110,15 @@ class Device:
                 f"torch_alloc_conf={self.torch_alloc_conf!r} is not an allocator setting: use e.g. "
                 "'expandable_segments:True'"
             )
+        history = self.torch_memory_history
+        if history is True:
+            object.__setattr__(self, "torch_memory_history", TORCH_HISTORY_ENTRIES)
+        elif history is False:
+            object.__setattr__(self, "torch_memory_history", None)
+        elif history is not None and (not isinstance(history, int) or history < 1):
+            raise ConfigError(
+                f"torch_memory_history={history!r} must be True or a number of allocations >= 1, such as 100000"
+            )
         if self.mixed_precision is not None and self.mixed_precision not in (
             "mixed_float16",
             "mixed_bfloat16",
@@ -130,6 +144,7 @@ class Device:
             ("jax_preallocate", "jax"),
             ("jax_memory_fraction", "jax"),
             ("mixed_precision", "keras"),
+            ("torch_memory_history", "torch"),
         ):
             if getattr(self, name) is not None:
                 need.setdefault(package, []).append(name)
@@ -186,7 +201,13 @@ class Device:
     def worker_settings(self) -> dict[str, Any]:
         """What the worker applies through framework APIs at bootstrap (JSON)."""
         out: dict[str, Any] = {}
-        for name in ("tf_memory_growth", "tf_memory_limit", "torch_memory_fraction", "mixed_precision"):
+        for name in (
+            "tf_memory_growth",
+            "tf_memory_limit",
+            "torch_memory_fraction",
+            "mixed_precision",
+            "torch_memory_history",
+        ):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         out["env"] = self.env()
@@ -244,6 +265,10 @@ def apply_in_worker(settings: dict[str, Any]) -> dict[str, Any]:
         else:
             torch_report["note"] = "no CUDA device visible to torch: nothing to configure"
         report["torch"] = torch_report
+    if "torch_memory_history" in settings:
+        report.setdefault("torch", {})["memory_history"] = start_torch_memory_history(
+            int(settings["torch_memory_history"])
+        )
     if "mixed_precision" in settings:
         import keras
 
@@ -252,3 +277,35 @@ def apply_in_worker(settings: dict[str, Any]) -> dict[str, Any]:
     if "torch" in sys.modules and "PYTORCH_CUDA_ALLOC_CONF" in settings.get("env", {}):
         report.setdefault("torch", {})["alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     return report
+
+
+#: allocations kept by ``Device(torch_memory_history=True)``
+TORCH_HISTORY_ENTRIES = 100_000
+#: set in a worker whose CUDA allocation history is recorded (its OOM handler dumps a snapshot)
+_HISTORY_ON = [False]
+
+
+def start_torch_memory_history(max_entries: int) -> str:
+    """Worker side: start recording PyTorch's CUDA allocation history (GPU only; not run here)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to torch: no memory history"
+    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    _HISTORY_ON[0] = True
+    return f"recording the last {max_entries} CUDA allocations"
+
+
+def dump_torch_memory_snapshot(folder: str | None, index: int, attempt: int) -> str | None:
+    """Worker side, after a CUDA out-of-memory error: write the allocation history's snapshot into
+    ``folder`` and return its path (None when no history is recorded or the dump fails)."""
+    if not _HISTORY_ON[0] or folder is None or "torch" not in sys.modules:
+        return None
+    import torch
+
+    path = os.path.join(folder, f"torch-memory-trial{index}-attempt{attempt}.pickle")
+    try:
+        torch.cuda.memory._dump_snapshot(path)  # type: ignore[no-untyped-call]
+    except Exception:  # noqa: BLE001 - the failure being recorded matters more than its snapshot
+        return None
+    return path

@@ -106,6 +106,11 @@ class BaseWorker(ABC):
     def kill(self) -> None:
         """End the worker's whole tree now (idempotent)."""
 
+    def signal_pressure(self) -> bool:
+        """Raise ``ctx.under_pressure`` in the worker's running trial (sampler thread); False where
+        this backend cannot deliver it (the trial then runs on to its hard limit, as before)."""
+        return False
+
     def on_ready(self, msg: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """The worker's ``ready`` message arrived (its report of how its tree is tracked)."""
 

@@ -115,6 +115,17 @@ class LocalWorker(BaseWorker):
     def kill(self) -> None:
         self.sampler.kill(started_after=self.started_wall)
 
+    def signal_pressure(self) -> bool:
+        from trainguard.runner.worker.context import PRESSURE_SIGNAL
+
+        if self.fn_kind in ("node", "command") or PRESSURE_SIGNAL is None:
+            return False  # a Node worker reads SIGUSR1 as "start the inspector"; a command cannot checkpoint
+        try:
+            os.kill(self.pid, PRESSURE_SIGNAL)  # the worker only, never its children
+        except OSError:
+            return False
+        return True
+
     def on_ready(self, msg: dict[str, Any]) -> None:
         cgroup, tree = self.sampler.cgroup, msg.get("tree")
         if cgroup is not None and tree is not None and not tree.get("cgroup"):

@@ -49,6 +49,15 @@ from trainguard.runner.policy._budget import (
 )
 from trainguard.runner.policy._limits import EndCause, KillDecision, check_limits, classify_end
 from trainguard.runner.policy._oom import Shrink, ShrinkStep, params_without, resize, shrink_step, start_at
+from trainguard.runner.policy._pressure import (
+    PressureDecision,
+    decide_pressure,
+    grace_expired,
+    growth_rate,
+    outcome_text,
+    resolve_pressure_grace,
+    resolve_soft_limit,
+)
 from trainguard.runner.policy._recycle import (
     HISTORY_KEPT,
     PREDICT_WINDOW,
@@ -103,6 +112,11 @@ __all__ = [
     "recycle_expected_soon",
     "choose_threads",
     "signal_name",
+    "PressureDecision",
+    "decide_pressure",
+    "grace_expired",
+    "growth_rate",
+    "outcome_text",
 ]
 
 
@@ -143,6 +157,15 @@ class Policy:
         on_oom: a :class:`Shrink` rule (or its CLI text ``"shrink:batch_size,factor=0.5"``): an
             out-of-memory trial reruns in a fresh worker with a smaller size. None: OOM is a failure
             like any other (``retry_on`` "memory" retries it unchanged).
+        soft_limit: a size under ``memory_limit`` (``"450MB"``) or a fraction of it (``0.65``,
+            ``"65%"``): a trial whose tree crosses it, or is predicted to cross ``memory_limit``
+            within ``pressure_horizon`` at its current rate, is asked to checkpoint
+            (``ctx.under_pressure``, ``ctx.on_pressure``); one that does is carried on from that
+            checkpoint in a fresh worker. ``memory_limit`` applies throughout, as without it.
+        pressure_grace: how long a trial under pressure may run on without checkpointing before it
+            is ended (as ``killed_memory``, retried like one). None (default): only
+            ``memory_limit`` ends it.
+        pressure_horizon: how far ahead a predicted crossing of ``memory_limit`` counts as pressure.
 
     Raises:
         ConfigError: a value out of range or of the wrong kind (UnitError for a bad size or duration).
@@ -164,6 +187,9 @@ class Policy:
     on_error: Literal["continue", "stop"] = "continue"
     on_oom: Shrink | None = None
     max_stages_per_worker: int | None = None
+    soft_limit: int | float | str | None = None
+    pressure_grace: float | str | None = None
+    pressure_horizon: float | str = 3.0
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -225,6 +251,14 @@ class Policy:
         put("retry_on", retry_on)
         if self.on_error not in ("continue", "stop"):
             raise ConfigError(f"on_error={self.on_error!r} must be 'continue' or 'stop'")
+        put("soft_limit", resolve_soft_limit(self.soft_limit, self.memory_limit))
+        put("pressure_grace", resolve_pressure_grace(self.pressure_grace))
+        horizon = parse_duration(self.pressure_horizon, name="pressure_horizon")
+        if horizon < 0:
+            raise ConfigError(
+                f"pressure_horizon={self.pressure_horizon!r} must be a duration >= 0 such as '3s'"
+            )
+        put("pressure_horizon", horizon)
 
     def to_dict(self) -> dict[str, Any]:
         """The policy as JSON-ready data (for the store)."""

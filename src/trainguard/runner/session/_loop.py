@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from trainguard.exceptions import FAILURE_ERRORS, ConfigError, TrialError, WorkerCrashedError
 from trainguard.runner._protocol import MessageReader, ProtocolError
 from trainguard.runner.policy import EndCause, RecycleDecision, decide_recycle
+from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.runner.session._pool import Pool
 from trainguard.runner.session._recorder import Recorder
 from trainguard.runner.session._records import BUDGET_KILLS_PER_TRIAL, Attempt, WorkerRecord
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from trainguard.store import Store
 
 __all__ = ["Session", "TrialResult", "RunProgress", "WorkerProgress", "default_run_name"]
+
 
 logger = logging.getLogger(__name__)
 
@@ -148,12 +150,14 @@ class Session:
             fn_kind=fn.kind,
             private=private,
         )
+        self.last = LastSeconds(policy)  # each worker's last seconds, and memory pressure
         self.sampling = TreeSampling(
             pool=self.pool,
             policy=policy,
             recorder=self.recorder,
             interval_s=config.sample_interval_s,
             uss=config.uss,
+            last=self.last,
         )
         self.recovery = Recovery(
             policy=policy,
@@ -172,6 +176,7 @@ class Session:
             recorder=self.recorder,
             pool=self.pool,
             staged_kind=fn.kind not in ("command", "node"),
+            last=self.last,
         )
 
     @property
@@ -464,7 +469,8 @@ class Session:
         if any(k in stats for k in ("census", "tfjs", "node", "fragmentation")) or stats.get("cleanup_s"):
             self.recorder.trial_stats(worker.worker_id, run.index, stats_message(run.index, stats), stats)
         duration = float(msg["duration_s"])
-        self._finish_attempt(worker, run, status, msg.get("error"), value, peak, duration)
+        flight = self.last.result(self.recorder, worker, msg, status, stats, rss_after)
+        self._finish_attempt(worker, run, status, msg.get("error"), value, peak, duration, flight=flight)
         worker.reserved_bytes = None
         if status == "ok":
             self.pool.plan_after_trial(worker, peak, rss_after, duration)
@@ -501,12 +507,15 @@ class Session:
         value: Any,
         peak: int | None,
         duration_s: float | None,
+        *,
+        flight: dict[str, Any] | None = None,
     ) -> None:
-        """Record an attempt's end; queue what follows it (recovery decides), or finish the trial."""
+        """Record an attempt's end (a flight recorder on the attempt only); queue what follows, or finish."""
         worker_id = worker.worker_id if worker else None
         error = self.recovery.failure(run, status, error, worker_id)
+        stored = error if flight is None else {**(error or {}), "flight_recorder": flight}
         self.recorder.finish_attempt(
-            run.index, run.attempt, status=status, error=error, peak_rss_bytes=peak, duration_s=duration_s
+            run.index, run.attempt, status=status, error=stored, peak_rss_bytes=peak, duration_s=duration_s
         )
         following, error = self.recovery.next_attempt(worker, run, status, error, peak)
         if following is not None:
@@ -608,9 +617,10 @@ class Session:
         )
         error = {"status": cause.attempt_status, "message": cause.message, **cause.detail}
         logger.info("trial %d attempt %d: %s", run.index, run.attempt, cause.message)
-        self._finish_attempt(
-            worker, run, cause.attempt_status, error, None, peak, time.monotonic() - run.started_mono
-        )
+        flight = self.last.flight_record(worker.worker_id, cause.attempt_status)
+        self.last.record_end(self.recorder, worker, _pressure_end(kill), rss_bytes=peak)
+        duration = time.monotonic() - run.started_mono
+        self._finish_attempt(worker, run, cause.attempt_status, error, None, peak, duration, flight=flight)
 
     def _after_budget_kill(self, worker: WorkerRecord, run: Attempt | None, cause: EndCause) -> None:
         """A worker killed at the memory budget (recorded already): with fewer workers from now on,
@@ -624,13 +634,14 @@ class Session:
         duration = None if run is None else time.monotonic() - run.started_mono
         peak = worker.trial_peak_rss or None
         error = {"status": "killed_budget", "message": cause.message, **cause.detail}
+        flight = self.last.flight_record(worker.worker_id, "killed_budget") if run is not None else None
 
         def store_killed(run: Attempt) -> None:  # the attempt only: the trial stays unfinished
             self.recorder.finish_attempt(
                 run.index,
                 run.attempt,
                 status="killed_budget",
-                error=error,
+                error=error if flight is None else {**error, "flight_recorder": flight},
                 peak_rss_bytes=peak,
                 duration_s=duration,
             )
@@ -650,7 +661,7 @@ class Session:
         if run is None:
             return
         if run.budget_kills >= BUDGET_KILLS_PER_TRIAL:
-            self._finish_attempt(worker, run, "killed_budget", error, None, peak, duration)
+            self._finish_attempt(worker, run, "killed_budget", error, None, peak, duration, flight=flight)
             return
         store_killed(run)
         self._queue.appendleft(
@@ -686,6 +697,12 @@ class Session:
 
     def close(self) -> None:
         self._shutdown("interrupted")
+
+
+def _pressure_end(kill: Any) -> Any:
+    """How a pressure ended when its worker died: its grace ran out, or it was ignored."""
+    grace = kill is not None and kill.message.startswith("killed under memory pressure")
+    return "grace_expired" if grace else "ignored"
 
 
 def _raise_stopped(r: TrialResult) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from trainguard.process.watch import Watchdog
 from trainguard.runner.policy import check_limits
+from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from trainguard.runner.session._recorder import Recorder
 
 __all__ = ["TreeSampling"]
+
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +34,18 @@ class TreeSampling:
     """Owns the samples not stored yet and the highest sum seen over the budget."""
 
     def __init__(
-        self, *, pool: Pool, policy: Policy, recorder: Recorder, interval_s: float, uss: bool
+        self,
+        *,
+        pool: Pool,
+        policy: Policy,
+        recorder: Recorder,
+        interval_s: float,
+        uss: bool,
+        last: LastSeconds | None = None,
     ) -> None:
         self.pool = pool
+        #: each worker's last seconds (flight recorder) and memory pressure
+        self.last = last if last is not None else LastSeconds(policy)
         self.policy = policy
         self.recorder = recorder
         self.interval_s = interval_s
@@ -84,18 +95,31 @@ class TreeSampling:
                     if gpu is not None:
                         worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
                 self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
+            now_mono = time.monotonic()
+            grace_kill = self.last.on_sample(
+                worker.worker_id,
+                worker.handle,
+                rss_bytes=rss,
+                gpu_bytes=gpu,
+                mono_s=now_mono,
+                wall_s=now_wall,
+                trial=None if run is None or kill is not None else (run.index, run.attempt, run.started_mono),
+            )
             if run is None or kill is not None or worker.handle.enforces_limits:
                 continue
             decision = check_limits(
-                self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=time.monotonic() - run.started_mono
+                self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=now_mono - run.started_mono
             )
+            decision = decision or grace_kill
             if decision is not None:
                 with pool.lock:
                     if worker.trial is not run:
                         continue
                     worker.kill = decision
+                self.last.before_kill(worker.worker_id, worker.handle)
                 worker.handle.kill()
                 logger.info("worker %d: %s", worker.worker_id, decision.message)
+        self.last.prune(time.monotonic())
         budget = pool.planner.budget_bytes
         if budget is not None:
             total = pool.kill_over_budget(budget)

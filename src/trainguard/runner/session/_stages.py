@@ -10,10 +10,12 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainguard.runner.policy import RecycleDecision, decide_stage, worker_history
+from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.runner.session._records import Attempt
 from trainguard.runner.worker.context import latest_stage, verify_stage
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from trainguard.runner.session._records import WorkerRecord
 
 __all__ = ["CheckpointFolders", "prepare_resume", "data_message", "Stages"]
+
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +98,18 @@ def data_message(data: Any) -> dict[str, Any] | None:
 class Stages:
     """Staged trials in one session: their checkpoint folders, resumes and exits at a checkpoint."""
 
-    def __init__(self, *, policy: Policy, recorder: Recorder, pool: Pool, staged_kind: bool) -> None:
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        recorder: Recorder,
+        pool: Pool,
+        staged_kind: bool,
+        last: LastSeconds | None = None,
+    ) -> None:
         self.policy = policy
+        #: memory pressure: a checkpoint under pressure ends the worker (the trial goes on elsewhere)
+        self.last = last if last is not None else LastSeconds(policy)
         self.recorder = recorder
         self.pool = pool
         #: whether trials of this function can stage (not a command, not a Node function)
@@ -165,8 +178,18 @@ class Stages:
             worker.stages_done, worker.stage_rss_after, worker.stage_peaks, self.pool.supervisor_rss()
         )
         decision = decide_stage(self.policy, history)
-        if decision is None or msg.get("remaining") == 0:
-            return True  # (the trial ends after this stage: leaving now would only cost a start)
+        if msg.get("remaining") == 0:
+            decision = None  # the trial ends after this stage: leaving now would only cost a start
+        pressured = self.last.stage_exit(
+            worker.worker_id, remaining=msg.get("remaining"), now_s=time.monotonic()
+        )
+        if pressured is not None:
+            decision = pressured
+            self.last.record_end(
+                self.recorder, worker, "checkpointed", rss_bytes=rss, stage=int(msg["stage"])
+            )
+        if decision is None:
+            return True
         worker.stage_exit = decision
         self.recorder.event(
             "stage_exit",

@@ -27,17 +27,55 @@ import os
 import pickle
 import re
 import shutil
+import signal
 from collections.abc import Callable
 from typing import Any
 
 from trainguard.exceptions import CheckpointError
 
-__all__ = ["TrialContext", "wants_context", "latest_stage", "verify_stage", "MANIFEST", "STATE_FILE"]
+__all__ = [
+    "TrialContext",
+    "wants_context",
+    "latest_stage",
+    "verify_stage",
+    "MANIFEST",
+    "STATE_FILE",
+    "PRESSURE_SIGNAL",
+    "install_pressure_handler",
+    "current_context",
+]
 
 MANIFEST = "MANIFEST.json"
 STATE_FILE = "state.pkl"
 _STAGE_RE = re.compile(r"^stage-(\d+)$")
 _MISSING = object()
+
+#: the signal the supervisor sends a worker whose trial is under memory pressure (its soft limit).
+#: The handler only sets a flag: the trial reads it at its own safe points.
+PRESSURE_SIGNAL = getattr(signal, "SIGUSR1", None)
+#: the worker's pressure flag (a list, not a lock-taking Event: it is set from a signal handler)
+_PRESSURE = [False]
+#: the context of the trial running in this worker, for integrations (Keras callback, torch helper)
+_CURRENT: list[TrialContext | None] = [None]
+
+
+def _on_pressure_signal(signum: int, frame: Any) -> None:
+    _PRESSURE[0] = True
+
+
+def install_pressure_handler() -> bool:
+    """In a worker, before its first trial: the pressure signal sets the flag (never ends the
+    process). False where the platform has no such signal."""
+    if PRESSURE_SIGNAL is None:
+        return False
+    signal.signal(PRESSURE_SIGNAL, _on_pressure_signal)
+    return True
+
+
+def current_context() -> TrialContext | None:
+    """The context of the staged trial running in this worker, or None (outside a Runner's worker,
+    or a trial function of one argument)."""
+    return _CURRENT[0]
 
 
 def wants_context(fn: Any) -> bool:
@@ -124,7 +162,7 @@ class TrialContext:
         data: Any = None,
         checkpoint_root: str | None = None,
         restart_reason: str | None = None,
-        boundary: Callable[[int, int | None], None] | None = None,
+        boundary: Callable[[int, int | None, bool], None] | None = None,
     ) -> None:
         self.index = index
         self.attempt = attempt
@@ -142,6 +180,39 @@ class TrialContext:
         self.stage = self._restore[0] if self._restore else 0
         self.resumed = self._restore is not None
         self._next: str | None = None
+        self._pressure_callbacks: list[Callable[[TrialContext], Any]] = []
+        self._callbacks_ran = False
+        _PRESSURE[0] = False  # a new trial starts without pressure
+        _CURRENT[0] = self
+
+    # -- memory pressure -------------------------------------------------------------------------
+
+    @property
+    def under_pressure(self) -> bool:
+        """True once the supervisor saw this trial's tree cross ``Policy(soft_limit=...)`` (or
+        predicted it to cross ``memory_limit`` within seconds): checkpoint now, with
+        ``ctx.checkpoint(state)``, and a fresh worker carries the trial on from there."""
+        return _PRESSURE[0]
+
+    def on_pressure(self, callback: Callable[[TrialContext], Any]) -> None:
+        """Run ``callback(ctx)`` at the next safe point after pressure is raised (the end of an
+        epoch for ``trainguard.keras.MemoryCallback`` and ``trainguard.torch.Checkpointer``, or
+        wherever the trial calls :meth:`safe_point`); typically it writes the model and calls
+        ``ctx.checkpoint``."""
+        if not callable(callback):
+            raise CheckpointError(f"ctx.on_pressure() takes a callable, not {type(callback).__name__}")
+        self._pressure_callbacks.append(callback)
+
+    def safe_point(self) -> bool:
+        """A point where the trial may be checkpointed: under pressure, run the ``on_pressure``
+        callbacks (once). Returns whether the trial is under pressure."""
+        if not _PRESSURE[0]:
+            return False
+        if not self._callbacks_ran:
+            self._callbacks_ran = True
+            for callback in list(self._pressure_callbacks):
+                callback(self)
+        return True
 
     # -- paths -----------------------------------------------------------------------------------
 
@@ -194,15 +265,28 @@ class TrialContext:
                     "picklable values (numbers, lists, dicts, numpy arrays) or write files into "
                     "ctx.checkpoint_path (model.save(...), torch.save(...))"
                 ) from None
-            with open(os.path.join(folder, STATE_FILE), "wb") as fh:
-                fh.write(payload)
+        else:
+            payload = None
         stage = self.stage + 1
-        manifest = {"stage": stage, "files": _manifest(folder)}  # before the manifest file exists
-        with open(os.path.join(folder, MANIFEST), "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh)
         target = os.path.join(root, f"stage-{stage}")
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(folder, target)
+        try:
+            if payload is not None:
+                with open(os.path.join(folder, STATE_FILE), "wb") as fh:
+                    fh.write(payload)
+            manifest = {"stage": stage, "files": _manifest(folder)}  # before the manifest file exists
+            with open(os.path.join(folder, MANIFEST), "w", encoding="utf-8") as fh:
+                json.dump(manifest, fh)
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(folder, target)
+        except OSError as err:
+            # a full disk, a file over a size limit: nothing is committed, the earlier stage stays
+            shutil.rmtree(folder, ignore_errors=True)
+            self._next = None
+            kept = f"; stage {self.stage} is kept" if self._restore is not None else ""
+            raise CheckpointError(
+                f"ctx.checkpoint(): stage {stage} could not be written ({type(err).__name__}: {err}){kept}: "
+                f"free space under {root} or write less"
+            ) from None
         previous = self._restore
         self._restore = (stage, target)
         self.stage = stage
@@ -210,7 +294,7 @@ class TrialContext:
         if previous is not None and previous[1] != target:
             shutil.rmtree(previous[1], ignore_errors=True)
         if self._boundary is not None:
-            self._boundary(stage, remaining)
+            self._boundary(stage, remaining, _PRESSURE[0])
 
     def restore(self, default: Any = _MISSING) -> Any:
         """The state of the checkpoint this trial resumes from.

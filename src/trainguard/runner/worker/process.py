@@ -266,6 +266,7 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
     _reset_peak()
     error: dict[str, Any] | None = None
     value_json: str | None = None
+    snapshot: str | None = None
     start = time.perf_counter()
     try:
         if msg.get("mixed_precision"):
@@ -292,6 +293,10 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         }
         if framework:
             error["framework"] = framework
+        if framework == "torch":
+            from trainguard.runner.device import dump_torch_memory_snapshot
+
+            snapshot = dump_torch_memory_snapshot(_CAPTURE_DIR[0], msg["index"], msg["attempt"])
         if getattr(exc, "trial_status", None) is not None:  # a command trial: its words, its stderr
             error["message"] = str(exc)[:2000]
             error["traceback"] = str(getattr(exc, "detail", "") or "")[-20000:]
@@ -322,6 +327,8 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
                 "result_bytes": size,
             }
     stats = _after_trial(msg)
+    if snapshot is not None:
+        stats["torch_memory_snapshot"] = snapshot
     return {
         "op": "result",
         "index": msg["index"],
@@ -353,6 +360,8 @@ def _after_trial(msg: dict[str, Any]) -> dict[str, Any]:
 
 
 _WANTS_CONTEXT: dict[int, bool] = {}
+#: the run's private folder (set at bootstrap): where a CUDA memory snapshot is dumped
+_CAPTURE_DIR: list[str | None] = [None]
 #: set by main(): sends a stage boundary to the supervisor and waits for its answer
 _STAGE_CHANNEL: Any = None
 
@@ -378,8 +387,8 @@ def _make_context(fn: Any, msg: dict[str, Any], started: float) -> Any:
     boundary = None
     if _STAGE_CHANNEL is not None and msg.get("checkpoint_dir"):
 
-        def boundary(stage: int, remaining: int | None) -> None:
-            _STAGE_CHANNEL(msg, stage, remaining, started, fn)
+        def boundary(stage: int, remaining: int | None, pressure: bool) -> None:
+            _STAGE_CHANNEL(msg, stage, remaining, started, fn, pressure)
 
     return TrialContext(
         index=msg["index"],
@@ -494,6 +503,12 @@ def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any
     from trainguard import process as proctree
 
     _nesting.set_role("worker")
+    from trainguard.runner.worker.context import install_pressure_handler
+
+    install_pressure_handler()
+    _CAPTURE_DIR[0] = config.get(
+        "capture_dir"
+    )  # before "ready": the supervisor may signal pressure from the first trial
     # keep every descendant in this worker's tree, however it detaches: a cgroup of its own when
     # the supervisor made one (membership survives re-parenting), and always as child subreaper
     _TIER[0] = str(config.get("tree_tracking") or "auto")
@@ -583,7 +598,12 @@ def _serve(inbox: Any, outbox: Any, threads: int | None, max_result_bytes: int |
 
 def _stage_channel(inbox: Any, outbox: Any) -> Callable[..., None]:
     def stage_channel(
-        msg: dict[str, Any], stage: int, remaining: int | None, started: float, fn: Any
+        msg: dict[str, Any],
+        stage: int,
+        remaining: int | None,
+        started: float,
+        fn: Any,
+        pressure: bool = False,
     ) -> None:
         """A staged trial committed a checkpoint: tell the supervisor, and leave when it says so."""
         write_message(
@@ -595,6 +615,7 @@ def _stage_channel(inbox: Any, outbox: Any) -> Callable[..., None]:
                 "stage": stage,
                 "remaining": remaining,
                 "rss_bytes": _status_kb("VmRSS:") or 0,
+                "pressure": pressure,
             },
         )
         try:
