@@ -71,6 +71,9 @@ logger = logging.getLogger(__name__)
 #: ``Policy.retries`` (each kill lowers the concurrency, so this is reached only by a trial that grows
 #: unlike the ones measured before it); past it, the retry policy decides.
 BUDGET_KILLS_PER_TRIAL = 3
+#: how many times one trial runs again, in a session, after its worker was lost with its cluster
+#: job (a Slurm pilot cancelled, preempted or out of time) before the retry policy decides
+LOST_RERUNS_PER_TRIAL = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +334,7 @@ class Session:
         self._done_this_session = 0
         self._started_mono = time.monotonic()
         self._stop_result: TrialResult | None = None
+        self._lost_reruns: dict[int, int] = {}
         self._last_flush = 0.0
         self._nvml: Callable[[], dict[int, int] | None] | None = None
         self._replaced: str | None = None  # the name an earlier run of this name was archived under
@@ -864,6 +868,9 @@ class Session:
                     self._supervisor_rss(),
                 ),
             )
+            ending = getattr(worker.handle, "ending", None)
+            if decision is None and ending and msg.get("remaining") != 0:
+                decision = RecycleDecision("job_ending", {}, f"its cluster job is about to end ({ending})")
             if decision is not None and msg.get("remaining") == 0:
                 decision = None  # the trial ends after this stage: leaving now would only cost a start
             if decision is not None:
@@ -1518,7 +1525,7 @@ class Session:
         if worker.budget_kill is not None:
             self._after_budget_kill(worker, run, cause)
             return
-        if previous in ("starting", "loading") and cause.worker_reason != "node_lost":
+        if previous in ("starting", "loading") and cause.worker_reason not in ("node_lost", "pilot_lost"):
             # a worker that cannot start is a configuration problem; one whose node was lost is not
             raise WorkerCrashedError(
                 f"worker {worker.worker_id} died before it was ready: {cause.message}; see its output above",
@@ -1533,9 +1540,51 @@ class Session:
         )
         error = {"status": cause.attempt_status, "message": cause.message, **cause.detail}
         logger.info("trial %d attempt %d: %s", run.index, run.attempt, cause.message)
+        if cause.detail.get("rerun") and self._rerun_lost(worker, run, error, peak):
+            return
         self._finish_attempt(
             worker, run, cause.attempt_status, error, None, peak, time.monotonic() - run.started_mono
         )
+
+    def _rerun_lost(self, worker: _Worker, run: _Running, error: dict[str, Any], peak: int | None) -> bool:
+        """A trial whose worker was lost with its cluster job (a Slurm pilot cancelled, preempted,
+        out of time): the attempt is recorded, and the trial runs again elsewhere without using
+        ``retries``, up to :data:`LOST_RERUNS_PER_TRIAL` times; False when that is spent."""
+        done = self._lost_reruns.get(run.index, 0)
+        if done >= LOST_RERUNS_PER_TRIAL:
+            return False
+        self._lost_reruns[run.index] = done + 1
+        if self.run_id is not None:
+            self.store.finish_attempt(
+                self.run_id,
+                run.index,
+                run.attempt,
+                status=str(error["status"]),
+                error={**error, "attempt": run.attempt, "worker_id": worker.worker_id},
+                peak_rss_bytes=peak,
+                duration_s=time.monotonic() - run.started_mono,
+            )
+        self._event(
+            "rerun",
+            f"trial {run.index} attempt {run.attempt} on worker {worker.worker_id} was lost ({error['message']}); "
+            f"it runs again as attempt {run.attempt + 1} (no retry used)",
+            data={"status": error["status"], "message": error["message"], "attempt": run.attempt},
+            worker=worker,
+            index=run.index,
+        )
+        self._queue.appendleft(
+            _Running(
+                run.index,
+                run.params,
+                run.attempt + 1,
+                run.session_attempts,
+                attempt_params=run.attempt_params,
+                mixed_precision=run.mixed_precision,
+                oom_attempts=run.oom_attempts,
+                sized=True,
+            )
+        )
+        return True
 
     def _after_budget_kill(self, worker: _Worker, run: _Running | None, cause: EndCause) -> None:
         """A worker killed at the memory budget (recorded already): with fewer workers from now on,

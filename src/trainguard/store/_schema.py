@@ -22,6 +22,8 @@ WORKER_REASONS: dict[str, str] = {
     "shutdown": "shut down at the end of the run",
     # the Ray backend: the node (or the actor) that ran the worker is gone
     "node_lost": "lost with its Ray node or actor",
+    # the Slurm backend: the pilot job that ran the worker ended (scancel, preemption, time limit)
+    "pilot_lost": "lost with its Slurm pilot job",
     # written by the store itself when a run is resumed and a worker of an earlier session was
     # never closed: its supervisor was killed
     "interrupted": "lost: its supervisor stopped before recording why it ended",
