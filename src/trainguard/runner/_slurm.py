@@ -63,6 +63,8 @@ _START_REPLY_S = 120.0
 #: how often the queue is looked at while a worker waits for a pilot
 _QUEUE_POLL_S = 2.0
 _FINAL_STATES_WAIT_S = 10.0
+#: exit statuses of a worker ended by a signal Slurm sends a job (SIGTERM, then SIGKILL)
+_SIGNAL_DEATHS = (-15, -9, 137, 143)
 
 
 def _import_submitit() -> Any:
@@ -145,9 +147,25 @@ class SlurmWorker(RayWorker):
         self._link.release(self.worker_id, self._index)
         return rc, killed
 
+    def _pilot_cause(self) -> PilotEnd | None:
+        """The pilot's end, when the worker died of a signal while Slurm was ending its job."""
+        if self._link.end is not None:
+            return self._link.end
+        info = job_info(self.job_id)
+        state = info.get("JobState")
+        if state == "COMPLETING" or self._link.terminating:
+            # the job is being ended: its final state (CANCELLED, TIMEOUT...) comes with the link's end
+            if self._link.lost.wait(_FINAL_STATES_WAIT_S + 5.0) and self._link.end is not None:
+                return self._link.end
+        if (state and state not in ("RUNNING", "CONFIGURING", "SUSPENDED")) or self._link.terminating:
+            return pilot_end(self.job_id, state, self.host or info.get("NodeList"), info.get("Reason"))
+        return None
+
     def classify(self, returncode: int | None, *, in_trial: bool, kill: KillDecision | None) -> EndCause:
-        end = self._link.end
-        if self._lost is not None and end is not None:
+        end = self._link.end if self._lost is not None else None
+        if end is None and kill is None and returncode in _SIGNAL_DEATHS:
+            end = self._pilot_cause()  # Slurm's signal to the job reached the worker first
+        if end is not None:
             detail = {**end.detail}
             return EndCause(end.attempt_status if in_trial else None, end.worker_reason, detail, end.message)
         cause = super().classify(returncode, in_trial=in_trial, kill=kill)
@@ -180,6 +198,10 @@ class _PilotLink:
         self.dead: str | None = None
         self.end: PilotEnd | None = None
         self.ending: str | None = None
+        #: Slurm sent the job SIGTERM: it is being cancelled, preempted or timed out
+        self.terminating = False
+        #: set once the pilot's end is known (:attr:`end`)
+        self.lost = threading.Event()
         self.thread: threading.Thread | None = None
 
     @property
@@ -237,6 +259,7 @@ class _PilotLink:
                 self._dispatch(message[1])
             elif kind == "ending":
                 self.ending = str(message[1])
+                self.terminating = self.terminating or bool(message[2])
                 logger.warning("Slurm pilot job %s on %s: %s", self.job_id, self.host, self.ending)
                 self.backend._on_ending(self)
 
@@ -563,6 +586,7 @@ class SlurmBackend(BaseBackend):
         end = pilot_end(link.job_id, state, node, reason if why is None else why)
         link.end = end
         link.dead = end.message
+        link.lost.set()
         if not self._closing:
             logger.warning("%s", end.message)
         with link.lock:

@@ -55,10 +55,21 @@ class PilotAgent(SlotAgent):
     def start_on_gpus(
         self, spec: WorkerSpec, env_overrides: dict[str, str], gpus: str | None
     ) -> dict[str, Any]:
-        """Start a worker that sees ``gpus`` (its share of the job's), or all of the job's (None)."""
-        if gpus is None:
-            return self.start_worker(spec, env_overrides)  # the job's GPUs, as Ray's are kept
-        return self.start_worker(spec, {**env_overrides, "CUDA_VISIBLE_DEVICES": gpus}, keep_gpus=False)
+        """Start a worker that sees ``gpus`` (its share of the job's), or all of the job's (None).
+
+        Slurm signals every process of the job, so the worker starts with the pre-timeout signal
+        ignored (an ignored signal stays ignored across exec): it is the pilot's notice, and its
+        default action would end a trial that should leave at its next checkpoint instead."""
+        overrides = env_overrides if gpus is None else {**env_overrides, "CUDA_VISIBLE_DEVICES": gpus}
+        previous = None
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to hold back
+            previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        try:
+            # None: the job's GPUs, as Ray's are kept
+            return self.start_worker(spec, overrides, keep_gpus=gpus is None)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGUSR2, previous)
 
 
 def split_gpus(visible: str | None, slots: int, per_worker: int) -> list[str | None]:
@@ -133,16 +144,25 @@ class Pilot:
             conn.close()
             return f"the trial function does not load on {platform.node()}: {problem}"
         agent = PilotAgent(self.pilot, self.policy, self.interval_s, self.uss, job_id)
-        ending = threading.Event()
+        notice: list[str] = []
 
         def pre_timeout(signum: int, frame: Any) -> None:
-            ending.set()  # the forwarder says it: a send here could meet a held send lock
+            # the forwarder says it (a send here could meet a held send lock)
+            if signum == signal.SIGTERM:
+                notice.append("Slurm is ending the job (SIGTERM: scancel, preemption or the time limit)")
+            else:
+                notice.append("Slurm's pre-timeout signal (the job's time limit is near)")
 
-        with contextlib.suppress(ValueError):  # not the main thread: no pre-timeout notice
+        # submitit's own handlers requeue on USR2 and ignore SIGTERM: the driver decides instead
+        with contextlib.suppress(ValueError):  # not the main thread: no notices
             signal.signal(signal.SIGUSR2, pre_timeout)
+            signal.signal(signal.SIGTERM, pre_timeout)
         done = threading.Event()
         forwarder = threading.Thread(
-            target=self._forward, args=(agent, send, done, ending), name="trainguard-pilot-out", daemon=True
+            target=self._forward,
+            args=(agent, send, done, notice, conn),
+            name="trainguard-pilot-out",
+            daemon=True,
         )
         forwarder.start()
         try:
@@ -183,15 +203,30 @@ class Pilot:
             elif op == "shutdown":
                 return
 
-    def _forward(self, agent: Any, send: Any, done: threading.Event, ending: threading.Event) -> None:
-        told = False
+    def _forward(self, agent: Any, send: Any, done: threading.Event, notice: list[str], conn: Any) -> None:
+        """The agent's events to the driver; a signal's notice first. After SIGTERM the pilot
+        stops: its connection is shut, which ends the command loop and then the workers."""
+        told = 0
         while not done.is_set():
-            events = agent.poll(_POLL_S)
+            fresh, told = notice[told:], len(notice)
             try:
-                if ending.is_set() and not told:
-                    told = True
-                    send(("ending", "Slurm's pre-timeout signal (the job's time limit is near)"))
+                for words in fresh:
+                    send(("ending", words, "SIGTERM" in words))
+                    if "SIGTERM" in words:
+                        _shut(conn)
+                        return
+                events = agent.poll(_POLL_S)
                 if events:
                     send(("events", events))
             except (OSError, EOFError):
                 return
+
+
+def _shut(conn: Any) -> None:
+    """Shut a connection's socket both ways: a ``recv`` blocked on it in another thread returns."""
+    import socket
+
+    with contextlib.suppress(OSError, ValueError):
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
