@@ -2,7 +2,8 @@
 # A one-node Slurm on this machine (slurmctld and slurmd on localhost, munge for authentication),
 # for the Slurm backend's tests and for trying it out.
 #
-#   bash scripts/slurm-local.sh start    # installs Debian's slurm-wlm and munge if missing (root)
+#   bash scripts/slurm-local.sh install  # Debian's slurm-wlm and munge, when missing (root; waits for dpkg's lock)
+#   bash scripts/slurm-local.sh start    # installs them if missing, then starts munged, slurmctld, slurmd
 #   bash scripts/slurm-local.sh status   # exit 0 when sbatch/squeue answer
 #   bash scripts/slurm-local.sh stop     # stops what start started, cancels its jobs
 #
@@ -138,8 +139,9 @@ stop() {
 }
 
 case "${1:-}" in
+  install) install_packages ;;
   start) start ;;
   stop) stop ;;
   status) answers ;;
-  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|status" >&2; exit 2 ;;
 esac
