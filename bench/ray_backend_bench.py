@@ -97,7 +97,7 @@ class ClassSampler:
                     rss_of[p.pid] = p.memory_info().rss
             except psutil.Error:
                 continue
-        roots = {pid for pid, name in name_of.items() if "trainguard.runner._worker" in name}
+        roots = {pid for pid, name in name_of.items() if "trainguard.runner.worker.process" in name}
         sums = {"trial": 0, "agent": 0, "ray": 0}
         for pid, rss in rss_of.items():
             cls = "ray"

@@ -71,7 +71,7 @@ def _read_all(x: np.ndarray) -> float:
 
 
 def _tree_pss() -> int:
-    from trainguard.proctree import descendants, smaps_rollup_bytes
+    from trainguard.process import descendants, smaps_rollup_bytes
 
     total = 0
     for pid in [os.getpid(), *descendants(os.getpid())]:

@@ -37,8 +37,8 @@ _LAZY = {
     "scope": "trainguard.scope",
     "ScopeReport": "trainguard.scope",
     "Survivor": "trainguard.scope",
-    "Sampler": "trainguard.sampling",
-    "Timeline": "trainguard.sampling",
+    "Sampler": "trainguard.process.sampler",
+    "Timeline": "trainguard.process.sampler",
     "census": "trainguard.probes.census",
     "Census": "trainguard.probes.census",
     "tree_memory": "trainguard.probes.host",
@@ -129,5 +129,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed 
     from trainguard.leaks import LeakReport, leakcheck  # noqa: F401
     from trainguard.probes.census import Census, census  # noqa: F401
     from trainguard.probes.host import tree_memory  # noqa: F401
+    from trainguard.process.sampler import Sampler, Timeline  # noqa: F401
     from trainguard.runner import Command, Device, Policy, Runner, Shrink, TrialResult  # noqa: F401
-    from trainguard.sampling import Sampler, Timeline  # noqa: F401

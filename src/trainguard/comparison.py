@@ -153,7 +153,7 @@ _LOADED: dict[str, Callable[..., Any]] = {}
 
 
 def _rss_bytes() -> int:
-    from trainguard.proctree import statm_rss_bytes
+    from trainguard.process import statm_rss_bytes
 
     return statm_rss_bytes(os.getpid()) or 0
 

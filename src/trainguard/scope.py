@@ -207,7 +207,7 @@ class ScopeReport:
 
 
 def _rss_bytes() -> int:
-    from trainguard.proctree import statm_rss_bytes
+    from trainguard.process import statm_rss_bytes
 
     value = statm_rss_bytes(os.getpid())
     if value is None:

@@ -14,7 +14,7 @@ pytest.importorskip("tensorflow")
 pytest.importorskip("keras")
 
 from trainguard.runner import Policy, Runner  # noqa: E402
-from trainguard.runner._seeding import derive_seed  # noqa: E402
+from trainguard.runner.worker.seeding import derive_seed  # noqa: E402
 from trainguard.store import Store  # noqa: E402
 
 TRIALS = str(Path(__file__).with_name("seeded_trials.py")) + ":draw"

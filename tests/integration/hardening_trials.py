@@ -75,7 +75,7 @@ class _Marker:
 
 
 def _channel_fd() -> int:
-    return int(sys.argv[2])  # python -m trainguard.runner._worker READ_FD WRITE_FD
+    return int(sys.argv[2])  # python -m trainguard.runner.worker.process READ_FD WRITE_FD
 
 
 def write_garbage(params):

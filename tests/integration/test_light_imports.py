@@ -127,4 +127,4 @@ def test_public_names_are_pinned():
         ]
     )
     assert callable(trainguard.scope) and callable(trainguard.census)
-    assert trainguard.Sampler.__module__.startswith("trainguard.sampling")
+    assert trainguard.Sampler.__module__.startswith("trainguard.process")

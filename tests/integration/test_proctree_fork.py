@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from trainguard import proctree
+from trainguard import process as proctree
 from trainguard.probes.host import tree_memory
 
 pytestmark = pytest.mark.skipif(not proctree.HAVE_PROC, reason="needs /proc")
@@ -111,8 +111,10 @@ def test_a_child_that_execs_is_counted_in_full():
 
 def test_descendants_lists_each_pid_once(monkeypatch):
     # two threads of one parent both listing a child (it moved between them mid-read)
-    monkeypatch.setattr(proctree, "children", lambda pid: {1: [2, 3, 2], 2: [4], 3: [4]}.get(pid, []))
-    assert proctree.descendants(1) == [2, 3, 4]
+    import trainguard.process.tree
+
+    monkeypatch.setattr(trainguard.process.tree, "children", lambda pid: {1: [2, 3, 2], 2: [4], 3: [4]}.get(pid, []))
+    assert trainguard.process.tree.descendants(1) == [2, 3, 4]
 
 
 def test_a_sampler_reading_counts_a_fork_once(forked_holder):

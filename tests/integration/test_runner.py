@@ -407,7 +407,7 @@ def test_many_short_recycled_workers_sampled_fast_share_fds_safely(tmp_path, cap
 
 
 def test_a_failing_memory_reading_is_logged_and_skipped_not_fatal(tmp_path, caplog, monkeypatch):
-    from trainguard import proctree
+    from trainguard import process as proctree
 
     real_read = proctree.ProcessTree.read
     calls = {"n": 0}

@@ -423,14 +423,14 @@ def test_finishing_an_attempt_that_never_started_says_so(tmp_path):
 
 
 def test_the_cgroups_a_killed_supervisor_left_are_removed_by_the_next_one(tmp_path):
-    from trainguard.proctree import TreeCgroup
+    from trainguard.process import TreeCgroup
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = TreeCgroup.create(f"trainguard-{dead.pid}-w0-test")
     if stale is None:
         pytest.skip("no cgroup v2 can be made on this machine (the subreaper alone is used)")
-    import trainguard.proctree as proctree
+    import trainguard.process.cgroup as proctree
 
     proctree._SWEPT.clear()  # this test process may have swept already
     with Runner(store=tmp_path / "r.db") as runner:

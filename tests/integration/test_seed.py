@@ -11,7 +11,7 @@ import pytest
 from trainguard.cli import main
 from trainguard.exceptions import ConfigError
 from trainguard.runner import Policy, Runner
-from trainguard.runner._seeding import derive_seed
+from trainguard.runner.worker.seeding import derive_seed
 
 TRIALS = str(Path(__file__).with_name("stage_trials.py")) + ":draws"
 

@@ -122,7 +122,7 @@ def test_a_deleted_checkpoint_starts_the_trial_over_and_says_so(tmp_path):
         run = store.get_run("d")
         # a later session of a run whose trial committed stage 2 and whose files were then deleted
         store.add_stage(run.run_id, 0, 1, 2, event="checkpoint", worker_id=0)
-    from trainguard.runner._stages import CheckpointFolders, prepare_resume
+    from trainguard.runner.session._stages import CheckpointFolders, prepare_resume
 
     folders = CheckpointFolders(db, run.run_id)
     os.makedirs(os.path.join(folders.trial_dir(0), "stage-2"))  # the folder without its files

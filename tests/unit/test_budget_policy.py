@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from trainguard.runner._budget import THREAD_SAMPLES, PoolPlanner, ThreadChoice
 from trainguard.runner.policy import (
     BUDGET_HEADROOM,
     Policy,
@@ -17,6 +16,7 @@ from trainguard.runner.policy import (
     recycle_expected_soon,
     should_prestart,
 )
+from trainguard.runner.session._pool import THREAD_SAMPLES, PoolPlanner, ThreadChoice
 
 MIB = 2**20
 PEAK = 673 * MIB  # the Keras workload's single-trial peak

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainguard.exceptions import ConfigError
-from trainguard.runner._slurm_rules import (
+from trainguard.runner.backends.slurm_rules import (
     job_name_for,
     parse_scontrol,
     parse_slurm_options,
@@ -19,7 +19,8 @@ KNOWN = frozenset({"partition", "time", "mem", "gres", "account", "cpus_per_task
 
 def test_options_split_trainguards_keys_from_submitits():
     opts = parse_slurm_options(
-        {"partition": "gpu", "slurm_time": "02:00:00", "workers_per_pilot": 2, "pilots": 3, "mem": "8G"}, KNOWN
+        {"partition": "gpu", "slurm_time": "02:00:00", "workers_per_pilot": 2, "pilots": 3, "mem": "8G"},
+        KNOWN,
     )
     assert opts.pilots == 3 and opts.workers_per_pilot == 2
     assert opts.submitit == {"partition": "gpu", "time": "02:00:00", "mem": "8G", "cpus_per_task": 2}

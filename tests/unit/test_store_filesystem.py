@@ -7,8 +7,7 @@ import sqlite3
 import pytest
 
 from trainguard.exceptions import ConfigError
-from trainguard.store import Store
-from trainguard.store import _fs
+from trainguard.store import Store, _fs
 
 
 def test_statfs_reads_the_kernels_filesystem_type(tmp_path):
@@ -19,7 +18,13 @@ def test_statfs_reads_the_kernels_filesystem_type(tmp_path):
 
 @pytest.mark.parametrize(
     ("f_type", "name"),
-    [(0x6969, "NFS"), (0x0BD00BD0, "Lustre"), (0x47504653, "GPFS"), (0x19830326, "BeeGFS"), (0xFF534D42, "CIFS")],
+    [
+        (0x6969, "NFS"),
+        (0x0BD00BD0, "Lustre"),
+        (0x47504653, "GPFS"),
+        (0x19830326, "BeeGFS"),
+        (0xFF534D42, "CIFS"),
+    ],
 )
 def test_network_filesystems_are_named(f_type, name):
     assert name in _fs.network_filesystem(f_type)
@@ -51,7 +56,9 @@ def test_store_on_a_local_disk_keeps_wal(tmp_path):
 
 def test_bad_input_wal_on_a_network_filesystem_is_refused_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(_fs, "statfs_type", lambda path: 0x0BD00BD0)
-    with pytest.raises(ConfigError, match=r"is on Lustre \(statfs type 0xbd00bd0\), where SQLite's WAL") as err:
+    with pytest.raises(
+        ConfigError, match=r"is on Lustre \(statfs type 0xbd00bd0\), where SQLite's WAL"
+    ) as err:
         Store(tmp_path / "runs.db", journal="wal")
     assert "\n" not in str(err.value) and "journal='auto'" in str(err.value)
     assert not (tmp_path / "runs.db").exists()

@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 from typing import Any, Literal
 
+from trainguard.outcomes import EventKind
+
 HELP = "show one run: summary, per-trial results and memory, workers and why they ended, recent events"
 
 
@@ -232,15 +234,7 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
 
 
 #: Events of the pool's shape: workers at once (and why), threads per worker, the memory budget.
-POOL_EVENT_KINDS = (
-    "workers",
-    "threads",
-    "prestart",
-    "budget_wait",
-    "budget_kill",
-    "budget_exceeded",
-    "budget_too_small",
-)
+POOL_EVENT_KINDS = EventKind.in_view("pool")
 
 
 def _print_pool(events) -> None:  # noqa: ANN001 - EventRecords
@@ -261,7 +255,7 @@ def _print_pool(events) -> None:  # noqa: ANN001 - EventRecords
 
 
 #: Events that ``show`` turns into its fragmentation and out-of-memory tables.
-MEMORY_EVENT_KINDS = ("trial_stats", "oom_shrink", "oom_start", "oom_fitted", "oom_give_up")
+MEMORY_EVENT_KINDS = EventKind.in_view("memory")
 
 
 def memory_rows(events) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # noqa: ANN001 - EventRecords

@@ -205,7 +205,7 @@ class _Pool:
             job.done.set()
 
     def _kill_workers(self) -> None:
-        from trainguard.proctree import kill_tree
+        from trainguard.process import kill_tree
 
         progress = self._runner.progress()
         for worker in progress.workers if progress is not None else ():

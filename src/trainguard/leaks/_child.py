@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainguard._loadfile import import_file
 from trainguard.exceptions import ConfigError, TrainguardError
-from trainguard.proctree import kill_descendants, kill_tree, signal_name
+from trainguard.process import kill_descendants, kill_tree, signal_name
 
 if TYPE_CHECKING:
     from trainguard.leaks._report import LeakReport

@@ -30,7 +30,7 @@ class TreeMemory:
     RSS summed over a tree counts shared pages (libraries, a file mapped by two) once per process, so
     it overstates; PSS divides shared pages among their users and is the right sum for a tree. A
     forked child that has not called exec is charged its private pages only (see
-    :func:`trainguard.proctree.fork_charge_bytes`), not its parent's pages a second time.
+    :func:`trainguard.process.fork_charge_bytes`), not its parent's pages a second time.
     """
 
     root_pid: int
@@ -67,13 +67,13 @@ class CgroupMemory:
 
 
 def tree_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
-    """Memory of ``pid`` and its descendants (found and read by :mod:`trainguard.proctree`, from
+    """Memory of ``pid`` and its descendants (found and read by :mod:`trainguard.process`, from
     ``/proc``). Processes that exit while being read are skipped.
 
     Raises:
         psutil.NoSuchProcess: the root process itself does not exist.
     """
-    from trainguard import proctree
+    from trainguard import process as proctree
 
     root = pid or os.getpid()
     root_rss = proctree.statm_rss_bytes(root)

@@ -10,28 +10,13 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from trainguard.outcomes import ATTEMPT_WORDS, WorkerReason
 from trainguard.report import _svg
 from trainguard.report._html import clean, fmt_bytes, fmt_seconds, kv_table, page, text
 
 __all__ = ["render_run", "ATTEMPT_WORDS"]
 
-#: An attempt's status in words, for the trials table's "cause" column.
-ATTEMPT_WORDS = {
-    "ok": "ok",
-    "running": "running",
-    "interrupted": "interrupted: its supervisor stopped before the attempt ended",
-    "exception": "raised an exception",
-    "framework_oom": "out of memory in the framework",
-    "crashed": "crashed",
-    "os_oom": "killed by the OS out-of-memory killer",
-    "killed_memory": "killed at the memory limit",
-    "killed_gpu_memory": "killed at the GPU memory limit",
-    "killed_budget": "killed at the run's memory budget (the workers together over it)",
-    "timeout": "killed at the trial timeout",
-    "not_serializable": "result not JSON-serializable",
-}
-
-_KILL_REASONS = {"killed_memory", "killed_gpu_memory", "killed_budget", "killed_timeout", "os_oom", "crashed"}
+_KILL_REASONS = {r.value for r in WorkerReason if r.is_kill}
 _STATUS_COLOUR = {"ok": "#7cc595", "running": "#f3d27a", "interrupted": "#c9cfd8"}
 _MAX_TEXT = 400
 _CHART_BUCKETS = 1800

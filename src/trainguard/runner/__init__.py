@@ -16,21 +16,23 @@ the run goes on. Every result goes to the store, so the same named run resumes w
 
 from __future__ import annotations
 
-from trainguard.runner._command import Command
-from trainguard.runner._context import TrialContext
-from trainguard.runner._fitted import device_key
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._fnref import load as load_fn
 from trainguard.runner._fnref import prepare as prepare_fn
 from trainguard.runner._runner import KERAS_BACKENDS, Runner, find_allocator
 from trainguard.runner._runner import _check_params as check_params
 from trainguard.runner._shared import SharedData, share
-from trainguard.runner._supervisor import RunProgress, TrialResult, WorkerProgress, default_run_name
+from trainguard.runner.backends import BaseBackend, BaseWorker
 from trainguard.runner.device import Device
 from trainguard.runner.policy import Policy, Shrink
+from trainguard.runner.session import RunProgress, TrialResult, WorkerProgress, default_run_name, device_key
+from trainguard.runner.worker.command import Command
+from trainguard.runner.worker.context import TrialContext
 
 __all__ = [
     "Runner",
+    "BaseBackend",
+    "BaseWorker",
     "Policy",
     "Shrink",
     "Command",

@@ -202,7 +202,7 @@ def prepare(fn: Callable[..., Any] | str) -> FnSpec:
         ConfigError: the reference is malformed, the module or file is missing, the file does not
             parse or lacks the function, or the callable cannot be pickled.
     """
-    from trainguard.runner._command import Command
+    from trainguard.runner.worker.command import Command
 
     if isinstance(fn, Command):
         return FnSpec(fn.ref, "command", fn.payload(), fn.version())

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from trainguard.doctor import THREAD_VARIABLES
 from trainguard.exceptions import ConfigError, TrialError
-from trainguard.runner._backend import BaseBackend
 from trainguard.runner._fnref import prepare
-from trainguard.runner._local import LocalBackend
-from trainguard.runner._supervisor import RunProgress, Session, SessionConfig, TrialResult, default_run_name
+from trainguard.runner.backends.base import BaseBackend
+from trainguard.runner.backends.local import LocalBackend
 from trainguard.runner.policy import Policy
+from trainguard.runner.session._loop import RunProgress, Session, SessionConfig, TrialResult, default_run_name
 from trainguard.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -158,13 +158,13 @@ def _resolve_backend(
     backend: Any, *, address: str | None = None, resources: Any = None, slurm: Any = None
 ) -> BaseBackend:
     if backend == "slurm":
-        from trainguard.runner._slurm import SlurmBackend
+        from trainguard.runner.backends.slurm import SlurmBackend
 
         return SlurmBackend(slurm)
     if slurm is not None:
         raise ConfigError("slurm= is for backend='slurm' (pilot jobs on a Slurm cluster)")
     if backend == "ray":
-        from trainguard.runner._ray import RayBackend
+        from trainguard.runner.backends.ray import RayBackend
 
         return RayBackend(address, resources=resources)
     if address is not None or resources is not None:
@@ -346,7 +346,7 @@ def _worker_env(
 class Runner:
     """Runs a function over many params in supervised worker processes that are recycled by policy.
 
-    Each worker is a fresh ``python -m trainguard.runner._worker`` process (never a fork) whose
+    Each worker is a fresh ``python -m trainguard.runner.worker.process`` process (never a fork) whose
     environment is complete before any framework import: ``KERAS_BACKEND``, thread limits
     (``threads`` per worker, default cores // workers), ``CUDA_VISIBLE_DEVICES`` (``gpus``, one
     entry per worker slot, round robin), ``MALLOC_TRIM_THRESHOLD_`` and an ``LD_PRELOAD`` allocator.
@@ -406,7 +406,7 @@ class Runner:
             (on the nodes of a Ray cluster, one node-local supervisor actor per worker slot; needs
             ``pip install 'trainguard[ray]'``), ``"slurm"`` (in pilot jobs on a Slurm cluster, each a
             node-local supervisor of its workers; needs ``pip install -e '.[slurm]'``), or an object
-            implementing ``trainguard.runner._backend.BaseBackend``.
+            implementing ``trainguard.runner.backends.base.BaseBackend``.
         address: with ``backend="ray"``: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, or
             ``"ray://HOST:PORT"``); None uses Ray's default (``RAY_ADDRESS``, else a Ray started here).
         resources: with ``backend="ray"``: what each worker slot reserves on its node, as Ray names
@@ -416,7 +416,7 @@ class Runner:
             ``slurm_*`` (``{"partition": "gpu", "time": "02:00:00", "mem": "16G", "gres": "gpu:1",
             "account": ..., "setup": ["module load cuda"]}``), and trainguard's own ``pilots``,
             ``workers_per_pilot``, ``gpus_per_worker``, ``folder``, ``queue_timeout`` and
-            ``driver_host`` (see :class:`~trainguard.runner._slurm.SlurmBackend`).
+            ``driver_host`` (see :class:`~trainguard.runner.backends.slurm.SlurmBackend`).
 
     Raises:
         ConfigError: any argument out of range, an unknown Keras backend or one not installed, an
@@ -472,7 +472,7 @@ class Runner:
         interval, start_timeout_s, result_cap = _check_limits(
             sample_interval, start_timeout, max_result_bytes, tree_tracking, policy
         )
-        from trainguard.runner._seeding import check_seed
+        from trainguard.runner.worker.seeding import check_seed
 
         seed = check_seed(seed)
 

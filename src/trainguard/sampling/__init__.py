@@ -13,7 +13,7 @@ Example::
     tl.series("rss_bytes"), tl.values_at_markers("iter_end"), tl.peak("rss_bytes")
 """
 
-from trainguard.sampling._probes import BUILTIN_PROBES
-from trainguard.sampling._sampler import Marker, Sampler, Timeline
+from trainguard.process.probes import BUILTIN_PROBES
+from trainguard.process.sampler import Marker, Sampler, Timeline
 
 __all__ = ["Sampler", "Timeline", "Marker", "BUILTIN_PROBES"]

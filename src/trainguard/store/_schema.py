@@ -4,49 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainguard.outcomes import ATTEMPT_STATUSES as _ATTEMPT_STATUSES
+from trainguard.outcomes import WORKER_REASONS as _WORKER_REASONS
+
 #: Bump on any incompatible change to the tables below; a store with another version is refused
 #: with :class:`~trainguard.exceptions.SchemaVersionError` (no silent migration).
 SCHEMA_VERSION = 1
 
-#: Why a worker ended (``Store.end_worker(reason=...)``), with the words ``trainguard show`` prints.
-WORKER_REASONS: dict[str, str] = {
-    "recycled": "recycled by policy",
-    "killed_memory": "killed at the memory limit",
-    "killed_gpu_memory": "killed at the GPU memory limit",
-    "killed_timeout": "killed at the trial timeout",
-    "killed_budget": "killed at the run's memory budget",
-    "os_oom": "killed by the OS out-of-memory killer",
-    "crashed": "crashed",
-    "exited": "exited on its own",
-    "protocol_error": "ended: it sent a message outside the protocol",
-    "shutdown": "shut down at the end of the run",
-    # the Ray backend: the node (or the actor) that ran the worker is gone
-    "node_lost": "lost with its Ray node or actor",
-    # the Slurm backend: the pilot job that ran the worker ended (scancel, preemption, time limit)
-    "pilot_lost": "lost with its Slurm pilot job",
-    # written by the store itself when a run is resumed and a worker of an earlier session was
-    # never closed: its supervisor was killed
-    "interrupted": "lost: its supervisor stopped before recording why it ended",
-}
-
-#: ``Store.finish_attempt(status=...)``; "running" and "interrupted" are written by the store itself.
-ATTEMPT_STATUSES = (
-    "ok",
-    # a staged trial's worker left at a checkpoint (policy); the next attempt resumes from it
-    "staged",
-    "exception",
-    "framework_oom",
-    "crashed",
-    "os_oom",
-    "killed_memory",
-    "killed_gpu_memory",
-    # the workers' trees summed over Runner(memory_budget=...): this worker was the one ended
-    "killed_budget",
-    "timeout",
-    "not_serializable",
-    "result_too_large",
-    "protocol_error",
-)
+#: Why a worker ended (``Store.end_worker(reason=...)``) with the words ``trainguard show`` prints,
+#: and the attempt statuses ``Store.finish_attempt(status=...)`` accepts ("running" and
+#: "interrupted" are written by the store itself): :mod:`trainguard.outcomes`'s vocabularies.
+WORKER_REASONS = _WORKER_REASONS
+ATTEMPT_STATUSES = _ATTEMPT_STATUSES
 
 #: ``Store.add_stage(event=...)``: a checkpoint committed, a resume from one, a start over.
 STAGE_EVENTS = ("checkpoint", "resume", "restart")

@@ -30,14 +30,13 @@ from dataclasses import asdict, dataclass, field, fields
 from multiprocessing.connection import wait as wait_connections
 from typing import TYPE_CHECKING, Any, cast
 
-from trainguard import frameworks, proctree
+from trainguard import frameworks
+from trainguard import process as proctree
 from trainguard._outcome import TrialOutcome
 from trainguard.exceptions import FAILURE_ERRORS, ConfigError, TrialError, WorkerCrashedError
-from trainguard.runner._backend import BaseBackend, BaseWorker, WorkerSpec
-from trainguard.runner._budget import PoolPlanner
-from trainguard.runner._fitted import device_key
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES, MessageReader, ProtocolError
+from trainguard.runner.backends.base import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner.policy import (
     OOM_STATUSES,
     BudgetKill,
@@ -58,6 +57,8 @@ from trainguard.runner.policy import (
     shrink_step,
     start_at,
 )
+from trainguard.runner.session._pool import PoolPlanner
+from trainguard.runner.session._recovery import device_key
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
@@ -308,7 +309,7 @@ class Session:
         backend: BaseBackend | None = None,
     ) -> None:
         if backend is None:
-            from trainguard.runner._local import LocalBackend
+            from trainguard.runner.backends.local import LocalBackend
 
             backend = LocalBackend()
         self.backend = backend
@@ -522,7 +523,7 @@ class Session:
             pending = list(enumerate(self.params))
         for index, params in pending:
             self._queue.append(_Running(index, params, attempts_by_index.get(index, 0) + 1, 1))
-        from trainguard.runner._stages import CheckpointFolders
+        from trainguard.runner.session._stages import CheckpointFolders
 
         store_path = getattr(self.store, "path", None) if self.persistent else None
         self._checkpoints = CheckpointFolders(store_path, self.run_id)
@@ -545,7 +546,7 @@ class Session:
                 data={"metric": "uss", "shared": self._data.path if self._data is not None else None},
             )
         if self.config.seed is not None:
-            from trainguard.runner._seeding import derive_seed
+            from trainguard.runner.worker.seeding import derive_seed
 
             seed = self.config.seed
             self.store.set_trial_seeds(run_id, {i: derive_seed(seed, i) for i in range(len(self.params))})
@@ -553,7 +554,7 @@ class Session:
     def _seed_of(self, index: int) -> int | None:
         if self.config.seed is None:
             return None
-        from trainguard.runner._seeding import derive_seed
+        from trainguard.runner.worker.seeding import derive_seed
 
         return derive_seed(self.config.seed, index)
 
@@ -790,7 +791,7 @@ class Session:
     def _stage_message(self, worker: _Worker, run: _Running) -> dict[str, Any]:
         """The shared data and checkpoint folder a trial message carries; a staged trial's resume
         (or its start over when its checkpoint was deleted) is recorded here."""
-        from trainguard.runner._stages import data_message, prepare_resume
+        from trainguard.runner.session._stages import data_message, prepare_resume
 
         out: dict[str, Any] = {"data": data_message(self._data)}
         if self.fn.kind in ("command", "node") or self._checkpoints is None:

@@ -13,8 +13,8 @@ from types import MappingProxyType
 from typing import Any
 
 from trainguard.exceptions import ConfigError
-from trainguard.proctree import ProcessTree
-from trainguard.sampling._probes import ProbeFn, build_probes
+from trainguard.process.probes import ProbeFn, build_probes
+from trainguard.process.tree import ProcessTree
 from trainguard.units import parse_duration
 
 __all__ = ["Marker", "Timeline", "Sampler"]

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainguard.runner._context import latest_stage, verify_stage
+from trainguard.runner.worker.context import latest_stage, verify_stage
 
 __all__ = ["CheckpointFolders", "prepare_resume"]
 

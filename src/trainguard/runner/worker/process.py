@@ -1,4 +1,4 @@
-"""The worker process: ``python -m trainguard.runner._worker READ_FD WRITE_FD``.
+"""The worker process: ``python -m trainguard.runner.worker.process READ_FD WRITE_FD``.
 
 The supervisor starts it with ``subprocess.Popen`` (never fork) and an environment that is already
 complete (KERAS_BACKEND, thread counts, CUDA_VISIBLE_DEVICES, MALLOC_*, LD_PRELOAD), so every
@@ -31,7 +31,7 @@ def _end_tree_and_exit(code: int) -> None:
     """End every process this worker started (however it detached: the worker is their subreaper),
     then exit without the interpreter's teardown."""
     try:
-        from trainguard.proctree import kill_descendants
+        from trainguard.process import kill_descendants
 
         kill_descendants()
     finally:
@@ -262,7 +262,7 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
     try:
         if msg.get("mixed_precision"):
             _set_mixed_precision()
-        from trainguard.runner._seeding import seed_trial
+        from trainguard.runner.worker.seeding import seed_trial
 
         seed_trial(msg.get("seed"))
         ctx = _make_context(fn, msg, start)
@@ -353,12 +353,12 @@ def _make_context(fn: Any, msg: dict[str, Any], started: float) -> Any:
     """The trial context for ``fn(params, ctx)``, or None for a function of one argument."""
     key = id(fn)
     if key not in _WANTS_CONTEXT:
-        from trainguard.runner._context import wants_context
+        from trainguard.runner.worker.context import wants_context
 
         _WANTS_CONTEXT[key] = wants_context(fn)
     if not _WANTS_CONTEXT[key]:
         return None
-    from trainguard.runner._context import TrialContext
+    from trainguard.runner.worker.context import TrialContext
 
     data = None
     shared = msg.get("data")
@@ -399,7 +399,7 @@ def _load_fn(msg: dict[str, Any], max_result_bytes: int | None = None) -> Any:
 
     kind, payload = msg["kind"], msg["payload"]
     if kind == "command":
-        from trainguard.runner import _command
+        from trainguard.runner.worker import command as _command
 
         return _command.load(payload, max_result_bytes)
     if kind == "file":
@@ -482,7 +482,8 @@ def main(argv: list[str]) -> None:
 def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any, Any]:
     """Everything before the first trial, in order: the tree, the pipes, quiet imports, device
     settings, preloads, thread counts; ends with the ``ready`` message (or a ``fatal`` one and exit)."""
-    from trainguard import _nesting, proctree
+    from trainguard import _nesting
+    from trainguard import process as proctree
 
     _nesting.set_role("worker")
     # keep every descendant in this worker's tree, however it detaches: a cgroup of its own when

@@ -14,12 +14,12 @@ import sys
 import time
 from typing import Any
 
-from trainguard import proctree
+from trainguard import process as proctree
 from trainguard.exceptions import ConfigError
 from trainguard.frameworks import min_log_level, replay_capture
-from trainguard.proctree import ProcessTree, TreeCgroup
-from trainguard.runner._backend import BaseBackend, BaseWorker, Inbox, WorkerSpec
+from trainguard.process import ProcessTree, TreeCgroup
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
+from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
 from trainguard.runner.policy import EndCause, KillDecision, classify_end
 
 __all__ = ["LocalBackend", "LocalWorker", "start_local_worker", "cgroup_oom_kills"]
@@ -188,7 +188,7 @@ def start_local_worker(spec: WorkerSpec, *, parent_pid: int | None = None) -> Lo
         # a Node worker speaking the same protocol (js/trainguard/lib/worker.js)
         program = [find_node(env), js_script("worker.js")]
     else:
-        program = [sys.executable, "-m", "trainguard.runner._worker"]
+        program = [sys.executable, "-m", "trainguard.runner.worker.process"]
     started_wall = time.time()
     proc = subprocess.Popen(
         [*program, str(pipes.child_read_fd), str(pipes.child_write_fd)],

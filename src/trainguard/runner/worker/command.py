@@ -285,7 +285,7 @@ class CommandTrial:
         self.shown = shlex.join(self.argv)
 
     def __call__(self, params: Any) -> Any:
-        from trainguard import proctree
+        from trainguard import process as proctree
 
         self.last_peak_bytes = None
         data = json.dumps(params).encode()

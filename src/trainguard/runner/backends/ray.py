@@ -3,16 +3,16 @@
 Shape. One Ray actor per worker slot (:class:`SlotAgent`), scheduled with the slot's CPUs, GPUs
 and custom resources and spread over the nodes, is a node-local supervisor for that slot's
 trainguard worker process: it starts the worker with the local backend's own code
-(:func:`~trainguard.runner._local.start_local_worker`, so the worker is the same
-``python -m trainguard.runner._worker`` with its own process group, cgroup or subreaper), samples
-its process tree with :mod:`trainguard.proctree` (and its GPU memory with NVML by pid) at the
+(:func:`~trainguard.runner.backends.local.start_local_worker`, so the worker is the same
+``python -m trainguard.runner.worker.process`` with its own process group, cgroup or subreaper), samples
+its process tree with :mod:`trainguard.process` (and its GPU memory with NVML by pid) at the
 session's interval, enforces the policy's hard limits and timeout there with the same
 :func:`~trainguard.runner.policy.check_limits`, kills and ends the tree there, and forwards the
 worker's message bytes, its samples, its kills and its exit to the driver. The driver keeps the
 session: the queue, the policy's recycling and retries, and the store (the single source of truth,
 so a run resumes by name after the driver restarts, whatever happened to the cluster).
 
-On the driver, :class:`RayWorker` is the :class:`~trainguard.runner._backend.BaseWorker` handle:
+On the driver, :class:`RayWorker` is the :class:`~trainguard.runner.backends.base.BaseWorker` handle:
 its inbox is a local pipe into which a pump thread (one per actor) writes the bytes the worker
 wrote, so the session parses and checks them exactly as it does a local worker's (a trial that
 writes garbage onto the channel is a ``protocol_error`` in the same place). An actor that dies
@@ -41,8 +41,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainguard.exceptions import ConfigError, missing
-from trainguard.runner._backend import BaseBackend, BaseWorker, Inbox, WorkerSpec
 from trainguard.runner._protocol import MessageReader
+from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
 from trainguard.runner.policy import EndCause, KillDecision, Policy, check_limits, classify_end
 
 __all__ = ["RayBackend", "RayWorker", "SlotAgent", "parse_resources"]
@@ -162,7 +162,7 @@ class SlotAgent:
     ) -> dict[str, Any]:
         """Start one worker here; with ``keep_gpus`` it sees the GPUs this process was given (by
         Ray for an actor, by Slurm for a pilot job) whatever the overrides say."""
-        from trainguard.runner._local import start_local_worker
+        from trainguard.runner.backends.local import start_local_worker
 
         env = dict(os.environ)
         ray_gpus = env.get("CUDA_VISIBLE_DEVICES")
@@ -359,7 +359,7 @@ class SlotAgent:
             if hosted.ended:
                 return
             hosted.ended = True
-        from trainguard.runner._local import cgroup_oom_kills
+        from trainguard.runner.backends.local import cgroup_oom_kills
 
         worker = hosted.worker
         try:

@@ -1,6 +1,6 @@
 """The backend interface: where and how a supervised worker process runs.
 
-A :class:`~trainguard.runner._supervisor.Session` owns the run: the queue, the policy's decisions,
+A :class:`~trainguard.runner.session._loop.Session` owns the run: the queue, the policy's decisions,
 retries and the store (its only writer). It asks a backend for worker processes and talks to each
 through a :class:`BaseWorker` handle, and nothing else; so the local backend (``_local.py``, workers
 as child processes of the supervisor) and the Ray backend (``_ray.py``, each worker hosted by a Ray
@@ -56,7 +56,7 @@ class WorkerSpec:
     #: what the worker bootstrap reads (``WORKER_CONFIG_ENV``), less what the starter fills in:
     #: ``parent_pid``, ``capture_dir`` and ``cgroup``
     bootstrap: dict[str, Any]
-    #: "python" (``python -m trainguard.runner._worker``) or "node" (the JavaScript worker)
+    #: "python" (``python -m trainguard.runner.worker.process``) or "node" (the JavaScript worker)
     fn_kind: str
     max_message_bytes: int
     tree_tracking: str = "auto"

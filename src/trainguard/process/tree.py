@@ -1,7 +1,8 @@
-"""Process trees: find every process a root started, read their memory from ``/proc``, end them.
+"""Process trees: find every process a root started and read their memory from ``/proc``.
 
-This module alone owns those three jobs; the runner, the leak check, the sampler, ``scope`` and the
-host probes call it.
+With :mod:`trainguard.process.cgroup` (keeping a tree together) and :mod:`trainguard.process.kill`
+(ending it), this module alone owns those jobs; the runner, the leak check, the sampler, ``scope``
+and the host probes call it.
 
 **Finding.** Descendants are found by walking ``/proc/PID/task/*/children`` from the root (only
 this tree's files; ``psutil.Process.children`` scans every process on the machine). A process that
@@ -24,13 +25,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from trainguard.process.cgroup import TreeCgroup
 
 __all__ = [
     "PAGE_SIZE",
@@ -41,13 +44,8 @@ __all__ = [
     "descendants",
     "unexeced_fork_parent",
     "fork_charge_bytes",
+    "start_time",
     "ProcessTree",
-    "TreeCgroup",
-    "kill_tree",
-    "kill_descendants",
-    "signal_name",
-    "become_subreaper",
-    "tracking_mechanisms",
 ]
 
 logger = logging.getLogger(__name__)
@@ -57,10 +55,6 @@ HAVE_PROC = os.path.exists("/proc/self/statm")
 _HAVE_CHILDREN = HAVE_PROC and os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 #: The most processes one tree walk collects (a fork bomb must not stall the sampler).
 MAX_TREE = 4096
-
-_PR_SET_CHILD_SUBREAPER = 36
-#: cgroup folders already swept of stale trainguard cgroups by this process
-_SWEPT: set[str] = set()
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -227,265 +221,11 @@ def fork_charge_bytes(pid: int, parent: int) -> int:
     return rollup.uss_bytes if rollup is not None else 0
 
 
-def _start_time(pid: int) -> float | None:
+def start_time(pid: int) -> float | None:
     try:
         return float(psutil.Process(pid).create_time())
     except (psutil.Error, OSError):
         return None
-
-
-class TreeCgroup:
-    """A cgroup v2 made for one process tree: membership survives re-parenting, and one write ends it.
-
-    Only ``cgroup.procs`` and ``cgroup.kill`` are used (no controller needs enabling), so this works
-    wherever the process may create a child of its own cgroup: as root, or in a delegated subtree
-    (a systemd user session). :meth:`create` returns None where it may not.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    @staticmethod
-    def _own_cgroup_dir() -> str | None:
-        """This process's cgroup v2 directory, when the v2 hierarchy is mounted."""
-        try:
-            with open("/proc/self/cgroup") as fh:
-                lines = fh.read().splitlines()
-            with open("/proc/self/mountinfo") as fh:
-                mounts = fh.read().splitlines()
-        except OSError:
-            return None
-        own = next((line[3:] for line in lines if line.startswith("0::")), None)
-        if own is None:
-            return None
-        for row in mounts:
-            head, _, tail = row.partition(" - ")
-            if tail.split(" ", 1)[0] != "cgroup2":
-                continue
-            fields = head.split()
-            root, mount_point = fields[3], fields[4]
-            rel = own[len(root) :] if root != "/" and own.startswith(root) else own
-            return os.path.join(mount_point, rel.lstrip("/"))
-        return None
-
-    @classmethod
-    def create(cls, name: str) -> TreeCgroup | None:
-        """Make a child cgroup ``name`` of this process's cgroup; None where that is not allowed."""
-        base = cls._own_cgroup_dir()
-        if base is None or not os.path.isfile(os.path.join(base, "cgroup.procs")):
-            return None
-        if base not in _SWEPT:
-            _SWEPT.add(base)
-            cls.remove_stale(base)
-        path = os.path.join(base, name)
-        try:
-            os.mkdir(path, 0o755)
-        except OSError as err:
-            logger.debug("no cgroup for process trees (%s): %s", path, err)
-            return None
-        group = cls(path)
-        # membership must be writable by us (a child of a cgroup we cannot move into is no use)
-        if not os.access(os.path.join(path, "cgroup.procs"), os.W_OK):
-            group.remove()
-            return None
-        return group
-
-    @staticmethod
-    def remove_stale(base: str, prefix: str = "trainguard-") -> list[str]:
-        """Remove the empty cgroups ``PREFIX<pid>-...`` under ``base`` whose creator ``pid`` is gone
-        (a supervisor killed with SIGKILL cannot remove its workers' cgroups; the next one does)."""
-        removed: list[str] = []
-        try:
-            names = [n for n in os.listdir(base) if n.startswith(prefix)]
-        except OSError:
-            return removed
-        for name in names:
-            owner = name[len(prefix) :].split("-", 1)[0]
-            if not owner.isdigit() or os.path.exists(f"/proc/{owner}"):
-                continue
-            try:
-                os.rmdir(os.path.join(base, name))  # refused (EBUSY) while it has members
-                removed.append(name)
-            except OSError:
-                continue
-        return removed
-
-    def join(self, pid: int = 0) -> bool:
-        """Move ``pid`` (0: the calling process) into this cgroup; its future children follow."""
-        try:
-            with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
-                fh.write(str(pid or os.getpid()))
-            return True
-        except OSError as err:
-            logger.debug("joining cgroup %s failed: %s", self.path, err)
-            return False
-
-    def pids(self) -> list[int]:
-        try:
-            with open(os.path.join(self.path, "cgroup.procs"), "rb") as fh:
-                return [int(x) for x in fh.read().split()]
-        except (OSError, ValueError):
-            return []
-
-    def kill(self) -> list[int]:
-        """SIGKILL every member (``cgroup.kill`` where the kernel has it, else one by one, repeated
-        until the group is empty or stops changing)."""
-        members = self.pids()
-        try:
-            with open(os.path.join(self.path, "cgroup.kill"), "w") as fh:
-                fh.write("1")
-            return members
-        except OSError:
-            pass
-        return _kill_until_none(self.pids, passes=20, pause_s=0.01)
-
-    def remove(self, timeout_s: float = 2.0) -> bool:
-        """Kill what is left and remove the cgroup (it can be removed once its members are reaped)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                os.rmdir(self.path)
-                return True
-            except FileNotFoundError:
-                return True
-            except OSError:
-                if time.monotonic() > deadline:
-                    logger.debug("cgroup %s not removed: members remain", self.path)
-                    return False
-                self.kill()
-                time.sleep(0.02)
-
-
-def become_subreaper() -> bool:
-    """Make the calling process a child subreaper (Linux >= 3.4): every descendant that detaches
-    (double fork, ``setsid``) is re-parented to it instead of to init, so it stays in the tree."""
-    if not os.path.exists("/proc/self/status"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def tracking_mechanisms() -> tuple[str, ...]:
-    """What this machine allows for keeping a tree together: ``"cgroup"`` and/or ``"subreaper"``."""
-    out: list[str] = []
-    probe = TreeCgroup.create(f"trainguard-{os.getpid()}-probe")
-    if probe is not None:
-        probe.remove()
-        out.append("cgroup")
-    if os.path.exists("/proc/self/status") and os.uname().sysname == "Linux":
-        out.append("subreaper")
-    return tuple(out)
-
-
-# -- ending ---------------------------------------------------------------------------------------
-
-
-def kill_tree(
-    pid: int,
-    *,
-    cgroup: TreeCgroup | None = None,
-    known: Iterable[int] = (),
-    started_after: float | None = None,
-    root_reaped: bool = False,
-) -> list[int]:
-    """SIGKILL ``pid``, its cgroup, its process group when it leads one, and every descendant.
-
-    Args:
-        pid: the root.
-        cgroup: the tree's cgroup, when it has one (ends even members that left the tree).
-        known: pids seen in the tree earlier (a dead root's orphans are no longer below it); each is
-            killed only if it is still a process that started after ``started_after`` and is not
-            this process or its child outside the tree (pid reuse).
-        started_after: the root's start (unix seconds), for the ``known`` check.
-        root_reaped: the root has been waited for, so its pid may already name another process:
-            only its cgroup, its process group and the ``known`` pids are signalled.
-
-    Returns:
-        The pids signalled.
-    """
-    tree = [] if root_reaped else [pid, *descendants(pid)]
-    me = os.getpid()
-    extra: list[int] = []
-    in_tree = set(tree)
-    for other in known:
-        if other in in_tree or other == me or other == pid:
-            continue
-        started = _start_time(other)
-        if started is None or (started_after is not None and started < started_after - 1.0):
-            continue
-        try:
-            if psutil.Process(other).ppid() == me:
-                continue
-        except psutil.Error:
-            continue
-        extra.append(other)
-    killed: list[int] = []
-    if cgroup is not None:
-        killed.extend(cgroup.kill())
-    try:
-        # a worker leads its own process group: this also reaches children that left the tree
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    for target in [*tree, *extra]:
-        try:
-            os.kill(target, signal.SIGKILL)
-            killed.append(target)
-        except OSError:
-            continue
-    return killed
-
-
-def signal_name(number: int) -> str:
-    """``9 -> "SIGKILL"``; an unknown number gives ``"signal 99"``."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def kill_descendants(pid: int | None = None, *, passes: int = 10) -> list[int]:
-    """SIGKILL every descendant of ``pid`` (default: this process), leaving ``pid`` itself.
-
-    Repeated until none is left: in a subreaper the orphans of a killed child are re-parented to
-    it and found on the next pass, and a child forked during a pass is found on the next.
-    """
-    root = os.getpid() if pid is None else pid
-    return _kill_until_none(
-        lambda: [p for p in descendants(root) if _is_running(p)], passes=passes, pause_s=0.005
-    )
-
-
-def _kill_until_none(find: Callable[[], list[int]], *, passes: int, pause_s: float) -> list[int]:
-    """SIGKILL what ``find()`` lists, again after ``pause_s``, until it lists nothing or ``passes``
-    ran out (what was killed may leave orphans, or a fork in flight, for the next pass)."""
-    killed: list[int] = []
-    for _ in range(passes):
-        alive = find()
-        if not alive:
-            break
-        for target in alive:
-            with contextlib.suppress(OSError):
-                os.kill(target, signal.SIGKILL)
-                killed.append(target)
-        time.sleep(pause_s)
-    return killed
-
-
-def _is_running(pid: int) -> bool:
-    """False for a zombie (exited, not yet reaped) or a gone process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        return data[data.rindex(b")") + 2 : data.rindex(b")") + 3] not in (b"Z", b"X")
-    except (OSError, ValueError):
-        return psutil.pid_exists(pid) if not HAVE_PROC else False
 
 
 # -- a tree read many times -----------------------------------------------------------------------
@@ -611,7 +351,10 @@ class ProcessTree:
         return rss, (uss_total if uss else None)
 
     def kill(self, *, started_after: float | None = None) -> list[int]:
-        """:func:`kill_tree` of the root, its cgroup and every process this tree has seen."""
+        """:func:`~trainguard.process.kill.kill_tree` of the root, its cgroup and every process this
+        tree has seen."""
+        from trainguard.process.kill import kill_tree
+
         return kill_tree(self.root_pid, cgroup=self.cgroup, known=self.pids(), started_after=started_after)
 
     def close(self) -> None:

@@ -3,11 +3,11 @@
 Shape. The driver (this process) keeps the session: queue, policy, retries, the store (its only
 writer). It submits a few pilot jobs with submitit (``slurm={...}`` is passed through as submitit's
 ``slurm_*`` options), never one job per trial. Each pilot
-(:class:`~trainguard.runner._slurm_pilot.Pilot`) connects back over TCP, authenticated with a
+(:class:`~trainguard.runner.backends.slurm_pilot.Pilot`) connects back over TCP, authenticated with a
 random per-run token (``multiprocessing.connection``'s HMAC challenge), and hosts up to
 ``workers_per_pilot`` workers with the Ray backend's slot agent: the local backend's worker code,
 sampled, limited, killed and ended on the node. On the driver a worker is a :class:`SlurmWorker`,
-the Ray backend's remote handle (:class:`~trainguard.runner._ray.RayWorker`: inbox pipe, peaks
+the Ray backend's remote handle (:class:`~trainguard.runner.backends.ray.RayWorker`: inbox pipe, peaks
 that survive the trip, kills made next to the worker) talking to its pilot instead of an actor.
 
 A pilot that ends (scancel, preemption, its time limit, a failed node, Slurm's cgroup OOM) ends
@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.exceptions import ConfigError, WorkerCrashedError, missing
-from trainguard.runner._backend import BaseBackend, BaseWorker, WorkerSpec
-from trainguard.runner._ray import RayWorker
-from trainguard.runner._slurm_rules import (
+from trainguard.runner.backends.base import BaseBackend, BaseWorker, WorkerSpec
+from trainguard.runner.backends.ray import RayWorker
+from trainguard.runner.backends.slurm_rules import (
     PilotEnd,
     SlurmOptions,
     job_name_for,
@@ -413,7 +413,7 @@ class SlurmBackend(BaseBackend):
             self.cancelled_orphans.extend(orphans)
 
     def _submit_pilot(self) -> _PilotLink:
-        from trainguard.runner._slurm_pilot import Pilot
+        from trainguard.runner.backends.slurm_pilot import Pilot
 
         host = self.options.driver_host or socket.gethostname()
         index = len(self._links)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import psutil
 
 from trainguard.exceptions import ConfigError
-from trainguard.proctree import ProcessTree, statm_rss_bytes
+from trainguard.process.tree import ProcessTree, statm_rss_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def build_probes(spec: object, tree: ProcessTree) -> dict[str, ProbeFn]:
 
 
 def _builtins(tree: ProcessTree) -> dict[str, ProbeFn]:
-    """The built-in probes. The tree's memory is :class:`trainguard.proctree.ProcessTree`'s reading
+    """The built-in probes. The tree's memory is :class:`trainguard.process.tree.ProcessTree`'s reading
     (so a fork that has not called exec yet is charged what it owns, not its parent's pages again)."""
     pid = tree.root_pid
 

@@ -1,11 +1,11 @@
 """The node side of the Slurm backend: a pilot job that hosts guarded workers.
 
-A pilot is one Slurm job (submitted by :class:`~trainguard.runner._slurm.SlurmBackend` through
+A pilot is one Slurm job (submitted by :class:`~trainguard.runner.backends.slurm.SlurmBackend` through
 submitit). It connects back to the driver over TCP (``multiprocessing.connection``: an HMAC
 challenge with the run's random token before any byte is unpickled), says where it runs and whether
 the trial function loads there, and then is a node-local supervisor of up to ``slots`` workers:
-the Ray backend's :class:`~trainguard.runner._ray.SlotAgent`, the same code, starts each worker
-with the local backend's :func:`~trainguard.runner._local.start_local_worker`, samples its tree,
+the Ray backend's :class:`~trainguard.runner.backends.ray.SlotAgent`, the same code, starts each worker
+with the local backend's :func:`~trainguard.runner.backends.local.start_local_worker`, samples its tree,
 enforces the policy's limits and timeout next to it, kills and ends it, and hands over the
 worker's message bytes, samples, kills and exit, which the pilot forwards to the driver. The driver
 keeps the queue, the policy, retries and the store; a pilot never opens the store.
@@ -30,8 +30,8 @@ import sys
 import threading
 from typing import Any
 
-from trainguard.runner._backend import WorkerSpec
-from trainguard.runner._ray import SlotAgent, _probe_fn
+from trainguard.runner.backends.base import WorkerSpec
+from trainguard.runner.backends.ray import SlotAgent, _probe_fn
 
 __all__ = ["Pilot", "PilotAgent"]
 
