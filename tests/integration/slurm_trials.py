@@ -41,3 +41,18 @@ def staged(params, ctx):
         state = {"stage": stage + 1, "jobs": [*state["jobs"], os.environ.get("SLURM_JOB_ID")]}
         ctx.checkpoint(state)
     return state
+
+
+def slurm_oom(params):
+    """Play Slurm's cgroup OOM kill of this worker: slurmstepd's own line in the job's output (the
+    worker's stderr is the pilot's), then SIGKILL, as the kernel's OOM killer in the job's cgroup."""
+    import signal
+    import sys
+
+    print(
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=0.0. Some of your processes may "
+        "have been killed by the cgroup out-of-memory handler.",
+        file=sys.stderr,
+        flush=True,
+    )
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -233,6 +233,21 @@ def test_pre_timeout_signal_moves_a_staged_trial_to_another_pilot(slurm, tmp_pat
     assert queue("staged") == []
 
 
+def test_slurms_cgroup_oom_kill_of_a_worker_is_a_memory_kill(slurm, tmp_path):
+    """A worker SIGKILLed while its pilot's output holds slurmstepd's oom-kill line is recorded as
+    a memory kill, not a crash. This Slurm has no cgroup plugin (a container), so the trial writes
+    Slurm's line itself and is SIGKILLed; the classification path is the real one."""
+    with Runner(workers=1, backend="slurm", slurm=options(tmp_path), store=tmp_path / "s.db") as runner:
+        result = runner.map(ref("slurm_oom"), [{"x": 1}], name="oom")[0]
+        store = runner.store
+        worker = store.workers(store.get_run("oom").run_id)[0]
+    assert result.status == "failed" and result.error["status"] == "os_oom"
+    assert "Slurm's cgroup out-of-memory handler" in result.error["message"]
+    assert "Detected 1 oom-kill event(s)" in result.error["why"]
+    assert worker.reason == "os_oom"
+    assert queue("oom") == []
+
+
 # -- bad input --------------------------------------------------------------------------------------
 
 
