@@ -107,3 +107,12 @@ def test_sbatch_refusal_is_one_line_of_slurms_words():
     stderr = "sbatch: error: invalid partition specified: nope\nallocation failure: Invalid partition name specified\n"
     assert sbatch_refusal(stderr) == "invalid partition specified: nope; Invalid partition name specified"
     assert sbatch_refusal("") == "sbatch gave no reason"
+
+
+def test_each_worker_of_a_pilot_gets_its_share_of_the_jobs_gpus():
+    from trainguard.runner.backends.slurm_pilot import split_gpus
+
+    assert split_gpus("0,1,2,3", 2, 2) == ["0,1", "2,3"]
+    assert split_gpus("4,5", 2, 1) == ["4", "5"]
+    assert split_gpus("0", 2, 1) == ["0", None]  # fewer than asked: the rest keep the job's view
+    assert split_gpus(None, 2, 1) == [None, None] and split_gpus("0,1", 2, 0) == [None, None]
