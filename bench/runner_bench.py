@@ -309,7 +309,7 @@ def bench_runner_general(
     pool's recorded choices (workers, threads, early starts, budget events) from the store."""
     from trainguard.cli.show import POOL_EVENT_KINDS
     from trainguard.demo import TreeSampler, theil_sen_slope
-    from trainguard.probes.host import tree_memory
+    from trainguard.process import tree_memory
     from trainguard.runner import Runner
     from trainguard.store import Store
 
@@ -361,7 +361,7 @@ def bench_pool(trials: int, per_trial_timeout_s: float = 180.0, workers: int = 1
     import psutil
 
     from trainguard.demo import TreeSampler, theil_sen_slope
-    from trainguard.probes.host import tree_memory
+    from trainguard.process import tree_memory
 
     me = os.getpid()
     os.environ["KERAS_BACKEND"] = "tensorflow"  # inherited by the spawned children
@@ -548,7 +548,7 @@ def bench_ray(trials: int, timeout_s: float | None = None) -> dict[str, Any] | N
 def bench_overshoot(store: str, kills: int = 3) -> dict[str, Any]:
     """Kill overshoot: RSS at the kill minus the limit, from the Runner's record and a 200 Hz outside sampler."""
     from trainguard.demo import TreeSampler
-    from trainguard.probes.host import tree_memory
+    from trainguard.process import tree_memory
     from trainguard.runner import Policy, Runner
     from trainguard.store import Store
     from trainguard.units import parse_size

@@ -41,7 +41,7 @@ _LAZY = {
     "Timeline": "trainguard.process.sampler",
     "census": "trainguard.probes.census",
     "Census": "trainguard.probes.census",
-    "tree_memory": "trainguard.probes.host",
+    "tree_memory": "trainguard.process",
     "leakcheck": "trainguard.leaks",
     "LeakReport": "trainguard.leaks",
     "Runner": "trainguard.runner",
@@ -128,6 +128,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed 
     from trainguard.fitting import FitResult, find_batch_size, probing  # noqa: F401
     from trainguard.leaks import LeakReport, leakcheck  # noqa: F401
     from trainguard.probes.census import Census, census  # noqa: F401
-    from trainguard.probes.host import tree_memory  # noqa: F401
+    from trainguard.process import tree_memory  # noqa: F401
     from trainguard.process.sampler import Sampler, Timeline  # noqa: F401
     from trainguard.runner import Command, Device, Policy, Runner, Shrink, TrialResult  # noqa: F401

@@ -236,7 +236,7 @@ def run_measured_child(
     """
     import psutil
 
-    from trainguard.probes.host import tree_memory
+    from trainguard.process import tree_memory
 
     t0 = time.time()
     proc = subprocess.Popen(
@@ -323,7 +323,7 @@ def run_with_runner(
     ``on_trial`` is called as each trial finishes."""
     import psutil
 
-    from trainguard.probes.host import tree_memory
+    from trainguard.process import tree_memory
     from trainguard.runner import Runner
     from trainguard.store import Store
     from trainguard.workloads import keras_fit

@@ -15,34 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DoctorReport", "diagnose", "THREAD_VARIABLES", "MEMORY_VARIABLES", "detect_allocator"]
+from trainguard._envvars import MEMORY_VARIABLES, THREAD_VARIABLES
 
-#: Environment variables that set thread pools (BLAS/OpenMP pools, TensorFlow's two pools): what
-#: ``doctor`` reports and what a Runner sets in its workers.
-THREAD_VARIABLES = (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "BLIS_NUM_THREADS",
-    "TF_NUM_INTRAOP_THREADS",
-    "TF_NUM_INTEROP_THREADS",
-)
-#: Environment variables that change how frameworks and the allocator use memory.
-MEMORY_VARIABLES = (
-    "KERAS_BACKEND",
-    "CUDA_VISIBLE_DEVICES",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "TF_GPU_ALLOCATOR",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_ALLOCATOR",
-    "MALLOC_ARENA_MAX",
-    "MALLOC_TRIM_THRESHOLD_",
-    "LD_PRELOAD",
-)
+__all__ = ["DoctorReport", "diagnose", "THREAD_VARIABLES", "MEMORY_VARIABLES", "detect_allocator"]
 
 _ALLOCATORS = (("jemalloc", "jemalloc"), ("tcmalloc", "tcmalloc"), ("mimalloc", "mimalloc"))
 
@@ -147,6 +122,11 @@ def _cpu_quota(cgroup_path: str | None) -> float | None:
 
 
 def _warnings(r: dict[str, Any]) -> list[str]:
+    """What the report says to change, each with what to do instead: frameworks, GPUs, the host."""
+    return [*_framework_warnings(r), *_gpu_warnings(r), *_host_warnings(r)]
+
+
+def _framework_warnings(r: dict[str, Any]) -> list[str]:
     out: list[str] = []
     fw = r["frameworks"]
     keras_version = fw.get("keras")
@@ -180,6 +160,12 @@ def _warnings(r: dict[str, Any]) -> list[str]:
                 "trainguard run give each worker cores/workers threads (its default), or set "
                 "OMP_NUM_THREADS=<cores per worker>."
             )
+    return out
+
+
+def _gpu_warnings(r: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    fw = r["frameworks"]
     gpus = r["gpus"]
     deep = r.get("deep") or {}
     if fw.get("tensorflow") and gpus:
@@ -205,6 +191,13 @@ def _warnings(r: dict[str, Any]) -> list[str]:
             "PyTorch's CUDA caching allocator fragments when tensor sizes vary between trials. Instead: set "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (and scope() empties the cache between trials)."
         )
+    return out
+
+
+def _host_warnings(r: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    usable = r["cpus_usable"]
+    deep = r.get("deep") or {}
     if r["cgroup_limit_bytes"] is None:
         out.append(
             "No memory limit on this process's cgroup: a leak grows until the kernel's OOM killer ends some "

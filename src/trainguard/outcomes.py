@@ -10,8 +10,9 @@ keeps plain words, and a row read back compares equal to its member.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
 __all__ = [
@@ -204,43 +205,39 @@ WORKER_REASONS: dict[str, str] = {r.value: r.words for r in WorkerReason}
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """Why one attempt failed, as it crosses from the worker to the supervisor and into the store.
+    """Why one attempt failed, as it crosses from the worker (or the supervisor's view of its end)
+    into the store: ``status`` (an :class:`AttemptStatus`), ``message`` and whatever numbers the
+    cause carries (``type`` and ``traceback`` for an exception, ``limit_bytes``, ``signal``,
+    ``attempt``, ``worker_id``, ``ran_with``, ...), kept exactly as stored.
 
-    ``type`` and ``message`` are always there; ``traceback`` for an exception; ``extra`` holds the
-    numbers a cause carries (``limit_bytes``, ``signal``, ``peak_rss_bytes``, ...). A changed view of
-    a failure is a new record (:meth:`with_message`, :meth:`with_extra`), never an edit in place.
+    A changed view of a failure is a new record (:meth:`with_fields`, :meth:`with_message`), never an
+    edit in place: the attempt's row keeps what it was written with while the trial's row may say
+    more (an OOM give-up adds why no smaller size was tried).
     """
 
-    type: str
-    message: str
-    traceback: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+
+    @property
+    def status(self) -> str:
+        return str(self.fields.get("status") or "")
+
+    @property
+    def message(self) -> str:
+        return str(self.fields.get("message") or "")
+
+    def with_fields(self, **more: Any) -> Failure:
+        return Failure({**self.fields, **more})
 
     def with_message(self, message: str) -> Failure:
-        return Failure(self.type, message, self.traceback, dict(self.extra))
-
-    def with_extra(self, **extra: Any) -> Failure:
-        return Failure(self.type, self.message, self.traceback, {**self.extra, **extra})
+        return self.with_fields(message=message)
 
     def to_json(self) -> dict[str, Any]:
-        """The dict the store keeps (the keys of the release before this record: ``type``,
-        ``message``, ``traceback`` when there is one, then the extra numbers at the top level)."""
-        out: dict[str, Any] = {"type": self.type, "message": self.message}
-        if self.traceback is not None:
-            out["traceback"] = self.traceback
-        out.update(self.extra)
-        return out
+        """The dict the store keeps (the same keys, in the same order, as it was given)."""
+        return dict(self.fields)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Failure | None:
-        """The record of a stored failure dict (None stays None; unknown keys go to ``extra``)."""
-        if data is None:
-            return None
-        rest = {k: v for k, v in data.items() if k not in ("type", "message", "traceback")}
-        traceback = data.get("traceback")
-        return cls(
-            str(data.get("type", "")),
-            str(data.get("message", "")),
-            traceback if isinstance(traceback, str) else None,
-            rest,
-        )
+        return None if data is None else cls(data)

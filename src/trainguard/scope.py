@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainguard.exceptions import ConfigError, LeakError
 from trainguard.probes.census import CensusEntry
@@ -42,6 +42,9 @@ from trainguard.units import (
     parse_size,
     renamed_argument,
 )
+
+if TYPE_CHECKING:
+    from trainguard.process.watch import Watchdog
 
 __all__ = ["scope", "Scope", "ScopeReport", "Survivor"]
 
@@ -226,8 +229,7 @@ class _PeakWatcher:
         self._peaks: dict[int, int] = {}
         self._intervals: dict[int, float] = {}
         self._next_token = 0
-        self._stop: threading.Event | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: Watchdog | None = None
 
     def register(self, initial: int, interval_s: float) -> int:
         with self._lock:
@@ -236,11 +238,14 @@ class _PeakWatcher:
             self._peaks[token] = initial
             self._intervals[token] = interval_s
             if self._thread is None:
-                self._stop = threading.Event()
-                self._thread = threading.Thread(
-                    target=self._run, args=(self._stop,), name="trainguard-scope-peak", daemon=True
-                )
-                self._thread.start()
+                from trainguard.process.watch import Watchdog
+
+                self._thread = Watchdog(
+                    self._tick,
+                    self._interval_s,
+                    name="trainguard-scope-peak",
+                    what="the scope's peak watcher",
+                ).start()
             return token
 
     def observe(self, value: int) -> None:
@@ -254,22 +259,18 @@ class _PeakWatcher:
             peak = self._peaks.pop(token)
             self._intervals.pop(token, None)
             if not self._peaks and self._thread is not None:
-                assert self._stop is not None
-                self._stop.set()
+                self._thread.stop(timeout_s=0)  # its last tick may still run; it only raises peaks
                 self._thread = None
-                self._stop = None
             return peak
 
-    def _run(self, stop: threading.Event) -> None:
-        while True:
-            with self._lock:
-                interval = min(self._intervals.values(), default=0.05)
-            if stop.wait(interval):
-                return
-            try:
-                self.observe(_rss_bytes())
-            except Exception as err:  # pragma: no cover - /proc vanished
-                logger.debug("peak watcher read failed: %s", err)
+    def _interval_s(self) -> float:
+        # read without the lock: register() builds the watchdog while holding it
+        intervals = tuple(self._intervals.values())
+        return min(intervals, default=0.05)
+
+    def _tick(self) -> None:
+        """One watchdog pass: read this process's RSS, raise every active scope's peak."""
+        self.observe(_rss_bytes())
 
 
 _WATCHER = _PeakWatcher()

@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 
 import trainguard.keras  # noqa: E402
-from trainguard.probes.host import tree_memory  # noqa: E402
+from trainguard.process import tree_memory  # noqa: E402
 
 MiB = 2**20
 

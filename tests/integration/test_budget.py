@@ -14,7 +14,8 @@ import pytest
 
 from trainguard import Runner
 from trainguard.exceptions import ConfigError, TrainguardWarning
-from trainguard.probes.host import system_memory, tree_memory
+from trainguard.probes.host import system_memory
+from trainguard.process import tree_memory
 from trainguard.store import Store
 
 HERE = Path(__file__).parent

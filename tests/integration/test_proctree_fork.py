@@ -15,7 +15,7 @@ import time
 import pytest
 
 from trainguard import process as proctree
-from trainguard.probes.host import tree_memory
+from trainguard.process import tree_memory
 
 pytestmark = pytest.mark.skipif(not proctree.HAVE_PROC, reason="needs /proc")
 

@@ -111,35 +111,168 @@ def test_host_memory_is_a_deprecated_name_of_tree_memory():
     assert "use that" in str(caught[0].message)
 
 
-#: Functions in leaks/, runner/ and store/ allowed past 80 lines of code (docstrings not counted),
-#: each with the reason ARCHITECTURE.md gives ("Long functions").
-LONG_FUNCTIONS: set[str] = set()
+#: Functions allowed past 80 lines of code (docstrings not counted), each still to be split. The
+#: check covers every package and root module of src/trainguard; what is listed here is what the
+#: runner's split (issue 22) did not reach yet: the report's renderers wait for report/_data.py
+#: (typed data apart from rendering), the CLI's two long parsers and the others are next.
+LONG_FUNCTIONS: set[str] = {
+    "cli/run.py:register",
+    "cli/run.py:run",
+    "cli/show.py:_print_text",
+    "comparison.py:compare",
+    "fitting.py:find_batch_size",
+    "report/_compare.py:render_comparison",
+    "report/_leak.py:render_leak",
+    "report/_run.py:render_run",
+    "report/_svg.py:line_chart",
+}
+#: Classes allowed past 600 lines: the store, to be split by table.
+LONG_CLASSES: set[str] = {"store/_store.py:Store"}
 
 
-def _long_functions(limit: int = 80) -> list[str]:
-    found = []
-    for package in ("leaks", "runner", "store"):
-        for path in sorted((SRC / package).glob("*.py")):
-            tree = ast.parse(path.read_text())
-            for parent in ast.walk(tree):
-                for node in ast.iter_child_nodes(parent):
-                    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        continue
-                    body = node.body
-                    if (
-                        len(body) > 1
-                        and isinstance(body[0], ast.Expr)
-                        and isinstance(body[0].value, ast.Constant)
-                    ):
-                        body = body[1:]  # the docstring does not count
-                    lines = (node.end_lineno or node.lineno) - body[0].lineno + 1
+def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    body = node.body
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring does not count
+    return (node.end_lineno or node.lineno) - body[0].lineno + 1
+
+
+def _long_definitions(
+    src: Path = SRC, limit: int = 80, class_limit: int = 600
+) -> tuple[list[str], list[str]]:
+    functions, classes = [], []
+    for path in sorted(src.rglob("*.py")):
+        where = path.relative_to(src).as_posix()
+        tree = ast.parse(path.read_text())
+        for parent in ast.walk(tree):
+            for node in ast.iter_child_nodes(parent):
+                if isinstance(node, ast.ClassDef):
+                    if (node.end_lineno or node.lineno) - node.lineno + 1 > class_limit:
+                        classes.append(f"{where}:{node.name}")
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _code_lines(node) > limit:
                     owner = f"{parent.name}." if isinstance(parent, ast.ClassDef) else ""
-                    if lines > limit:
-                        found.append(f"{package}/{path.name}:{owner}{node.name}")
+                    functions.append(f"{where}:{owner}{node.name}")
+    return functions, classes
+
+
+def test_no_long_functions_or_classes_but_the_listed_ones():
+    functions, classes = _long_definitions()
+    assert set(functions) <= LONG_FUNCTIONS, "split these (no function over 80 lines of code)"
+    assert set(classes) <= LONG_CLASSES, "split these (no class over 600 lines)"
+    # a listed one that was split comes off the list
+    assert LONG_FUNCTIONS <= set(functions), LONG_FUNCTIONS - set(functions)
+    assert LONG_CLASSES <= set(classes), LONG_CLASSES - set(classes)
+
+
+def test_the_length_check_sees_nested_packages(tmp_path):
+    (tmp_path / "pkg" / "inner").mkdir(parents=True)
+    body = "\n".join(f"    x{i} = {i}" for i in range(81))
+    (tmp_path / "pkg" / "inner" / "mod.py").write_text(f'def long():\n    """Doc."""\n{body}\n')
+    (tmp_path / "pkg" / "inner" / "short.py").write_text(f'def fine():\n    """Doc."""\n{body[:-13]}\n')
+    assert _long_definitions(tmp_path) == (["pkg/inner/mod.py:long"], [])
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import a module can make at run time, inside functions too; those under
+    ``if TYPE_CHECKING:`` are for the type checker only and are left out."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append(child)
+            visit(child)
+
+    visit(tree)
     return found
 
 
-def test_no_long_functions_in_the_core_packages_but_the_documented_ones():
-    assert set(_long_functions()) <= LONG_FUNCTIONS, (
-        "split these, or give the reason in ARCHITECTURE.md and list them in LONG_FUNCTIONS"
+def _unit(path: Path, src: Path) -> str:
+    """The package a module belongs to (a root module is a unit of its own)."""
+    return path.relative_to(src).with_suffix("").parts[0]
+
+
+def _package_edges(src: Path = SRC) -> dict[tuple[str, str], list[str]]:
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(src.rglob("*.py")):
+        me = _unit(path, src)
+        for node in _runtime_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level or not node.module:
+                    continue
+                parts = node.module.split(".")
+                targets = [parts[1]] if len(parts) > 1 else [a.name for a in node.names]
+                if parts[0] != "trainguard":
+                    continue
+            else:
+                targets = [a.name.split(".")[1] for a in node.names if a.name.startswith("trainguard.")]
+            for other in targets:
+                known = (src / other).is_dir() or (src / f"{other}.py").is_file()
+                if other != me and known:
+                    edges.setdefault((me, other), []).append(f"{path.relative_to(src)}:{node.lineno}")
+    return edges
+
+
+def _cycle_edges(edges: dict[tuple[str, str], list[str]]) -> set[tuple[str, str]]:
+    """The edges that lie on a cycle: ``a -> b`` where ``b`` reaches ``a`` again."""
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph.get(node, ()))
+        return False
+
+    return {(a, b) for a, b in edges if reaches(b, a)}
+
+
+#: Edges still on a cycle, to be removed: the report reads the policy's defaults (to mark the
+#: values a run changed) and the leak statistics' slope (the growth per worker) itself, while the
+#: runner and the leak report hand themselves to it. They go with report/_data.py.
+KNOWN_CYCLE_EDGES = {("report", "runner"), ("report", "leaks"), ("runner", "report"), ("leaks", "report")}
+
+
+def test_no_import_cycle_between_packages_counting_imports_inside_functions():
+    edges = _package_edges()
+    on_cycles = _cycle_edges(edges)
+    new = {e: edges[e] for e in on_cycles - KNOWN_CYCLE_EDGES}
+    assert new == {}, "these imports close a cycle between packages"
+    assert KNOWN_CYCLE_EDGES <= on_cycles, (
+        f"no longer on a cycle, take off the list: {KNOWN_CYCLE_EDGES - on_cycles}"
     )
+
+
+def test_the_cycle_check_counts_imports_inside_functions_and_not_type_checking_ones(tmp_path):
+    for package in ("alpha", "beta"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "alpha" / "a.py").write_text("from trainguard.beta import thing\n")
+    (tmp_path / "beta" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trainguard.alpha import a\n"
+    )
+    assert _cycle_edges(_package_edges(tmp_path)) == set()
+    (tmp_path / "beta" / "c.py").write_text("def late():\n    from trainguard.alpha import a\n")
+    assert _cycle_edges(_package_edges(tmp_path)) == {("alpha", "beta"), ("beta", "alpha")}
+
+
+def test_the_backend_contract_is_public_and_its_docstring_is_the_contract():
+    from trainguard.runner import BaseBackend, BaseWorker
+    from trainguard.runner.backends.local import LocalBackend
+
+    assert issubclass(LocalBackend, BaseBackend)
+    doc = BaseBackend.__doc__ or ""
+    assert "The contract, for implementers" in doc
+    for name in ("start", "inbox", "send", "read", "kill", "wait", "end", "enforces_limits", "classify"):
+        assert name in doc, name
+        assert hasattr(BaseBackend, name) or hasattr(BaseWorker, name), name

@@ -136,7 +136,7 @@ class MemoryCallback(_keras.callbacks.Callback):
 
     @staticmethod
     def _rss() -> int:
-        from trainguard.probes.host import tree_memory
+        from trainguard.process import tree_memory
 
         return int(tree_memory(os.getpid()).rss_bytes)
 

@@ -131,7 +131,7 @@ class _Driver:
 
 
 def _read_tree(pid: int, metric: str) -> tuple[int, int]:
-    from trainguard.probes.host import tree_memory
+    from trainguard.process import tree_memory
 
     tree = tree_memory(pid, detail=metric in ("uss", "pss"))
     value = tree.rss_bytes if metric in ("auto", "rss") else getattr(tree, f"{metric}_bytes")

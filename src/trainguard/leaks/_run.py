@@ -220,7 +220,7 @@ class _Meter:
 
     def _host(self, *, extra: bool = False) -> tuple[int, tuple[int, ...], int | None]:
         """(the metric's bytes, the tree's pids, PSS of the tree when ``extra`` and metric auto)."""
-        from trainguard.probes.host import tree_memory
+        from trainguard.process import tree_memory
 
         if self.metric == "auto":
             # RSS is one statm read; PSS costs a smaps_rollup walk (26 ms for a TensorFlow process

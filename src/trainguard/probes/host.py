@@ -1,48 +1,22 @@
-"""Host memory probes: one process, a process tree, the system, and the container's cgroup.
+"""Host memory probes: the system and the container's cgroup.
 
-All functions are read-only and return frozen records whose field names carry their units.
-RSS is cheap (one ``/proc/PID/statm`` read); USS and PSS need ``/proc/PID/smaps_rollup`` and cost
-more, so they are read only when asked for (``detail=True``).
+All functions are read-only and return frozen records whose field names carry their units. A
+process tree's memory is :func:`trainguard.process.tree_memory` (the tree's own package).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 __all__ = [
-    "TreeMemory",
     "SystemMemory",
     "CgroupMemory",
-    "tree_memory",
     "system_memory",
     "cgroup_memory",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class TreeMemory:
-    """Memory of a process and all its live descendants, summed.
-
-    RSS summed over a tree counts shared pages (libraries, a file mapped by two) once per process, so
-    it overstates; PSS divides shared pages among their users and is the right sum for a tree. A
-    forked child that has not called exec is charged its private pages only (see
-    :func:`trainguard.process.fork_charge_bytes`), not its parent's pages a second time.
-    """
-
-    root_pid: int
-    pids: tuple[int, ...]
-    rss_bytes: int
-    uss_bytes: int | None = None
-    pss_bytes: int | None = None
-    children_rss_bytes: int = 0
-
-    @property
-    def process_count(self) -> int:
-        return len(self.pids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,58 +38,6 @@ class CgroupMemory:
     limit_bytes: int | None
     usage_bytes: int | None
     oom_kill_count: int | None = None
-
-
-def tree_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
-    """Memory of ``pid`` and its descendants (found and read by :mod:`trainguard.process`, from
-    ``/proc``). Processes that exit while being read are skipped.
-
-    Raises:
-        psutil.NoSuchProcess: the root process itself does not exist.
-    """
-    from trainguard import process as proctree
-
-    root = pid or os.getpid()
-    root_rss = proctree.statm_rss_bytes(root)
-    if root_rss is None:
-        raise psutil.NoSuchProcess(root)
-    pids: list[int] = [root]
-    rss = root_rss
-    uss = pss = 0
-    children_rss = 0
-    have_detail = detail
-    if detail:
-        rollup = proctree.smaps_rollup_bytes(root)
-        if rollup is None:
-            have_detail = False
-        else:
-            uss, pss = rollup.uss_bytes, rollup.pss_bytes
-    for child in proctree.descendants(root):
-        r = proctree.statm_rss_bytes(child)
-        if r is None:
-            continue
-        parent = proctree.unexeced_fork_parent(child)
-        if parent is not None:
-            # a fork not exec'd yet maps its parent's pages (a vfork shares them): not new memory
-            r = proctree.fork_charge_bytes(child, parent)
-        if detail and have_detail:
-            rollup = proctree.smaps_rollup_bytes(child)
-            if rollup is None:
-                have_detail = False
-            else:
-                uss += rollup.uss_bytes
-                pss += rollup.pss_bytes
-        pids.append(child)
-        rss += r
-        children_rss += r
-    return TreeMemory(
-        root_pid=root,
-        pids=tuple(pids),
-        rss_bytes=rss,
-        uss_bytes=uss if have_detail else None,
-        pss_bytes=pss if have_detail else None,
-        children_rss_bytes=children_rss,
-    )
 
 
 def system_memory() -> SystemMemory:

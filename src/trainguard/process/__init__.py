@@ -2,6 +2,7 @@
 
 - :mod:`~trainguard.process.tree`: find a root's processes and read their memory from ``/proc``;
   :class:`ProcessTree` is one tree read many times a second.
+- :mod:`~trainguard.process.memory`: a tree's memory summed once (:func:`tree_memory`).
 - :mod:`~trainguard.process.cgroup`: a cgroup v2 per tree, the subreaper fallback.
 - :mod:`~trainguard.process.kill`: ending a tree (cgroup, process group, every descendant).
 - :mod:`~trainguard.process.watch`: the one fixed-rate loop "read the tree -> check limits -> act"
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from trainguard.process.cgroup import TreeCgroup, become_subreaper, tracking_mechanisms
 from trainguard.process.kill import kill_descendants, kill_tree, signal_name
+from trainguard.process.memory import TreeMemory, tree_memory
 from trainguard.process.tree import (
     HAVE_PROC,
     PAGE_SIZE,
@@ -38,6 +40,8 @@ __all__ = [
     "unexeced_fork_parent",
     "fork_charge_bytes",
     "ProcessTree",
+    "TreeMemory",
+    "tree_memory",
     "TreeCgroup",
     "kill_tree",
     "kill_descendants",

@@ -15,6 +15,7 @@ from typing import Any
 from trainguard.exceptions import ConfigError
 from trainguard.process.probes import ProbeFn, build_probes
 from trainguard.process.tree import ProcessTree
+from trainguard.process.watch import Watchdog
 from trainguard.units import parse_duration
 
 __all__ = ["Marker", "Timeline", "Sampler"]
@@ -180,11 +181,11 @@ class Sampler:
         self._pool_n = 0
         self._t0 = time.monotonic()
         self._started_unix_s = time.time()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: Watchdog | None = None
         self._closed = False
         self._failed: set[str] = set()
         self._thread_cpu_s = 0.0
+        self._cpu0: float | None = None
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -201,7 +202,7 @@ class Sampler:
                 return self
             self._t0 = time.monotonic()
             self._started_unix_s = time.time()
-            self._thread = threading.Thread(target=self._run, name="trainguard-sampler", daemon=True)
+            self._thread = Watchdog(self._tick, self.interval_s, name="trainguard-sampler", what="sampling")
         self._record(self._read())
         self._thread.start()
         return self
@@ -213,9 +214,8 @@ class Sampler:
                 return
             self._closed = True
             thread = self._thread
-        self._stop.set()
         if thread is not None:
-            thread.join()
+            thread.stop(timeout_s=None)
             self._record(self._read())
         self._tree.close()
         self._flush_pool()
@@ -349,17 +349,9 @@ class Sampler:
                 self._pool_n = 0
                 self._append(t, vals)
 
-    def _run(self) -> None:
-        next_at = time.monotonic() + self.interval_s
-        cpu0 = time.thread_time()
-        while not self._stop.is_set():
-            delay = next_at - time.monotonic()
-            if delay > 0 and self._stop.wait(delay):
-                break
-            self._record(self._read())
-            self._thread_cpu_s = time.thread_time() - cpu0
-            next_at += self.interval_s
-            now = time.monotonic()
-            if next_at < now:  # fell behind (suspended, overloaded): skip rather than burst
-                next_at = now + self.interval_s
-        self._thread_cpu_s = time.thread_time() - cpu0
+    def _tick(self) -> None:
+        """One watchdog pass (its thread): read the probes into the timeline, and the thread's CPU."""
+        if self._cpu0 is None:
+            self._cpu0 = time.thread_time()
+        self._record(self._read())
+        self._thread_cpu_s = time.thread_time() - self._cpu0

@@ -7,19 +7,21 @@ argument is a one-line ``ConfigError`` before any worker starts or anything is s
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainguard.doctor import THREAD_VARIABLES
+from trainguard._envvars import THREAD_VARIABLES
 from trainguard.exceptions import ConfigError, TrialError
+from trainguard.runner._config import RunConfig
 from trainguard.runner._fnref import prepare
 from trainguard.runner.backends.base import BaseBackend
 from trainguard.runner.backends.local import LocalBackend
 from trainguard.runner.policy import Policy
-from trainguard.runner.session._loop import RunProgress, Session, SessionConfig, TrialResult, default_run_name
+from trainguard.runner.session import RunProgress, Session, TrialResult, default_run_name
 from trainguard.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ KERAS_BACKENDS = {
     "numpy": "numpy",
     "openvino": "openvino",
 }
+
+logger = logging.getLogger(__name__)
 
 #: Variables that cap a worker's threads: the list ``doctor`` reports.
 THREAD_ENV_VARS = THREAD_VARIABLES
@@ -343,6 +347,23 @@ def _worker_env(
     return base_env, thread_vars
 
 
+def run_environment() -> dict[str, Any] | None:
+    """Where this session runs (doctor's summary, host name), stored for reports; ~15 ms, no framework."""
+    import platform
+
+    from trainguard import __version__
+    from trainguard.doctor import diagnose
+
+    try:
+        env = diagnose().to_dict()
+    except Exception:  # noqa: BLE001 - a report's context must never stop a run
+        logger.debug("could not read the environment for the store", exc_info=True)
+        return None
+    env["hostname"] = platform.node()
+    env["trainguard"] = __version__
+    return env
+
+
 class Runner:
     """Runs a function over many params in supervised worker processes that are recycled by policy.
 
@@ -494,7 +515,7 @@ class Runner:
         self._owns_store = False
         self._session: Session | None = None
         self._last_run: str | None = None
-        self._config = SessionConfig(
+        self._config = RunConfig(
             workers=max_workers,
             threads=per_worker,
             memory_budget_bytes=budget,
@@ -515,22 +536,11 @@ class Runner:
             max_result_bytes=int(result_cap),
             tree_tracking=tree_tracking,
             seed=seed,
-            worker_config={
-                "threads": per_worker,
-                "memory_budget": budget,
-                "workers_auto": auto,
-                "keras_backend": keras_backend,
-                "allocator": allocator_path,
-                "malloc_trim_threshold": trim,
-                "preload": list(preload),
-                "gpus": list(gpu_slots) if gpu_slots is not None else None,
-                "cleanup": bool(cleanup),
-                "tf_custom_gradients": tf_custom_gradients,
-                "sample_interval_s": float(interval),
-                "max_result_bytes": int(result_cap),
-                "tree_tracking": tree_tracking,
-                "device": device.worker_settings() if device is not None else None,
-            },
+            keras_backend=keras_backend,
+            allocator=allocator_path,
+            malloc_trim_threshold=trim,
+            tf_custom_gradients=tf_custom_gradients,
+            device=device.worker_settings() if device is not None else None,
         )
 
     # -- store ------------------------------------------------------------------------------------
@@ -610,7 +620,15 @@ class Runner:
             bind_run(name)
         self._backend.check(fn=spec, policy=self.policy, slots=self._config.workers, data=data)
         session = Session(
-            self._config, self.policy, store, spec, params, name, data=data, backend=self._backend
+            self._config,
+            self.policy,
+            store,
+            spec,
+            params,
+            name,
+            data=data,
+            backend=self._backend,
+            environment=run_environment,
         )
         return self._drive(session)
 

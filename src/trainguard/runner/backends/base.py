@@ -1,37 +1,14 @@
 """The backend interface: where and how a supervised worker process runs.
 
-A :class:`~trainguard.runner.session._loop.Session` owns the run: the queue, the policy's decisions,
+A session (``runner/session/``) owns the run: the queue, the policy's decisions,
 retries and the store (its only writer). It asks a backend for worker processes and talks to each
-through a :class:`BaseWorker` handle, and nothing else; so the local backend (``_local.py``, workers
-as child processes of the supervisor) and the Ray backend (``_ray.py``, each worker hosted by a Ray
+through a :class:`BaseWorker` handle, and nothing else; so the local backend (``backends/local.py``, workers
+as child processes of the supervisor) and the Ray backend (``backends/ray.py``, each worker hosted by a Ray
 actor on some node of a cluster) share the policy, the store and every decision. A third engine
 (a SLURM job per slot, say) implements these two classes and touches neither.
 
-The contract, for implementers:
-
-- :meth:`BaseBackend.start` starts one worker process from a :class:`WorkerSpec` and returns at
-  once (the worker says ``ready`` through the inbox when it has started).
-- :attr:`BaseWorker.inbox` is what the session's loop waits on: an object with ``fileno()`` (a
-  file descriptor that becomes readable when there is something to read) and ``read()``, which
-  returns the complete worker messages available now (parsed and checked by
-  :func:`~trainguard.runner._protocol.parse_message`), raises ``EOFError`` once the worker is gone
-  and nothing is left, and ``ProtocolError`` when the worker sent something that is not a message.
-- :meth:`BaseWorker.send` delivers a supervisor message (``fn``, ``trial``, ``exit``,
-  ``stage_reply``) or raises ``OSError`` when the worker is gone.
-- :meth:`BaseWorker.read` is one reading of the worker's whole process tree (RSS, and USS when
-  asked) from outside the worker; the session's sampler thread calls it at its interval. A backend
-  whose worker runs elsewhere returns the highest reading taken there since the last call, so
-  peaks survive the trip.
-- :meth:`BaseWorker.kill` ends the worker's whole tree now; :meth:`BaseWorker.wait` waits for the
-  worker to be gone; :meth:`BaseWorker.end` makes sure it and everything it started are gone and
-  releases what the handle holds.
-- Limits: when :attr:`BaseWorker.enforces_limits` is False the session checks the policy's hard
-  limits on every reading and calls :meth:`kill`; when True, something next to the worker does
-  (at the same interval, with the same :func:`~trainguard.runner.policy.check_limits`) and
-  reports its decision as :attr:`BaseWorker.kill_decision`.
-- :meth:`BaseWorker.classify` says why the worker ended, in words, as an
-  :class:`~trainguard.runner.policy.EndCause`; a backend that knows more than the exit status
-  (a lost node) says so there.
+Public as ``from trainguard.runner import BaseBackend, BaseWorker``; the contract is
+:class:`BaseBackend`'s docstring.
 """
 
 from __future__ import annotations
@@ -150,7 +127,35 @@ class BaseWorker(ABC):
 
 
 class BaseBackend(ABC):
-    """Starts workers. One backend object serves one Runner (all its sessions)."""
+    """Starts workers. One backend object serves one Runner (all its sessions); pass one as
+    ``Runner(backend=MyBackend())``.
+
+    The contract, for implementers:
+
+    - :meth:`BaseBackend.start` starts one worker process from a :class:`WorkerSpec` and returns at
+      once (the worker says ``ready`` through the inbox when it has started).
+    - :attr:`BaseWorker.inbox` is what the session's loop waits on: an object with ``fileno()`` (a
+      file descriptor that becomes readable when there is something to read) and ``read()``, which
+      returns the complete worker messages available now (parsed and checked by
+      :func:`~trainguard.runner._protocol.parse_message`), raises ``EOFError`` once the worker is gone
+      and nothing is left, and ``ProtocolError`` when the worker sent something that is not a message.
+    - :meth:`BaseWorker.send` delivers a supervisor message (``fn``, ``trial``, ``exit``,
+      ``stage_reply``) or raises ``OSError`` when the worker is gone.
+    - :meth:`BaseWorker.read` is one reading of the worker's whole process tree (RSS, and USS when
+      asked) from outside the worker; the session's sampler thread calls it at its interval. A backend
+      whose worker runs elsewhere returns the highest reading taken there since the last call, so
+      peaks survive the trip.
+    - :meth:`BaseWorker.kill` ends the worker's whole tree now; :meth:`BaseWorker.wait` waits for the
+      worker to be gone; :meth:`BaseWorker.end` makes sure it and everything it started are gone and
+      releases what the handle holds.
+    - Limits: when :attr:`BaseWorker.enforces_limits` is False the session checks the policy's hard
+      limits on every reading and calls :meth:`kill`; when True, something next to the worker does
+      (at the same interval, with the same :func:`~trainguard.runner.policy.check_limits`) and
+      reports its decision as :attr:`BaseWorker.kill_decision`.
+    - :meth:`BaseWorker.classify` says why the worker ended, in words, as an
+      :class:`~trainguard.runner.policy.EndCause`; a backend that knows more than the exit status
+      (a lost node) says so there.
+    """
 
     #: the name users pass as ``Runner(backend=...)``
     name: str = ""

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainguard.exceptions import ConfigError, missing
+from trainguard.process.watch import Schedule
 from trainguard.runner._protocol import MessageReader
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
 from trainguard.runner.policy import EndCause, KillDecision, Policy, check_limits, classify_end
@@ -235,11 +236,13 @@ class SlotAgent:
                 self._cond.notify_all()
 
     def _loop(self) -> None:
-        next_sample = time.monotonic()
+        # the watchdog's schedule (trainguard.process.watch), driven from this select loop because
+        # the agent also waits on its workers' pipes
+        schedule = Schedule(self.interval_s, start_now=True)
         while not self._stop.is_set():
             with self._lock:
                 live = {h.fd: h for h in self._hosted.values() if not h.ended}
-            delay = max(0.0, next_sample - time.monotonic())
+            delay = schedule.delay()
             if live:
                 try:
                     readable, _, _ = select.select(list(live), [], [], delay)
@@ -253,10 +256,7 @@ class SlotAgent:
                     self._read(live[fd])
                 except Exception:  # noqa: BLE001 - one worker's fault must not stop the agent
                     logger.exception("agent of slot %d: reading a worker failed", self.slot)
-            if time.monotonic() >= next_sample:
-                next_sample += self.interval_s
-                if next_sample < time.monotonic():
-                    next_sample = time.monotonic() + self.interval_s
+            if schedule.due():
                 try:
                     self._sample()
                 except Exception:  # noqa: BLE001 - the sampler must outlive any one bad reading

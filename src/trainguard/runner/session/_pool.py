@@ -1,20 +1,53 @@
-"""The pool's shape during a run: how many workers, how many threads each, and the memory budget.
+"""The pool: the session's worker records, their slots, spares, reservations and budget kills, and
+the pool's shape (how many workers, how many threads each, under the memory budget).
 
-The decisions are the pure functions of :mod:`trainguard.runner.policy` (``budget_workers``,
-``decide_budget``, ``should_prestart``, ``choose_threads``); this module keeps what they are fed
-(per-trial peaks of fresh workers, trial durations by thread count) for one session, and says what
-changed so the supervisor can record it with its reason.
+:class:`Pool` owns the worker records (the sampler thread reads and marks them under its lock) and
+starts, retires and reaps workers through the backend. :class:`PoolPlanner` keeps what the pure
+decisions of :mod:`trainguard.runner.policy` (``budget_workers``, ``decide_budget``,
+``should_prestart``, ``choose_threads``) are fed (per-trial peaks of fresh workers, trial durations
+by thread count) and says what changed, so that it is recorded with its reason.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainguard.runner.policy import BudgetDecision, budget_workers, choose_threads
+from trainguard import process
+from trainguard.exceptions import ConfigError, WorkerCrashedError
+from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES
+from trainguard.runner.backends.base import WorkerSpec
+from trainguard.runner.policy import (
+    BudgetDecision,
+    KillDecision,
+    RecycleDecision,
+    WorkerHistory,
+    budget_workers,
+    choose_budget_kill,
+    choose_threads,
+    decide_budget,
+    next_peak_estimate,
+    recycle_expected_soon,
+    should_prestart,
+)
+from trainguard.runner.session._records import WorkerRecord
+from trainguard.runner.session._results import WorkerProgress
+from trainguard.units import format_bytes
 
-__all__ = ["PoolPlanner", "ThreadChoice"]
+if TYPE_CHECKING:
+    from trainguard.runner._config import RunConfig
+    from trainguard.runner.backends.base import BaseBackend
+    from trainguard.runner.policy import BudgetKill, Policy
+    from trainguard.runner.session._recorder import Recorder
+
+__all__ = ["Pool", "PoolPlanner", "ThreadChoice"]
+
+logger = logging.getLogger(__name__)
 
 #: trials (after each worker's first) measured per thread count before the choice is made
 THREAD_SAMPLES = 3
@@ -169,3 +202,430 @@ class PoolPlanner:
             "fresh_peak_bytes": self.fresh_peak_bytes,
             "threads_chosen": dict(self.threads.chosen),
         }
+
+
+class Pool:
+    """The worker records of one session and what is done to them: start, reserve, retire, reap.
+
+    Thread safety: the loop's thread changes the set of workers and their states; the sampler
+    thread reads them and marks kills; both hold :attr:`lock` for that. Store writes go through the
+    recorder, from the loop's thread only.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: RunConfig,
+        policy: Policy,
+        backend: BaseBackend,
+        recorder: Recorder,
+        fn_kind: str,
+        private: bool,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.backend = backend
+        self.recorder = recorder
+        self.fn_kind = fn_kind
+        #: shared data in use: each worker is charged its private memory (USS) wherever RSS is used
+        self.private = private
+        self.lock = threading.Lock()
+        self.workers: list[WorkerRecord] = []
+        self.next_worker_id = 0
+        self.recycles_by_slot: dict[int, int] = {}
+        self.capture_dir: str | None = None
+        self.planner = PoolPlanner(
+            max_workers=config.workers,
+            budget_bytes=config.memory_budget_bytes,
+            cores=config.cores,
+            threads=None if config.threads_chosen else config.threads,
+        )
+        self.no_prestart = False  # a replacement started early was killed at the budget
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def busy(self) -> bool:
+        return any(w.state == "busy" for w in self.workers)
+
+    def live(self) -> list[WorkerRecord]:
+        return [w for w in self.workers if w.state not in ("dead", "exiting")]
+
+    def reserved(self, exclude: WorkerRecord | None = None) -> float:
+        """What the live workers hold or are expected to reach, against the memory budget: the
+        predicted peak of a running trial (or more, as sampled), the RSS of an idle worker, and the
+        measured peak of a fresh worker's trial for a worker not ready yet."""
+        total = 0.0
+        fresh = float(self.planner.fresh_peak_bytes or 0)
+        with self.lock:
+            workers = [w for w in self.workers if w.state != "dead" and w is not exclude]
+            for w in workers:
+                current = float(w.cur_rss or 0)
+                if w.state == "busy":
+                    total += max(w.reserved_bytes or 0.0, current, float(w.trial_peak_rss))
+                elif w.spare:
+                    total += max(current, float(self.planner.spare_bytes or 0) if w.state != "idle" else 0.0)
+                elif w.trials_done == 0:
+                    total += max(current, fresh)
+                else:
+                    total += current
+        return total
+
+    def progress(self) -> tuple[tuple[WorkerProgress, ...], int]:
+        """The live workers as progress displays show them, and the recycles so far."""
+        with self.lock:
+            workers = tuple(
+                WorkerProgress(
+                    w.worker_id,
+                    w.slot,
+                    w.handle.pid,
+                    w.state,
+                    w.cur_rss,
+                    w.trials_done,
+                    w.trial.index if w.trial else None,
+                    self.recycles_by_slot.get(w.slot, 0),
+                )
+                for w in self.workers
+                if w.state != "dead"
+            )
+            return workers, sum(self.recycles_by_slot.values())
+
+    def history(self, worker: WorkerRecord, *, with_supervisor: bool = True) -> WorkerHistory:
+        return WorkerHistory(
+            worker.trials_done,
+            tuple(worker.rss_after),
+            tuple(worker.peaks),
+            self.supervisor_rss() if with_supervisor else 0,
+        )
+
+    def supervisor_rss(self) -> int:
+        """This process's own RSS, when the policy's budget counts it (0 otherwise: not read)."""
+        if not self.policy.budget_counts_supervisor:
+            return 0
+        return process.statm_rss_bytes(os.getpid()) or 0  # None (unreadable): the worker alone
+
+    def read_tree(
+        self, worker: WorkerRecord, *, uss: bool = False, rediscover: bool = False
+    ) -> tuple[int, int | None] | None:
+        """One reading of a worker's tree, or None; a failed reading is logged and skipped, since
+        losing a sample is harmless and a sampler fault must never end the run or its other workers."""
+        try:
+            if not self.private:
+                return worker.handle.read(uss=uss, rediscover=rediscover)
+            reading = worker.handle.read(uss=True, rediscover=rediscover)
+            if reading is None or reading[1] is None:
+                return reading
+            return reading[1], reading[1]
+        except Exception:  # noqa: BLE001 - see above
+            logger.exception("reading the memory of worker %d failed; reading skipped", worker.worker_id)
+            return None
+
+    # -- starting ---------------------------------------------------------------------------------
+
+    def maintain(self, needed: int) -> None:
+        """Start (or promote a spare to) workers until ``needed`` are live, as the budget allows."""
+        needed = min(self.planner.target, needed)
+        live = [w for w in self.live() if not w.spare]
+        used_slots = {w.slot for w in self.live()}
+        while len(live) < needed:
+            spare = next((w for w in self.live() if w.spare), None)
+            if spare is not None:
+                with self.lock:
+                    spare.spare = False
+                    if self.config.gpu_slots is None:  # its slot label: the lowest free one
+                        spare.slot = next(
+                            s for s in range(len(self.workers) + 1) if s not in used_slots - {spare.slot}
+                        )
+                live.append(spare)
+                used_slots.add(spare.slot)
+                continue
+            if self.planner.budgeted and live:
+                fresh = self.planner.fresh_peak_bytes
+                if fresh is None or self.reserved() + fresh > (self.planner.budget_bytes or 0):
+                    break  # no room for another fresh worker's trial now
+            slot = next(s for s in range(len(self.workers) + self.config.workers + 1) if s not in used_slots)
+            live.append(self.start_worker(slot))
+            used_slots.add(slot)
+
+    def start_worker(self, slot: int, *, preload: tuple[str, ...] = (), spare: bool = False) -> WorkerRecord:
+        env = dict(self.config.base_env)
+        concurrency = self.planner.target
+        threads = self.planner.threads.for_new_worker(concurrency, [w.threads for w in self.live()])
+        for var in self.config.thread_vars:
+            env[var] = str(threads)
+        bootstrap = self.config.bootstrap(threads=threads, preload=preload)
+        if self.config.gpu_slots is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.config.gpu_slots[slot % len(self.config.gpu_slots)]
+        spec = WorkerSpec(
+            worker_id=self.next_worker_id,
+            slot=slot,
+            env=env,
+            bootstrap=bootstrap,
+            fn_kind="node" if self.fn_kind == "node" else "python",
+            max_message_bytes=self.config.max_result_bytes + MESSAGE_OVERHEAD_BYTES,
+            tree_tracking=self.config.tree_tracking,
+            capture_dir=self.capture_dir,
+            detail={"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {},
+        )
+        handle = self.backend.start(spec)
+        worker = WorkerRecord(
+            worker_id=spec.worker_id,
+            slot=slot,
+            handle=handle,
+            started_mono=time.monotonic(),
+            spare=spare,
+            threads=threads,
+            concurrency=concurrency,
+        )
+        self.next_worker_id += 1
+        with self.lock:
+            self.workers.append(worker)
+        self.recorder.start_worker(
+            worker.worker_id,
+            handle.pid,
+            {
+                "slot": slot,
+                "tree_tracking": handle.tracking,
+                **handle.where,
+                **spec.detail,
+                "threads": threads,
+                "workers_at_start": concurrency,
+                **({"spare": True, "preload": bootstrap["preload"]} if spare else {}),
+            },
+        )
+        logger.debug("started worker %d (pid %d) in slot %d", worker.worker_id, handle.pid, slot)
+        return worker
+
+    def check_starting(self) -> None:
+        """A worker not ready after ``start_timeout`` is killed and stops the run (its import hangs)."""
+        timeout = self.config.start_timeout_s
+        now = time.monotonic()
+        for worker in self.workers:
+            if worker.state in ("starting", "loading") and now - worker.started_mono > timeout:
+                worker.handle.kill()
+                self.recorder.event(
+                    "kill",
+                    f"worker {worker.worker_id} killed: not ready after {timeout:g} s ({worker.state})",
+                    data={"start_timeout_s": timeout, "state": worker.state},
+                    worker=worker,
+                )
+                raise WorkerCrashedError(
+                    f"worker {worker.worker_id} was not ready after {timeout:g} s "
+                    "(preload or fn import too slow or stuck): raise start_timeout or check the import",
+                    pid=worker.handle.pid,
+                )
+
+    # -- the memory budget ------------------------------------------------------------------------
+
+    def budget_check(self, worker: WorkerRecord) -> bool:
+        """Under a memory budget, whether ``worker`` may start its next trial now; it may be
+        recycled, retired or kept waiting instead (each recorded with its reason)."""
+        if not self.planner.budgeted:
+            return True
+        predicted = next_peak_estimate(self.policy, self.history(worker, with_supervisor=False))
+        decision = decide_budget(
+            self.planner.budget_bytes or 0,
+            predicted_peak_bytes=predicted,
+            others_reserved_bytes=self.reserved(exclude=worker),
+            fresh_peak_bytes=self.planner.fresh_peak_bytes,
+            others_busy=any(w.state == "busy" for w in self.workers if w is not worker),
+        )
+        if decision.action == "run":
+            worker.reserved_bytes = decision.values["predicted_peak_bytes"]
+            worker.waited = False
+            return True
+        if decision.action == "wait":
+            if not worker.waited:
+                worker.waited = True
+                self.recorder.event(
+                    "budget_wait",
+                    f"worker {worker.worker_id} waits: {decision.message}",
+                    data=decision.values,
+                    worker=worker,
+                )
+            return False
+        if decision.action == "over_budget":
+            self.recorder.event("budget_too_small", decision.message, data=decision.values, worker=worker)
+            raise ConfigError(decision.message)
+        rule = "budget" if decision.action == "recycle" else "budget_fewer_workers"
+        self.retire(worker, RecycleDecision(rule, decision.values, decision.message))
+        return False
+
+    def kill_over_budget(self, budget: int) -> int:
+        """The memory budget as a hard bound (sampler thread): when this sample of every worker tree
+        sums over it, kill the worker :func:`choose_budget_kill` names at once; the loop records it,
+        lowers the concurrency and runs its trial again. Returns the sum."""
+        now = time.monotonic()
+        with self.lock:
+            total = sum(w.cur_rss or 0 for w in self.workers if w.state != "dead")
+            # a worker already killed, or told to exit and being reaped, frees its memory anyway
+            counted = [w for w in self.workers if w.state not in ("dead", "exiting") and w.kill is None]
+            candidates = [
+                (w.worker_id, w.cur_rss or 0, None if w.trial is None else now - w.trial.started_mono)
+                for w in counted
+            ]
+        choice = choose_budget_kill(budget, candidates)
+        if choice is None:
+            return total
+        with self.lock:
+            worker = next(w for w in counted if w.worker_id == choice.worker_id)
+            if worker.state in ("dead", "exiting") or worker.kill is not None:
+                return total
+            worker.kill = KillDecision("killed_budget", budget, choice.values["sum_bytes"], choice.message)
+            worker.budget_kill = choice
+        worker.handle.kill()
+        logger.info("worker %d: %s", worker.worker_id, choice.message)
+        return total
+
+    def after_budget_kill(self, worker: WorkerRecord, choice: BudgetKill) -> None:
+        """Fewer workers from now on after ``worker`` was killed at the budget (or, for a spare,
+        no more replacements started early); each change recorded with its reason."""
+        budget = self.planner.budget_bytes or 0
+        if worker.spare:
+            self.no_prestart = True
+            self.recorder.event(
+                "workers",
+                f"no replacement is started early from now on: worker {worker.worker_id}, started early, "
+                "was killed at the memory budget",
+                data=choice.values,
+                worker=worker,
+            )
+            return
+        others = sum(1 for w in self.live() if w is not worker and not w.spare and w.kill is None)
+        change = self.planner.lower_after_kill(
+            others,
+            f"worker {worker.worker_id} was killed at the memory budget (the workers' trees summed "
+            f"{format_bytes(choice.values['sum_bytes'])}, budget {format_bytes(budget)})",
+        )
+        if change is not None:
+            self.recorder.event("workers", change.message, data=change.values, worker=worker)
+
+    # -- after a trial ----------------------------------------------------------------------------
+
+    def plan_after_trial(self, worker: WorkerRecord, peak: int, rss_after: int, duration_s: float) -> None:
+        """Feed one good trial to the planner: a fresh worker's first peak sizes the pool under a
+        budget; timed trials choose threads per worker. Changes are recorded with their reasons."""
+        if worker.trials_done == 1:
+            change = self.planner.first_trial_done(peak, rss_after)
+            if change is not None:
+                self.recorder.event("workers", change.message, data=change.values, worker=worker)
+            return
+        choice = self.planner.threads.observe(worker.concurrency, worker.threads, duration_s)
+        if choice is not None:
+            self.recorder.event("threads", choice.message, data=choice.values, worker=worker)
+
+    def maybe_prestart(self, worker: WorkerRecord, stats: dict[str, Any]) -> None:
+        """Under a budget with room, start the replacement of a worker expected to be recycled
+        soon, importing the frameworks its trials use, so the recycle costs no import."""
+        if not self.planner.budgeted or self.no_prestart or any(w.spare for w in self.live()):
+            return
+        if self.backend.name != "local":
+            return  # a spare is a worker beyond the slots a remote backend was opened with
+        if not recycle_expected_soon(self.policy, self.history(worker)):
+            return
+        decision = should_prestart(
+            self.planner.budget_bytes or 0,
+            reserved_bytes=self.reserved(),
+            spare_bytes=self.planner.spare_bytes,
+            recycle_expected=True,
+        )
+        if decision is None:
+            return
+        if decision.action == "no_room":
+            if not worker.prestart_said:  # said once per worker
+                worker.prestart_said = True
+                self.recorder.event(
+                    "prestart",
+                    f"worker {worker.worker_id}: {decision.message}",
+                    data=decision.values,
+                    worker=worker,
+                )
+            return
+        frameworks = tuple(f for f in stats.get("frameworks") or () if isinstance(f, str))
+        spare = self.start_worker(worker.slot + self.config.workers, preload=frameworks, spare=True)
+        self.recorder.event(
+            "prestart",
+            f"worker {spare.worker_id} started early to replace worker {worker.worker_id}: {decision.message}",
+            data={**decision.values, "preload": list(frameworks), "replaces": worker.worker_id},
+            worker=spare,
+        )
+
+    # -- ending -----------------------------------------------------------------------------------
+
+    def retire(self, worker: WorkerRecord, decision: RecycleDecision) -> None:
+        with self.lock:
+            worker.state = "exiting"
+            self.recycles_by_slot[worker.slot] = self.recycles_by_slot.get(worker.slot, 0) + 1
+        try:
+            worker.handle.send({"op": "exit"})
+        except OSError:
+            pass
+        self.recorder.end_worker(
+            worker,
+            "recycled",
+            {"rule": decision.rule, "why": decision.message, "trials": worker.trials_done, **decision.values},
+        )
+        logger.info("worker %d recycled: %s", worker.worker_id, decision.message)
+        self.recorder.event(
+            "recycle",
+            f"worker {worker.worker_id} recycled after {worker.trials_done} "
+            f"trial{'s' if worker.trials_done != 1 else ''}: {decision.message}",
+            data={"rule": decision.rule, "trials": worker.trials_done, **decision.values},
+            worker=worker,
+        )
+        # wait for it to be gone before a replacement starts: its memory must be free first
+        self.reap(worker, grace_s=10.0)
+
+    def reap(self, worker: WorkerRecord, grace_s: float) -> int | None:
+        rc, killed = worker.handle.end(grace_s)
+        if killed:
+            try:
+                self.recorder.event(
+                    "kill",
+                    f"worker {worker.worker_id} killed: still running {grace_s:g} s after it was told to exit",
+                    data={"grace_s": grace_s, "state": worker.state},
+                    worker=worker,
+                )
+            except Exception:  # noqa: BLE001 - reaping must finish even if the store cannot be written
+                logger.exception("could not record the kill of worker %d", worker.worker_id)
+        with self.lock:
+            worker.state = "dead"
+        return rc
+
+    def shutdown(self, status: str) -> None:
+        """End every worker still there (a busy one is killed) and record each end."""
+        for worker in self.workers:
+            if worker.state == "dead":
+                continue
+            interrupted = worker.state == "busy"
+            if interrupted:
+                worker.handle.kill()
+                try:
+                    index = worker.trial.index if worker.trial is not None else None
+                    self.recorder.event(
+                        "kill",
+                        f"worker {worker.worker_id} killed in trial {index}: the run was {status}",
+                        data={"run_status": status},
+                        worker=worker,
+                        index=index,
+                    )
+                except Exception:  # noqa: BLE001 - shutting down must reach every worker
+                    logger.exception("could not record the kill of worker %d", worker.worker_id)
+            elif worker.state != "exiting":
+                try:
+                    worker.handle.send({"op": "exit"})
+                except OSError:
+                    pass
+            detail: dict[str, Any] = {"trials": worker.trials_done}
+            if interrupted:
+                detail["message"] = "stopped in the middle of a trial"
+            try:
+                self.recorder.end_worker(worker, "shutdown", detail)
+            except Exception:  # noqa: BLE001 - shutting down must reach every worker
+                logger.exception("could not record the end of worker %d", worker.worker_id)
+            self.reap(worker, grace_s=3.0)
+        try:
+            used = [(w.concurrency, w.threads) for w in self.workers]
+            for message in self.planner.threads.unresolved(used):
+                self.recorder.event("threads", message)
+        except Exception:  # noqa: BLE001 - shutting down must reach every worker
+            logger.exception("could not record the thread choice")

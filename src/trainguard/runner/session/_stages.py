@@ -1,6 +1,8 @@
 """Supervisor side of staged trials and shared data: where checkpoints live, what a dispatch tells
-the worker about them, and what is recorded. Kept apart from the supervisor's loop, which calls it
-at a few points (dispatch, a ``stage`` message, a trial's end, shutdown)."""
+the worker about them, whether a worker goes on after a checkpoint, and what is recorded.
+
+:class:`Stages` owns the run's checkpoint folders and the per-worker stage series; the loop calls
+it at a few points (dispatch, a ``stage`` message, a ``staged`` result, a trial's end, shutdown)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,19 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trainguard.runner.policy import RecycleDecision, WorkerHistory, decide_stage
+from trainguard.runner.session._records import Attempt
 from trainguard.runner.worker.context import latest_stage, verify_stage
 
-__all__ = ["CheckpointFolders", "prepare_resume"]
+if TYPE_CHECKING:
+    from trainguard.runner.policy import Policy
+    from trainguard.runner.session._pool import Pool
+    from trainguard.runner.session._recorder import Recorder
+    from trainguard.runner.session._records import WorkerRecord
+
+__all__ = ["CheckpointFolders", "prepare_resume", "data_message", "Stages"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,3 +90,133 @@ def data_message(data: Any) -> dict[str, Any] | None:
     if data is None:
         return None
     return {"path": data.path, "names": list(data.names), "single": bool(data.single)}
+
+
+class Stages:
+    """Staged trials in one session: their checkpoint folders, resumes and exits at a checkpoint."""
+
+    def __init__(self, *, policy: Policy, recorder: Recorder, pool: Pool, staged_kind: bool) -> None:
+        self.policy = policy
+        self.recorder = recorder
+        self.pool = pool
+        #: whether trials of this function can stage (not a command, not a Node function)
+        self.staged_kind = staged_kind
+        self.folders: CheckpointFolders | None = None
+
+    def open(self) -> None:
+        self.folders = CheckpointFolders(self.recorder.store_path(), self.recorder.run_id)
+
+    def message(self, worker: WorkerRecord, run: Attempt, data: Any) -> dict[str, Any]:
+        """The shared data and checkpoint folder a trial message carries; a staged trial's resume
+        (or its start over when its checkpoint was deleted) is recorded here."""
+        out: dict[str, Any] = {"data": data_message(data)}
+        if not self.staged_kind or self.folders is None:
+            return out
+        out["checkpoint_dir"] = self.folders.trial_dir(run.index)
+        recorded = None
+        for stage in self.recorder.stages(run.index):
+            recorded = (
+                stage.stage if stage.event == "checkpoint" else None if stage.event == "restart" else recorded
+            )
+        resume, reason = prepare_resume(self.folders, run.index, recorded)
+        if self.recorder.run_id is None:
+            return out
+        if resume is not None:
+            self.recorder.add_stage(
+                run.index, run.attempt, resume, event="resume", worker_id=worker.worker_id
+            )
+        elif reason is not None:
+            out["restart_reason"] = reason
+            self.recorder.add_stage(
+                run.index, run.attempt, 0, event="restart", worker_id=worker.worker_id, note=reason
+            )
+            self.recorder.event(
+                "stage_restart",
+                f"trial {run.index} starts over on worker {worker.worker_id}: {reason}",
+                data={"reason": reason},
+                worker=worker,
+                index=run.index,
+            )
+        return out
+
+    def on_checkpoint(self, worker: WorkerRecord, msg: dict[str, Any]) -> bool:
+        """A staged trial committed a checkpoint: record it, and say whether the worker goes on."""
+        run = worker.trial
+        if run is None or run.index != msg["index"]:
+            return True
+        reading = self.pool.read_tree(worker, rediscover=True)
+        rss = reading[0] if reading else int(msg["rss_bytes"])
+        with self.pool.lock:
+            peak = max(worker.stage_peak_rss, rss)
+            worker.stage_peak_rss = rss
+            worker.stages_done += 1
+            worker.stage_rss_after.append(rss)
+            worker.stage_peaks.append(peak)
+        self.recorder.add_stage(
+            run.index,
+            run.attempt,
+            int(msg["stage"]),
+            event="checkpoint",
+            worker_id=worker.worker_id,
+            rss_bytes=rss,
+            peak_rss_bytes=peak,
+        )
+        history = WorkerHistory(
+            worker.stages_done,
+            tuple(worker.stage_rss_after),
+            tuple(worker.stage_peaks),
+            self.pool.supervisor_rss(),
+        )
+        decision = decide_stage(self.policy, history)
+        ending = getattr(worker.handle, "ending", None)  # a cluster job about to end (Slurm's pilot)
+        if decision is None and ending:
+            decision = RecycleDecision("job_ending", {}, f"its cluster job is about to end ({ending})")
+        if decision is None or msg.get("remaining") == 0:
+            return True  # (the trial ends after this stage: leaving now would only cost a start)
+        worker.stage_exit = decision
+        self.recorder.event(
+            "stage_exit",
+            f"trial {run.index} leaves worker {worker.worker_id} at its checkpoint of stage {msg['stage']} "
+            f"and resumes in a fresh worker: {decision.message}",
+            data={"rule": decision.rule, "stage": msg["stage"], **decision.values},
+            worker=worker,
+            index=run.index,
+        )
+        return False
+
+    def left_at_checkpoint(
+        self, worker: WorkerRecord, run: Attempt, duration_s: float
+    ) -> tuple[Attempt, RecycleDecision]:
+        """The worker left at a checkpoint: the attempt is recorded ``staged``; the trial goes on
+        from there in a fresh worker (the attempt returned) and this worker is recycled (the rule)."""
+        with self.pool.lock:
+            worker.trial = None
+            worker.state = "idle"
+            peak = max(worker.trial_peak_rss, worker.stage_peak_rss)
+        self.recorder.finish_attempt(
+            run.index,
+            run.attempt,
+            status="staged",
+            error=None,
+            peak_rss_bytes=peak or None,
+            duration_s=duration_s,
+        )
+        resumed = Attempt(
+            run.index,
+            run.params,
+            run.attempt + 1,
+            run.session_attempts,  # leaving at a checkpoint is no failure: no retry used
+            attempt_params=run.attempt_params,
+            mixed_precision=run.mixed_precision,
+            oom_attempts=run.oom_attempts,
+            sized=True,
+        )
+        return resumed, worker.stage_exit or RecycleDecision("stage_exit", {}, "left at a checkpoint")
+
+    def trial_done(self, index: int) -> None:
+        if self.folders is not None:
+            self.folders.remove_trial(index)
+
+    def close(self) -> None:
+        if self.folders is not None:
+            self.folders.close()

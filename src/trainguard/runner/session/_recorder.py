@@ -1,0 +1,266 @@
+"""The session's one writer to the store: every attempt, trial, stage, worker, sample and event.
+
+The store has one writer per run (the loop's thread), and this is it: the pool, the recovery and
+the stages hand what they decided to the recorder instead of reaching for the store themselves.
+With ``store=None`` nothing is kept (a :class:`_NullStore` answers every call with None) and the
+run does not resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from trainguard.exceptions import FunctionChangedWarning
+
+if TYPE_CHECKING:
+    from trainguard.runner.session._records import WorkerRecord
+    from trainguard.store import RunInfo, Store, TrialRecord
+
+__all__ = ["Recorder"]
+
+logger = logging.getLogger(__name__)
+
+
+class _NullStore:
+    """Stands in for the store when ``store=None``: nothing is kept, nothing resumes."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+class Recorder:
+    """Writes one run's rows; every write is skipped while the run has no id (no store)."""
+
+    def __init__(self, store: Store | None, name: str) -> None:
+        self.store: Any = store if store is not None else _NullStore()
+        self.persistent = store is not None
+        self.name = name
+        self.run_id: int | None = None
+        self.replaced: str | None = None  # the name an earlier run of this name was archived under
+        self._lock_handle: Any = None
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    def lock(self) -> None:
+        """Hold the run's lock for the session (before ``begin``: with a second live supervisor the
+        attempts an earlier session left open are running right now)."""
+        if self.persistent:
+            self._lock_handle = self.store.lock_run(self.name)
+
+    def release(self) -> None:
+        if self._lock_handle is not None:
+            self._lock_handle.release()
+            self._lock_handle = None
+
+    def replace_stored_run(self) -> None:
+        """``fresh=True``: keep the stored run of this name under another name, start anew."""
+        old = self.store.get_run(self.name)
+        if old is None:
+            return
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime())
+        base = f"{self.name[:170]}.replaced-{stamp}"
+        archived, n = base, 1
+        while self.store.get_run(archived) is not None:
+            n += 1
+            archived = f"{base}-{n}"
+        self.store.rename_run(old.run_id, archived)
+        logger.info("run %s: the stored run was renamed %s (fresh=True)", self.name, archived)
+        self.replaced = archived
+
+    def stored_run(self) -> RunInfo | None:
+        if not self.persistent:
+            return None
+        info: RunInfo | None = self.store.get_run(self.name)
+        return info
+
+    def begin(self, fn_ref: str, params: list[dict[str, Any]], config: dict[str, Any]) -> RunInfo | None:
+        info: RunInfo | None = self.store.begin_run(self.name, fn_ref, params, config)
+        if info is not None:
+            self.run_id = info.run_id
+        return info
+
+    def trials(self) -> list[TrialRecord]:
+        return self.store.trials(self.run_id) if self.run_id is not None else []
+
+    def next_worker_id(self) -> int:
+        """One past the highest worker id an earlier session of the run used (0 for a new run)."""
+        workers = self.store.workers(self.run_id) if self.run_id is not None else []
+        return max(w.worker_id for w in workers) + 1 if workers else 0
+
+    def unfinished(self, params: list[dict[str, Any]]) -> list[tuple[int, Any]]:
+        if self.run_id is None:
+            return list(enumerate(params))
+        return list(self.store.unfinished_trials(self.run_id))
+
+    def finish_run(self, status: str, reason: str | None) -> None:
+        if self.run_id is not None:
+            self.store.finish_run(self.run_id, status, reason=reason)
+
+    def store_path(self) -> Any:
+        return getattr(self.store, "path", None) if self.persistent else None
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def event(
+        self,
+        kind: str,
+        message: str,
+        *,
+        data: dict[str, Any] | None = None,
+        worker: WorkerRecord | None = None,
+        index: int | None = None,
+    ) -> None:
+        """Record an event for ``trainguard show`` and the report (a :class:`~trainguard.outcomes.EventKind`)."""
+        if self.run_id is None:
+            return
+        self.store.add_event(
+            self.run_id,
+            str(kind),
+            message,
+            data=data,
+            worker_id=worker.worker_id if worker is not None else None,
+            index=index,
+        )
+
+    def warn_changed(self, reused: int, fn_ref: str) -> None:
+        """The stored results were computed by an earlier version of the function: say so, once."""
+        short = fn_ref.rpartition(":")[2] or fn_ref
+        message = (
+            f"run {self.name!r} reuses {reused} stored result{'s' if reused != 1 else ''} computed by an "
+            f"earlier version of {short}() (its code changed since the run started): to run every trial "
+            "with the current code, pass fresh=True to the Runner (trainguard run --fresh) or another run name"
+        )
+        self.event("function_changed", message, data={"reused": reused, "fn_ref": fn_ref})
+        warnings.warn(FunctionChangedWarning(message), stacklevel=4)
+
+    def session_start(
+        self, *, environment: dict[str, Any] | None, shared: str | None | bool, seeds: dict[int, int] | None
+    ) -> None:
+        """The events that say how this session runs (a replaced run, the environment, memory
+        accounting with shared data: ``shared`` its path, or False when none is in use) and the
+        trials' seeds."""
+        if self.replaced is not None:
+            self.event(
+                "run_replaced",
+                f"started afresh; the earlier run of this name is kept as {self.replaced}",
+                data={"replaced": self.replaced},
+            )
+        env = environment
+        if env is not None:
+            self.event(
+                "environment",
+                f"trainguard {env['trainguard']} on {env['hostname']}: Python {env['python']}, {env['os']}",
+                data=env,
+            )
+        if shared is not False:
+            self.event(
+                "memory_accounting",
+                "shared data is in use: each worker is charged its private memory (USS), so the shared "
+                "pages do not count once per worker against the limits",
+                data={"metric": "uss", "shared": shared},
+            )
+        if seeds is not None and self.run_id is not None:
+            self.store.set_trial_seeds(self.run_id, seeds)
+
+    # -- attempts, trials, stages -----------------------------------------------------------------
+
+    def start_attempt(self, index: int, attempt: int, worker_id: int) -> None:
+        if self.run_id is not None:
+            self.store.start_attempt(self.run_id, index, attempt, worker_id)
+
+    def finish_attempt(
+        self,
+        index: int,
+        attempt: int,
+        *,
+        status: str,
+        error: dict[str, Any] | None,
+        peak_rss_bytes: int | None,
+        duration_s: float | None,
+    ) -> None:
+        if self.run_id is not None:
+            self.store.finish_attempt(
+                self.run_id,
+                index,
+                attempt,
+                status=status,
+                error=error,
+                peak_rss_bytes=peak_rss_bytes,
+                duration_s=duration_s,
+            )
+
+    def finish_trial(self, index: int, **fields: Any) -> bool | None:
+        """Store a trial's outcome; False when an earlier session finished it already."""
+        if self.run_id is None:
+            return None
+        written: bool | None = self.store.finish_trial(self.run_id, index, **fields)
+        return written
+
+    def stages(self, index: int) -> list[Any]:
+        return list(self.store.stages(self.run_id, index)) if self.run_id is not None else []
+
+    def add_stage(self, index: int, attempt: int, stage: int, **fields: Any) -> None:
+        if self.run_id is not None:
+            self.store.add_stage(self.run_id, index, attempt, stage, **fields)
+
+    # -- workers and samples ----------------------------------------------------------------------
+
+    def start_worker(self, worker_id: int, pid: int | None, detail: dict[str, Any]) -> None:
+        if self.run_id is not None:
+            self.store.start_worker(self.run_id, worker_id, pid, detail)
+
+    def end_worker(self, worker: WorkerRecord, reason: str, detail: dict[str, Any]) -> None:
+        """Why a worker ended (a :class:`~trainguard.outcomes.WorkerReason`); said once per worker."""
+        if worker.ended:
+            return
+        worker.ended = True
+        if self.run_id is not None:
+            self.store.end_worker(self.run_id, worker.worker_id, reason=str(reason), detail=detail)
+
+    def worker_ready(self, worker_id: int, msg: dict[str, Any], preload: tuple[str, ...]) -> None:
+        """What a worker said about itself when ready: its device settings, its preload time."""
+        if self.run_id is None:
+            return
+        if msg.get("device") is not None:
+            self.store.add_event(
+                self.run_id,
+                "device",
+                f"worker {worker_id} device settings, as its frameworks report them: "
+                f"{json.dumps(msg['device'], sort_keys=True)}",
+                data=msg["device"],
+                worker_id=worker_id,
+            )
+        if msg.get("preload_s", 0) > 0.05:
+            self.store.add_event(
+                self.run_id,
+                "worker_ready",
+                f"worker {worker_id} preloaded {', '.join(preload)} in {msg['preload_s']:.1f} s",
+                data={"preload_s": msg["preload_s"], "frameworks": msg.get("frameworks", [])},
+                worker_id=worker_id,
+            )
+
+    def trial_stats(self, worker_id: int, index: int, message: str, stats: dict[str, Any]) -> None:
+        if self.run_id is not None:
+            self.store.add_event(
+                self.run_id, "trial_stats", message, data=stats, worker_id=worker_id, index=index
+            )
+
+    def add_samples(self, batches: dict[int, list[tuple[float, int, int | None, int | None]]]) -> None:
+        if self.run_id is None:
+            return
+        for worker_id, samples in batches.items():
+            if samples:
+                self.store.add_samples(self.run_id, worker_id, samples)
+
+    # -- remembered sizes (out-of-memory recovery) ------------------------------------------------
+
+    def fitted_size(self, fn_ref: str, params_key: str, device: str, key: str) -> Any:
+        return self.store.fitted_size(fn_ref, params_key, device, key)
+
+    def remember_size(self, *args: Any, **kwargs: Any) -> None:
+        if self.persistent:
+            self.store.remember_size(*args, **kwargs)

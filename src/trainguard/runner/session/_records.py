@@ -1,0 +1,81 @@
+"""The session's mutable records: an attempt of a trial, and a worker as the pool tracks it.
+
+They never leave the supervisor process (what crosses processes or goes to the store is frozen:
+:class:`~trainguard.runner.backends.base.WorkerSpec`, the store's records).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainguard.runner.backends.base import BaseWorker
+from trainguard.runner.policy import BudgetKill, KillDecision, RecycleDecision
+
+__all__ = ["Attempt", "WorkerRecord", "BUDGET_KILLS_PER_TRIAL", "LOST_RERUNS_PER_TRIAL"]
+
+#: Times one trial may be killed at the memory budget beside other work and run again without using
+#: ``Policy.retries`` (each kill lowers the concurrency, so this is reached only by a trial that grows
+#: unlike the ones measured before it); past it, the retry policy decides.
+BUDGET_KILLS_PER_TRIAL = 3
+#: Times one trial runs again, in a session, after its worker was lost with its cluster job (a
+#: Slurm pilot cancelled, preempted or out of time) before the retry policy decides.
+LOST_RERUNS_PER_TRIAL = 3
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One attempt of a trial, queued or running (the loop's queue and a worker's ``trial``)."""
+
+    index: int
+    params: Any
+    attempt: int  # the attempt number as stored (continues across sessions)
+    session_attempts: int  # attempts made in this session, for the retry budget
+    started_mono: float = 0.0
+    # out-of-memory recovery: the params this attempt runs with when they differ from ``params``
+    attempt_params: dict[str, Any] | None = None
+    mixed_precision: bool = False
+    oom_attempts: int = 0
+    sized: bool = False  # the remembered size was looked up for this trial already
+    budget_kills: int = 0  # attempts killed at the memory budget beside other trials, this session
+
+    @property
+    def sent_params(self) -> Any:
+        return self.attempt_params if self.attempt_params is not None else self.params
+
+
+@dataclass(slots=True)
+class WorkerRecord:
+    """What the session knows of one worker (owned by the pool; fields written under its lock)."""
+
+    worker_id: int
+    slot: int
+    handle: BaseWorker  # the process, wherever the backend runs it
+    started_mono: float
+    state: str = "starting"  # starting, loading, idle, busy, exiting, dead
+    trial: Attempt | None = None
+    trials_done: int = 0
+    rss_after: list[int] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
+    cur_rss: int | None = None
+    trial_peak_rss: int = 0
+    trial_peak_gpu: int | None = None
+    # staged trials: this worker's stages (RSS after each checkpoint, peak during each stage)
+    stages_done: int = 0
+    stage_rss_after: list[int] = field(default_factory=list)
+    stage_peaks: list[int] = field(default_factory=list)
+    stage_peak_rss: int = 0
+    stage_exit: RecycleDecision | None = None
+    kill: KillDecision | None = None
+    fatal: str | None = None
+    protocol_error: str | None = None
+    ended: bool = False
+    # the pool: a replacement started early (framework imported) that waits for a recycle; the
+    # threads it was started with and how many workers ran then; what the budget holds for its trial
+    spare: bool = False
+    threads: int = 0
+    concurrency: int = 1
+    reserved_bytes: float | None = None
+    waited: bool = False
+    prestart_said: bool = False
+    budget_kill: BudgetKill | None = None  # why the sampler killed it at the memory budget

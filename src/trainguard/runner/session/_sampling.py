@@ -1,0 +1,126 @@
+"""The session's watchdog tick: read every worker's tree, check the hard limits and the run's memory
+budget, kill at once; and the samples it keeps until the loop stores them.
+
+It runs on the :class:`~trainguard.process.watch.Watchdog` thread, because a kill must not wait
+for the loop; the loop records each kill (the store has one writer) and flushes the samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from trainguard.process.watch import Watchdog
+from trainguard.runner.policy import check_limits
+from trainguard.units import format_bytes
+
+if TYPE_CHECKING:
+    from trainguard.runner.policy import Policy
+    from trainguard.runner.session._pool import Pool
+    from trainguard.runner.session._recorder import Recorder
+
+__all__ = ["TreeSampling"]
+
+logger = logging.getLogger(__name__)
+
+Sample = tuple[float, int, "int | None", "int | None"]
+
+
+class TreeSampling:
+    """Owns the samples not stored yet and the highest sum seen over the budget."""
+
+    def __init__(
+        self, *, pool: Pool, policy: Policy, recorder: Recorder, interval_s: float, uss: bool
+    ) -> None:
+        self.pool = pool
+        self.policy = policy
+        self.recorder = recorder
+        self.interval_s = interval_s
+        self.uss = uss
+        self._samples: dict[int, list[Sample]] = {}
+        self._nvml: Callable[[], dict[int, int] | None] | None = None
+        self._watchdog: Watchdog | None = None
+        self._last_flush = 0.0
+        # the highest tree sum over the budget seen and not recorded yet; the highest recorded
+        self._budget_over: tuple[int, float] | None = None
+        self._budget_over_recorded = 0.0
+
+    def start(self) -> None:
+        try:
+            from trainguard.probes.nvml import gpu_memory_by_pid, nvml_available
+
+            if nvml_available():
+                self._nvml = gpu_memory_by_pid
+        except ImportError:
+            self._nvml = None
+        self._watchdog = Watchdog(self.tick, self.interval_s, name="trainguard-sampler").start()
+
+    def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop(timeout_s=2.0)
+
+    def tick(self) -> None:
+        """One pass (watchdog thread): read each tree, raise the peaks, kill at a hard limit, then
+        hold the sum of every tree to the memory budget."""
+        pool = self.pool
+        gpu_map = self._nvml() if self._nvml is not None else None
+        with pool.lock:
+            workers = [w for w in pool.workers if w.state != "dead"]
+        now_wall = time.time()
+        for worker in workers:
+            reading = pool.read_tree(worker, uss=self.uss)
+            if reading is None:
+                continue
+            rss, uss = reading
+            gpu = worker.handle.gpu_bytes(gpu_map)
+            with pool.lock:
+                worker.cur_rss = rss
+                run, kill = worker.trial, worker.kill
+                if run is not None:
+                    worker.trial_peak_rss = max(worker.trial_peak_rss, rss)
+                    worker.stage_peak_rss = max(worker.stage_peak_rss, rss)
+                    if gpu is not None:
+                        worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
+                self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
+            if run is None or kill is not None or worker.handle.enforces_limits:
+                continue
+            decision = check_limits(
+                self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=time.monotonic() - run.started_mono
+            )
+            if decision is not None:
+                with pool.lock:
+                    if worker.trial is not run:
+                        continue
+                    worker.kill = decision
+                worker.handle.kill()
+                logger.info("worker %d: %s", worker.worker_id, decision.message)
+        budget = pool.planner.budget_bytes
+        if budget is not None:
+            total = pool.kill_over_budget(budget)
+            with pool.lock:
+                if total > budget and (self._budget_over is None or total > self._budget_over[0]):
+                    self._budget_over = (total, now_wall)
+
+    def flush(self, force: bool = False) -> None:
+        """Store the samples taken since the last flush (at most once a second unless forced), and
+        the highest sum over the budget seen, when it is a new high (loop thread)."""
+        now = time.monotonic()
+        if not force and now - self._last_flush < 1.0:
+            return
+        self._last_flush = now
+        budget = self.pool.planner.budget_bytes
+        with self.pool.lock:
+            over, self._budget_over = self._budget_over, None
+            batches, self._samples = self._samples, {}
+        if over is not None and budget is not None and over[0] > self._budget_over_recorded:
+            self._budget_over_recorded = over[0]
+            # the highest sum seen over the budget is said too (the kill that follows is its own event)
+            self.recorder.event(
+                "budget_exceeded",
+                f"the workers' trees summed {format_bytes(over[0])}, over the memory budget "
+                f"{format_bytes(budget)} (one sample; the highest so far)",
+                data={"rss_bytes": over[0], "budget_bytes": budget, "at": over[1]},
+            )
+        self.recorder.add_samples(batches)
