@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 # A .venv that is a link belongs to another checkout: build this one its own.
 if [ -L .venv ]; then rm .venv; fi
+# shellcheck source=scripts/apt_install.sh
+. scripts/apt_install.sh
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
@@ -16,14 +18,14 @@ fi
 # compare's tests preload jemalloc and tcmalloc (Debian packages; installed when missing and we can)
 if ! { ldconfig -p | grep -q libjemalloc.so.2 && ldconfig -p | grep -q libtcmalloc_minimal.so.4; }; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq libjemalloc2 libtcmalloc-minimal4 >/dev/null
+    apt_install libjemalloc2 libtcmalloc-minimal4
   else
     echo "scripts/test.sh: install libjemalloc2 and libtcmalloc-minimal4 for the allocator tests" >&2
   fi
 fi
 # TensorFlow.js tests: Node.js, and real @tensorflow/tfjs (pure JavaScript, CPU) from the lock file
 if ! command -v node >/dev/null 2>&1; then
-  (apt-get install -y nodejs npm || (apt-get update && apt-get install -y nodejs npm)) >/dev/null
+  apt_install nodejs npm
 fi
 if [ ! -d js/trainguard/node_modules/@tensorflow/tfjs ] || [ js/trainguard/package-lock.json -nt js/trainguard/node_modules/.package-lock.json ]; then
   (cd js/trainguard && npm ci --cache ../../.npm-cache --no-audit --no-fund --loglevel=error)
@@ -32,7 +34,7 @@ fi
 # drives it and never downloads a browser of its own).
 if [ ! -x /usr/bin/chromium ]; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+    apt_install chromium
   else
     echo "scripts/test.sh: install Debian's chromium (apt-get install chromium) for the HTML report tests" >&2
   fi

@@ -58,6 +58,7 @@ _LAZY = {
     "share": "trainguard.runner",
     "SharedData": "trainguard.runner",
     "TrialContext": "trainguard.runner",
+    "isolated": "trainguard.guarded",
 }
 
 # Imported eagerly (they are light): the submodule trainguard.scope would otherwise shadow the
@@ -89,6 +90,7 @@ __all__ = [
     "parse_duration",
     "parse_size",
     "report",
+    "load_ipython_extension",
     *_LAZY,
 ]
 
@@ -119,6 +121,13 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext trainguard``: registers the ``%%trainguard`` cell magic (a cell in a guarded worker)."""
+    from trainguard.notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
 def __dir__() -> list[str]:
     return sorted(__all__)
 
@@ -126,6 +135,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed in __all__ via _LAZY
     from trainguard.comparison import Comparison, compare  # noqa: F401
     from trainguard.fitting import FitResult, find_batch_size, probing  # noqa: F401
+    from trainguard.guarded import isolated  # noqa: F401
     from trainguard.leaks import LeakReport, leakcheck  # noqa: F401
     from trainguard.probes.census import Census, census  # noqa: F401
     from trainguard.process import tree_memory  # noqa: F401

@@ -13,7 +13,7 @@ Growth per trial is a Theil-Sen slope (median of pairwise slopes) over the trial
 which ignores the one-off warm-up and is not thrown by a single noisy reading.
 
 This module imports no framework; ``run_demo`` needs the ``demo`` extra
-(``pip install 'trainguard[demo]'``: tensorflow-cpu and keras).
+(``pip install -e '.[demo]'``: tensorflow-cpu and keras).
 """
 
 from __future__ import annotations

@@ -48,6 +48,8 @@ class DoctorReport:
     warnings: list[str]
     deep: dict[str, Any] | None = None
     elapsed_s: float = 0.0
+    #: the process tier workers get here, its guarantees (exact or approximate), what is missing
+    process: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +75,7 @@ class DoctorReport:
             "warnings": list(self.warnings),
             "deep": self.deep,
             "elapsed_s": self.elapsed_s,
+            "process": self.process,
         }
 
 
@@ -279,6 +282,15 @@ def _deep(frameworks: dict[str, str | None]) -> dict[str, Any]:
     return out
 
 
+def _process_tier() -> dict[str, Any] | None:
+    try:
+        from trainguard.process import this_machine
+
+        return this_machine()
+    except Exception:  # noqa: BLE001 - doctor reports what it can
+        return None
+
+
 def diagnose(*, deep: bool = False) -> DoctorReport:
     """Read the environment.
 
@@ -331,6 +343,7 @@ def diagnose(*, deep: bool = False) -> DoctorReport:
         "threads": {v: os.environ.get(v) for v in THREAD_VARIABLES},
         "environment": {v: os.environ.get(v) for v in MEMORY_VARIABLES},
         "deep": _deep(versions) if deep else None,
+        "process": _process_tier(),
     }
     report["warnings"] = _warnings(report)
     report["elapsed_s"] = time.perf_counter() - start

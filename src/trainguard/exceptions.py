@@ -100,9 +100,14 @@ class MissingDependencyError(TrainguardError, ImportError):
 
 def missing(package: str, purpose: str, extra: str | None = None) -> MissingDependencyError:
     """Build the standard error for an absent optional package."""
-    hint = f"pip install 'trainguard[{extra}]'" if extra else f"pip install {package}"
+    # trainguard is installed from a clone, not a package index: the extra's command runs there
+    hint = (
+        f"`pip install -e '.[{extra}]'` in your trainguard clone (or `pip install {package}`)"
+        if extra
+        else f"`pip install {package}`"
+    )
     return MissingDependencyError(
-        f"{purpose} needs the package {package!r}, which is not installed: run `{hint}`",
+        f"{purpose} needs the package {package!r}, which is not installed: run {hint}",
         package=package,
         extra=extra,
     )

@@ -11,7 +11,7 @@
     study.optimize(trainguard.optuna.isolated(objective), n_trials=30)
 
 Importing this module does not import optuna; using it without optuna installed raises
-``MissingDependencyError`` naming ``pip install 'trainguard[optuna]'``.
+``MissingDependencyError`` naming ``pip install -e '.[optuna]'``.
 """
 
 from __future__ import annotations

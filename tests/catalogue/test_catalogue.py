@@ -184,6 +184,17 @@ CLI_CASES: list[Cli] = [
     C("closed-stdout-show", "show base --store {store} | true; exit ${{PIPESTATUS[0]}}", 141, r"^$", U, subprocess=True),
     C("closed-stdout-doctor", "doctor | true; exit ${{PIPESTATUS[0]}}", 141, r"^$", subprocess=True),
     C("temp-files-private-and-gone", "run {t}:echo --params {p} --store {fresh} && test -z \"$(ls -A {d}/tmp)\"", 0, r"1 ran now", subprocess=True, env="TMPDIR={d}/tmp"),
+    # -- smaller edges of a day of hostile use (issue 23) -------------------------------------------------
+    C("store-is-a-fifo-run", R.replace("{fresh}", "{d}/fifo.db"), 2, r"store .*fifo\.db is a FIFO \(named pipe\), not a file"),
+    C("store-is-a-fifo-runs", "runs --store {d}/fifo.db", 2, r"is a FIFO \(named pipe\), not a file"),
+    C("store-is-dev-null", "runs --store /dev/null", 2, r"/dev/null is a character device, not a file"),
+    C("run-name-not-utf8", R + " --name '\udcff'", 2, r"run name '\\xff' is not UTF-8 text \(byte 0xff at position 0\)", "absent:{fresh}"),
+    C("show-name-not-utf8", "show 'a\udcff' --store {store}", 2, r"no run named 'a\\udcff'", U),
+    C("fn-path-not-utf8", "run {d}/t\udcff.py:echo --params {p} --store {fresh}", 2, r"function '.*t\\xff\.py:echo' is not UTF-8 text", "absent:{fresh}"),
+    C("allocator-path-with-space", R + " --allocator '{d}/my libs/liba.so'", 2, r"has a space or colon in its path, which LD_PRELOAD cannot hold", "absent:{fresh}"),
+    C("max-trials-above-ceiling", "run {t}:echo --params {d}/ten_million.yaml --max-trials 20000000 --store {fresh}", 2, r"--max-trials 20,000,000 is above the most one run can hold, 1,000,000", "absent:{fresh}"),
+    C("params-nested-5000-json", "run {t}:echo --params {d}/deep.json --store {fresh}", 2, r"deep\.json: the params are nested too deep to read", "absent:{fresh}"),
+    C("params-nested-5000-yaml", "run {t}:echo --params {d}/deep.yaml --store {fresh}", 2, r"deep\.yaml: the params are nested too deep to read", "absent:{fresh}"),
     C("broken-pipe-printing-trials", "run {t}:prints --params {d}/six.json --store {fresh} --name piped", 0, r"", "stored:piped=completed alltrials:piped=ok", subprocess=True),
 ]
 
@@ -215,6 +226,19 @@ def _map(env, params, fn=None, name="api"):
 
     with Runner(store=env.fresh()) as runner:
         return runner.map(fn or f"{TRIALS}:echo", params, name=name)
+
+
+def _nested(depth):
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _share(arrays):
+    import trainguard
+
+    return trainguard.share(arrays)
 
 
 def _leakcheck(step, **kw):
@@ -255,6 +279,13 @@ API_CASES: list[Api] = [
     Api("parse-duration-unit", lambda e: __import__("trainguard").parse_duration("1 fortnight"), UnitError, r"fortnight"),
     Api("store-junk", lambda e: Store(e.junk), StoreError, r"not a trainguard store"),
     Api("store-readonly-missing", lambda e: Store(e.fresh(), readonly=True), StoreError, r"no store at"),
+    Api("store-run-name-not-utf8", lambda e: Store(e.fresh()).begin_run("r\udcff", "m:f", [{}], {}), ConfigError, r"run name 'r\\xff' is not UTF-8"),
+    Api("map-name-not-utf8", lambda e: _map(e, [{}], name="\udcfe"), ConfigError, r"run name '\\xfe' is not UTF-8 text"),
+    Api("map-params-nested-5000", lambda e: _map(e, [{"x": _nested(5000)}]), ConfigError, r"params\[0\] is nested too deep to store as JSON"),
+    Api("runner-allocator-space", lambda e: _runner(allocator=str(e.d / "my libs" / "liba.so")), ConfigError, r"space or colon"),
+    Api("share-masked-array", lambda e: _share({"m": __import__("numpy").ma.array([1, 2], mask=[0, 1])}), ConfigError, r"'m' is a masked array.*without its mask"),
+    Api("share-matrix", lambda e: _share({"m": __import__("numpy").matrix([[1, 2]])}), ConfigError, r"'m' is an np\.matrix.*\* multiplies element-wise"),
+    Api("share-key-101-letters", lambda e: _share({"k" * 101: __import__("numpy").zeros(2)}), ConfigError, r"\(101 characters\) cannot name a file: use at most 100"),
     Api("store-bad-run-name", lambda e: Store(e.fresh()).begin_run("a\nb", "m:f", [{}], {}), ConfigError, r"one-line"),
 ]
 # fmt: on
@@ -310,6 +341,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
     for name, text in files.items():
         (d / name).write_text(text)
     (d / "latin1.json").write_bytes(b'[{"name": "\xff\xfe caf\xe9"}]')
+    (d / "deep.json").write_text('[{"x": ' + "[" * 5000 + "]" * 5000 + "}]")
+    (d / "deep.yaml").write_text("x: " + "[" * 5000 + "]" * 5000 + "\n")
+    os.mkfifo(d / "fifo.db")
+    (d / "my libs").mkdir()
+    (d / "my libs" / "liba.so").write_bytes(b"\x7fELF")
+    (d / "t\udcff.py").write_text(TRIALS.read_text())  # a file name with the byte 0xff
     (d / "junk.db").write_bytes(b"this is not a database, it is a shopping list\n" * 40)
     (d / "empty.db").write_bytes(b"")
     (d / "tmp").mkdir()

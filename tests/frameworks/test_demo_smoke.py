@@ -13,7 +13,7 @@ import pytest
 from trainguard.store import Store
 
 if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
-    pytest.skip("needs tensorflow and keras (pip install 'trainguard[demo]')", allow_module_level=True)
+    pytest.skip("needs tensorflow and keras (pip install -e '.[demo]')", allow_module_level=True)
 
 
 @pytest.mark.slow

@@ -60,3 +60,8 @@ def bad_checkpoint(params, ctx):
     if params["kind"] == "restore":
         ctx.restore()
     return None
+
+
+def shared_shapes(params, ctx):
+    """The shapes of the shared arrays as a worker reads them."""
+    return {name: list(ctx.data[name].shape) for name in ("s", "f")}

@@ -200,3 +200,23 @@ def test_ctrl_c_stops_the_run_kills_workers_and_records_it(tmp_path):
         assert run.status == "interrupted"
         assert [t.status for t in store.trials(run.run_id)] == ["pending"] * 3
         assert [w.reason for w in store.workers(run.run_id)] == ["shutdown"]
+
+
+@pytest.mark.portable
+def test_tree_tracking_portable_runs_and_a_tier_this_machine_lacks_is_one_line(tmp_path, trainguard_cli):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("x: [1, 2]\n")
+    db = str(tmp_path / "r.db")
+    out = trainguard_cli(
+        "run", f"{TRIALS}:echo", "--params", str(grid), "--store", db, "--tree-tracking", "portable", "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    with Store(db) as store:
+        run = store.list_runs()[0]
+        assert all(w.config.get("tree_tracking") == "portable" for w in store.workers(run.run_id))
+    other = "windows" if sys.platform != "win32" else "cgroup"
+    out = trainguard_cli(
+        "run", f"{TRIALS}:echo", "--params", str(grid), "--store", db, "--tree-tracking", other
+    )
+    assert out.returncode != 0 and f"tree_tracking='{other}' needs" in out.stderr
+    assert "Traceback" not in out.stderr

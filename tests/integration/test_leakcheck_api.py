@@ -90,7 +90,7 @@ def test_plot_and_missing_matplotlib(tmp_path) -> None:
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
-    assert "pip install 'trainguard[plot]'" in out
+    assert "pip install -e '.[plot]'` in your trainguard clone" in out
 
 
 @pytest.mark.parametrize(

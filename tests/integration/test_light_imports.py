@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-HEAVY = ("torch", "tensorflow", "jax", "keras", "optuna", "ray", "pynvml")
+HEAVY = ("torch", "tensorflow", "jax", "keras", "optuna", "ray", "pynvml", "IPython", "ipykernel", "sklearn", "mlflow")
 
 _CHECK = """
 import sys
@@ -28,9 +28,10 @@ print("HEAVY=" + ",".join(heavy))
         "import trainguard.integrations.pytest_plugin",
         "import trainguard; trainguard.optuna.optimize; trainguard.optuna.isolated; trainguard.keras",
         "import trainguard; trainguard.frameworks.cleanup()",
+        "import trainguard, trainguard.notebook, trainguard.process; trainguard.isolated(len)",
         "from trainguard.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
     ],
-    ids=["import", "public-names", "pytest-plugin", "integrations", "cleanup", "cli-help"],
+    ids=["import", "public-names", "pytest-plugin", "integrations", "cleanup", "isolated-notebook", "cli-help"],
 )
 def test_no_framework_is_imported(code):
     out = subprocess.run(
@@ -117,6 +118,8 @@ def test_public_names_are_pinned():
             "compare",
             "find_batch_size",
             "format_bytes",
+            "isolated",
+            "load_ipython_extension",
             "leakcheck",
             "parse_duration",
             "parse_size",

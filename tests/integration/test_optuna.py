@@ -159,7 +159,7 @@ def test_parent_memory_stays_flat_over_200_tiny_trials():
     proc = psutil.Process()
     rss: list[int] = []
     gc.collect()
-    before = {id(o) for o in gc.get_objects() if isinstance(o, (tgo_impl._Job, tgo_impl._Pool))}
+    before = {id(o) for o in gc.get_objects() if isinstance(o, (tgo_impl._TrialJob, tgo_impl.CallPool))}
 
     def record(study, trial):
         rss.append(proc.memory_info().rss)
@@ -183,7 +183,7 @@ def test_parent_memory_stays_flat_over_200_tiny_trials():
     assert guarded.slope - inproc.slope < 4 * 1024
     gc.collect()
     leftovers = [
-        o for o in gc.get_objects() if isinstance(o, (tgo_impl._Job, tgo_impl._Pool)) and id(o) not in before
+        o for o in gc.get_objects() if isinstance(o, (tgo_impl._TrialJob, tgo_impl.CallPool)) and id(o) not in before
     ]
     assert leftovers == []  # the run's pool and its 200 jobs are gone
     assert not [t for t in threading.enumerate() if t.name.startswith("trainguard-optuna")]
@@ -196,7 +196,9 @@ def test_optuna_not_installed_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)
     with pytest.raises(MissingDependencyError) as err:
         tgo.isolated(tiny)
-    assert "pip install 'trainguard[optuna]'" in str(err.value) and "\n" not in str(err.value)
+    assert "pip install -e '.[optuna]'` in your trainguard clone" in str(err.value) and "\n" not in str(
+        err.value
+    )
     import trainguard.optuna  # noqa: F401 - the module itself imports without optuna
 
 

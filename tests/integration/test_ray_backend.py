@@ -2,7 +2,7 @@
 a head and two more nodes, each its own raylet), with real worker processes and a real store.
 
 One cluster serves the module (starting one costs ~10 s); the test that removes a node runs last
-and adds a node back. Skipped only when ray is not installed (``pip install 'trainguard[ray]'``).
+and adds a node back. Skipped only when ray is not installed (``pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations

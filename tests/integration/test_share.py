@@ -142,3 +142,37 @@ def test_more_than_the_free_space_says_how_much(tmp_path):
     assert err.value.needed_bytes > 10**13
     with pytest.raises(ConfigError, match="not a numpy array"):
         Runner(store=None).map(TRIALS + ":read_shared", [{}], data={"x": "nope"})
+
+
+def test_shapes_come_back_as_they_went_in():
+    """A 0-d array stays 0-d (np.ascontiguousarray made it shape (1,)); Fortran order keeps its values."""
+    with trainguard.share({"s": np.array(3.5), "f": np.asfortranarray(np.arange(6.0).reshape(2, 3))}) as data:
+        assert data["s"].shape == () and float(data["s"]) == 3.5
+        assert data["f"].shape == (2, 3) and data["f"][1, 2] == 5.0
+        with Runner(store=None) as runner:
+            [result] = runner.map(TRIALS + ":shared_shapes", [{}], data=data)
+        assert result.value == {"s": [], "f": [2, 3]}
+
+
+def test_a_write_that_fails_midway_is_the_modules_own_error(tmp_path):
+    """numpy reports a short write as ``OSError: N requested and M written`` (no errno): the file
+    size limit here fails the write the way a disk filling up meanwhile does. share() says so in
+    its own one-line error, and leaves no folder behind."""
+    script = textwrap.dedent(
+        f"""
+        import resource, signal, numpy as np, trainguard
+        from trainguard.exceptions import SharedDataError
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+        try:
+            trainguard.share({{"x": np.zeros(1_000_000)}}, folder={str(tmp_path)!r})
+        except SharedDataError as err:
+            print("SharedDataError:", err)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert line.startswith("SharedDataError: share() failed (1000000 requested and"), line
+    assert "7.6 MiB to " + str(tmp_path) in line and "\n" not in line
+    assert os.listdir(tmp_path) == []

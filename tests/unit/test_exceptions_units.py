@@ -50,7 +50,7 @@ def test_config_error_is_a_value_error_and_missing_dependency_an_import_error():
     assert issubclass(ConfigError, ValueError) and issubclass(UnitError, ConfigError)
     err = missing("nvidia-ml-py", "GPU probes", extra="nvml")
     assert isinstance(err, ImportError) and isinstance(err, MissingDependencyError)
-    assert "pip install 'trainguard[nvml]'" in str(err)
+    assert "pip install -e '.[nvml]'` in your trainguard clone" in str(err)
     assert pickle.loads(pickle.dumps(err)).extra == "nvml"
 
 

@@ -77,9 +77,33 @@ def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
             if value not in ({}, None):
                 table.add_row(safe(key), safe(value))
     console.print(table)
+    _print_process(console, report.process, safe)
     if report.warnings:
         console.print(f"[bold yellow]{len(report.warnings)} warning(s):[/bold yellow]")
         for i, text in enumerate(report.warnings, 1):
             console.print(f"{i}. {safe(text)}", highlight=False)
     else:
         console.print("[green]no known leaking configuration found[/green]")
+
+
+def _print_process(console, process, safe) -> None:  # noqa: ANN001 - rich console, dict, markup_safe
+    """The process tier workers get here: each guarantee exact or approximate, and what is missing."""
+    if not process:
+        return
+    from rich.table import Table
+
+    table = Table(title=f"worker processes: the {process['tier']} tier", title_justify="left")
+    table.add_column("guarantee", style="bold")
+    table.add_column("here")
+    table.add_column("how")
+    if process.get("portable"):
+        table.add_column("with --tree-tracking portable")
+    for i, item in enumerate(process["guarantees"]):
+        color = {"exact": "green", "approximate": "yellow"}.get(item["level"], "red")
+        row = [safe(item["name"]), f"[{color}]{item['level']}[/{color}]", safe(item["how"])]
+        if process.get("portable"):
+            row.append(safe(process["portable"][i]["level"]))
+        table.add_row(*row)
+    console.print(table)
+    for text in process.get("missing") or []:
+        console.print(f"missing here: {safe(text)}", highlight=False)

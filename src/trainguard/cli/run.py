@@ -24,6 +24,10 @@ __all__ = ["HELP", "register", "run", "load_params", "expand_grid", "MAX_TRIALS"
 #: refused at once with its count instead of filling memory.
 MAX_TRIALS = 100_000
 
+#: The highest ``--max-trials`` accepted: a 10**7 grid expanded into params dicts fills gigabytes
+#: before the first trial (a MemoryError after minutes), so a cap above this is refused at once.
+MAX_TRIALS_CEILING = 1_000_000
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -85,7 +89,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--backend",
         choices=("local", "ray", "slurm"),
         default="local",
-        help="where workers run: local (default), ray (on a Ray cluster, pip install 'trainguard[ray]') "
+        help="where workers run: local (default), ray (on a Ray cluster, pip install -e '.[ray]') "
         "or slurm (in pilot jobs on a Slurm cluster, pip install -e '.[slurm]')",
     )
     parser.add_argument(
@@ -174,6 +178,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--allocator", metavar="NAME", help="LD_PRELOAD jemalloc or tcmalloc (or a .so path) in the workers"
+    )
+    parser.add_argument(
+        "--tree-tracking",
+        default="auto",
+        choices=("auto", "cgroup", "subreaper", "portable", "windows"),
+        help="how a worker's process tree is kept and ended: auto (Linux: cgroup + subreaper; macOS: "
+        "portable; Windows: windows), portable (psutil + a process group only), ... "
+        "(`trainguard doctor` lists what each guarantees here)",
     )
     parser.add_argument(
         "--store", default="trainguard.db", metavar="FILE", help="results store (default trainguard.db)"
@@ -286,6 +298,20 @@ def load_params(path: str, max_trials: int = MAX_TRIALS) -> list[dict[str, Any]]
         )
     if not text.strip():
         raise ConfigError(f"{source}: no params (the input is empty)")
+    try:
+        data = _parse_params_text(text, source, kind)
+    except RecursionError:
+        raise ConfigError(
+            f"{source}: the params are nested too deep to read (more levels than Python's recursion "
+            f"limit of {sys.getrecursionlimit():,}): flatten them"
+        ) from None
+    return expand_grid(data, source, max_trials)
+
+
+def _parse_params_text(text: str, source: str, kind: str | None) -> Any:
+    from trainguard.cli._display import visible
+    from trainguard.exceptions import ConfigError
+
     data: Any
     if kind in (None, "json"):
         try:
@@ -304,7 +330,7 @@ def load_params(path: str, max_trials: int = MAX_TRIALS) -> list[dict[str, Any]]
             raise ConfigError(
                 f"{source} is not valid YAML at {_location(err, text)}: {visible(problem)}"
             ) from err
-    return expand_grid(data, source, max_trials)
+    return data
 
 
 def _policy(args: argparse.Namespace) -> Any:
@@ -391,6 +417,7 @@ def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
         resources=args.resources,
         slurm=args.slurm,
         tf_custom_gradients=not args.keep_tf_gradients,
+        tree_tracking=args.tree_tracking,
     )
 
 
@@ -402,6 +429,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers {args.workers} must be at least 1, or auto")
     if args.max_trials < 1:
         raise ConfigError(f"--max-trials {args.max_trials} must be at least 1, e.g. --max-trials 500000")
+    if args.max_trials > MAX_TRIALS_CEILING:
+        raise ConfigError(
+            f"--max-trials {args.max_trials:,} is above the most one run can hold, {MAX_TRIALS_CEILING:,} "
+            "(every trial's params, rows and samples live in memory and in the store): split the grid "
+            "into several runs of at most that many"
+        )
     if (args.fn is None) == (args.cmd is None):
         raise ConfigError(
             "give what to run: a function (trainguard run train.py:train ...) or a program "

@@ -15,34 +15,18 @@ from __future__ import annotations
 
 import builtins
 import datetime
-import json
 import math
-import os
 import sys
 import threading
-from multiprocessing.connection import Client, Connection
+from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["SlotFunction", "TrialProxy", "encode_value", "send_json", "recv_json"]
+from trainguard.guarded import BaseSlot, recv_json, send_json
+
+__all__ = ["SlotFunction", "TrialProxy", "encode_value"]
 
 # exceptions the parent may send back by name and that are rebuilt as the same builtin type
 _REBUILT = ("ValueError", "TypeError", "KeyError", "RuntimeError", "NotImplementedError", "AttributeError")
-
-
-def _plain(obj: Any) -> Any:
-    # numpy scalars (Optuna's should_prune() can return numpy.bool_, samplers numpy floats)
-    item = getattr(obj, "item", None)
-    if callable(item) and getattr(obj, "ndim", 1) == 0:
-        return item()
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
-
-
-def send_json(conn: Connection, message: dict[str, Any]) -> None:
-    conn.send_bytes(json.dumps(message, default=_plain).encode())
-
-
-def recv_json(conn: Connection) -> dict[str, Any]:
-    return json.loads(conn.recv_bytes())
 
 
 def _is_pruned(exc: BaseException) -> bool:
@@ -168,54 +152,18 @@ class TrialProxy:
         return f"TrialProxy(number={self._number})"
 
 
-class SlotFunction:
-    """The Runner's trial function for a guarded study: one call runs at most one Optuna trial.
+class SlotFunction(BaseSlot):
+    """The Runner's trial function for a guarded study: one call runs at most one Optuna trial
+    (a :class:`trainguard.guarded.BaseSlot`: it carries the user's objective as
+    :func:`trainguard.runner.prepare_fn` made it, loaded when the worker unpickles it)."""
 
-    It is sent to workers with cloudpickle; the user's objective travels inside it as the bytes
-    :func:`trainguard.runner._fnref.prepare` made of it, and is loaded as soon as the worker
-    unpickles the slot function, so an objective that cannot load fails before any trial.
-    """
+    job_op = "trial"
 
-    def __init__(self, address: str, authkey: bytes, objective_kind: str, objective_payload: Any, ref: str):
-        self.address = address
-        self.authkey = authkey
-        self.objective_kind = objective_kind
-        self.objective_payload = objective_payload
-        self.ref = ref
-        self._objective: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "address": self.address,
-            "authkey": self.authkey,
-            "objective_kind": self.objective_kind,
-            "objective_payload": self.objective_payload,
-            "ref": self.ref,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        from trainguard.runner import load_fn as load
-
+    def run(self, conn: Connection, message: dict[str, Any]) -> dict[str, Any]:
+        proxy = TrialProxy(conn, int(message["number"]))
         try:
-            self._objective = load(self.objective_kind, self.objective_payload)
-        except Exception as err:
-            raise RuntimeError(
-                f"the objective {self.ref} cannot be loaded in the worker: {type(err).__name__}: {err}"
-            ) from err
-
-    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
-        slot = int(params["slot"])
-        conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
-        proxy: TrialProxy | None = None
-        try:
-            send_json(conn, {"op": "hello", "slot": slot, "pid": os.getpid()})
-            message = recv_json(conn)
-            if message.get("op") != "trial":
-                return {"kind": "stop"}
-            proxy = TrialProxy(conn, int(message["number"]))
             try:
-                value = self._objective(proxy)
+                value = self._fn(proxy)
             except BaseException as exc:
                 if _is_pruned(exc):
                     return {"kind": "pruned", "message": str(exc)}
@@ -225,7 +173,5 @@ class SlotFunction:
                 out["nan"] = True
             return out
         finally:
-            if proxy is not None:
-                with proxy._lock:
-                    proxy._closed = True
-            conn.close()
+            with proxy._lock:
+                proxy._closed = True

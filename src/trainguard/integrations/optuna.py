@@ -6,12 +6,14 @@ How a trial runs (see ARCHITECTURE.md, "Optuna"):
   objective, tells the result, runs callbacks. With ``workers > 1`` it runs ``n_jobs=workers``
   threads that only wait, so the sampler is always asked in the parent and only the parent talks
   to the study's storage; any storage works.
-- The guarded objective hands the ``optuna.Trial`` to a pool: a :class:`trainguard.Runner` running
-  *slots* (``{"slot": i}``) of :class:`~trainguard.integrations._optuna_worker.SlotFunction` in
-  supervised workers, reused and recycled by the policy and killed at its limits. A slot connects
-  to the parent's bridge (a unix socket in a private 0700 folder, with a random authkey), takes
-  the next trial waiting, and runs the user's objective with a proxy whose calls a bridge thread
-  answers with the real trial's methods (JSON both ways).
+- The guarded objective hands the ``optuna.Trial`` to the guarded-call engine that
+  ``@trainguard.isolated`` and the notebook magic also run on (:class:`trainguard.guarded.CallPool`):
+  a :class:`trainguard.Runner` running *slots* (``{"slot": i}``) of
+  :class:`~trainguard.integrations._optuna_worker.SlotFunction` in supervised workers, reused and
+  recycled by the policy and killed at its limits. A slot connects to the parent's bridge (a unix
+  socket in a private 0700 folder, with a random authkey), takes the next trial waiting, and runs
+  the user's objective with a proxy whose calls a bridge thread answers with the real trial's
+  methods (JSON both ways).
 - When the slot's Runner result comes back (the objective's value, ``TrialPruned``, an exception,
   or the worker killed for memory, a timeout or a crash), the objective returns, raises
   ``TrialPruned``, or fails the trial with the cause and the peak memory as user attributes.
@@ -25,17 +27,12 @@ import builtins
 import dataclasses
 import logging
 import math
-import os
-import shutil
-import socket
-import tempfile
 import threading
 import time
 import uuid
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection
 from typing import Any
 
 from trainguard.exceptions import (
@@ -46,7 +43,8 @@ from trainguard.exceptions import (
     WorkerError,
     missing,
 )
-from trainguard.integrations._optuna_worker import SlotFunction, TrialProxy, recv_json, send_json
+from trainguard.guarded import BaseJob, CallPool, recv_json, send_json
+from trainguard.integrations._optuna_worker import SlotFunction, TrialProxy
 from trainguard.runner.policy import Policy, should_retry
 
 __all__ = ["optimize", "isolated", "IsolatedObjective", "TrialProxy", "ATTR_PREFIX", "default_policy"]
@@ -93,232 +91,22 @@ def _check_study(study: Any) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# the pool: Runner slots served through the bridge
+# the job: one Optuna trial, on the guarded-call engine (trainguard.guarded.CallPool)
 
 
-class _Job:
-    """One Optuna trial handed to the pool; resolved by the driver thread."""
-
-    __slots__ = ("trial", "done", "result", "error", "slot")
+class _TrialJob(BaseJob):
+    """One Optuna trial handed to a slot: the slot gets its number, and the bridge answers its
+    proxy's calls with the real trial's methods."""
 
     def __init__(self, trial: Any) -> None:
+        super().__init__()
         self.trial = trial
-        self.done = threading.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.slot: int | None = None
 
+    def open(self, conn: Connection) -> None:
+        send_json(conn, {"op": "trial", "number": self.trial.number})
 
-class _Pool:
-    """Runner slots in a background thread, and the bridge that hands them trials.
-
-    Threads: the driver (iterates ``Runner.imap`` over slots, one chunk after another), the
-    listener (accepts bridge connections), one handler per connected slot (hands out a trial,
-    then answers its proxy's calls). ``_cond`` guards the queues.
-    """
-
-    def __init__(self, runner: Any, spec: Any, slots: int, name: str) -> None:
-        self._runner = runner
-        self._spec = spec
-        self._chunk = max(1, slots)
-        self._name = name
-        self._cond = threading.Condition()
-        self._pending: deque[_Job] = deque()
-        self._assigned: dict[int, _Job] = {}
-        self._live_handlers: set[int] = set()
-        self._finished: set[int] = set()
-        self._closed = False
-        self._fatal: BaseException | None = None
-        self._started = False
-        self._dir: str | None = None
-        self._listener: Listener | None = None
-        self._threads: list[threading.Thread] = []
-        self._next_slot = 0
-
-    # -- life cycle -------------------------------------------------------------------------------
-
-    def _start(self) -> None:
-        self._dir = tempfile.mkdtemp(prefix="trainguard-optuna-")
-        os.chmod(self._dir, 0o700)
-        address = os.path.join(self._dir, "bridge")
-        authkey = os.urandom(32)
-        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
-        self._slot_fn = SlotFunction(address, authkey, self._spec.kind, self._spec.payload, self._spec.ref)
-        for target, name in ((self._accept_loop, "listener"), (self._drive, "driver")):
-            thread = threading.Thread(target=target, name=f"trainguard-optuna-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        self._started = True
-
-    def submit(self, trial: Any) -> _Job:
-        job = _Job(trial)
-        with self._cond:
-            if self._closed:
-                raise ConfigError(
-                    "this guarded objective was closed: create a new one with trainguard.optuna.isolated(...)"
-                )
-            if self._fatal is not None:
-                job.error = self._fatal
-                job.done.set()
-                return job
-            if not self._started:
-                self._start()
-            self._pending.append(job)
-            self._cond.notify_all()
-        return job
-
-    def close(self, timeout_s: float = 30.0) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._cond.notify_all()
-        if not self._started:
-            return
-        driver = self._threads[1]
-        driver.join(timeout_s)
-        if driver.is_alive():  # a worker still in a trial or starting: end it
-            self._kill_workers()
-            driver.join(10.0)
-        if self._listener is not None:
-            # a thread blocked in accept() is not woken by close() on Linux: connect once (the
-            # authkey challenge fails, and the loop sees the pool closed), then close
-            try:
-                with socket.socket(socket.AF_UNIX) as wake:
-                    wake.settimeout(2.0)
-                    wake.connect(self._listener.address)
-            except OSError:
-                pass
-            self._threads[0].join(5.0)
-            try:
-                self._listener.close()
-            except OSError:
-                pass
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-        with self._cond:
-            stranded = list(self._pending) + list(self._assigned.values())
-            self._pending.clear()
-            self._assigned.clear()
-        for job in stranded:
-            job.error = ConfigError("the guarded objective was closed while this trial waited for a worker")
-            job.done.set()
-
-    def _kill_workers(self) -> None:
-        from trainguard.process import kill_tree
-
-        progress = self._runner.progress()
-        for worker in progress.workers if progress is not None else ():
-            if worker.pid:
-                kill_tree(worker.pid)  # the worker, its process group and every descendant
-
-    # -- driver -----------------------------------------------------------------------------------
-
-    def _drive(self) -> None:
-        chunk = 0
-        try:
-            while not self._closed:
-                base, self._next_slot = self._next_slot, self._next_slot + self._chunk
-                params = [{"slot": base + i} for i in range(self._chunk)]
-                results = self._runner.imap(self._slot_fn, params, name=f"{self._name}-{chunk}")
-                try:
-                    for result in results:
-                        self._on_result(result)
-                        with self._cond:
-                            if self._closed and not self._assigned:
-                                break
-                finally:
-                    results.close()
-                chunk += 1
-        except BaseException as err:  # noqa: BLE001 - every waiting trial must learn why
-            with self._cond:
-                self._fatal = err
-                jobs = list(self._pending) + list(self._assigned.values())
-                self._pending.clear()
-                self._assigned.clear()
-            for job in jobs:
-                job.error = err
-                job.done.set()
-
-    def _on_result(self, result: Any) -> None:
-        slot = int(result.params["slot"])
-        with self._cond:
-            if slot in self._live_handlers:
-                self._finished.add(slot)
-            job = self._assigned.pop(slot, None)
-        if job is not None:
-            job.result = result
-            job.done.set()
-
-    # -- bridge -----------------------------------------------------------------------------------
-
-    def _accept_loop(self) -> None:
-        listener = self._listener
-        assert listener is not None
-        while True:
-            try:
-                conn = listener.accept()
-            except OSError:
-                if self._closed:
-                    return
-                continue  # a client that failed the authkey challenge, or went away
-            except Exception:  # noqa: BLE001 - AuthenticationError and friends
-                if self._closed:
-                    return
-                continue
-            threading.Thread(
-                target=self._serve, args=(conn,), name="trainguard-optuna-bridge", daemon=True
-            ).start()
-
-    def _serve(self, conn: Connection) -> None:
-        slot: int | None = None
-        try:
-            hello = recv_json(conn)
-            slot = int(hello["slot"])
-            with self._cond:
-                self._live_handlers.add(slot)
-            job = self._take(conn, slot)
-            if job is None:
-                send_json(conn, {"op": "stop"})
-                return
-            try:
-                send_json(conn, {"op": "trial", "number": job.trial.number})
-            except OSError:
-                self._give_back(slot, job)
-                return
-            self._answer(conn, job.trial)
-        except (EOFError, OSError, ValueError, KeyError):
-            return
-        finally:
-            with self._cond:
-                if slot is not None:
-                    self._live_handlers.discard(slot)
-                    self._finished.discard(slot)
-            conn.close()
-
-    def _take(self, conn: Connection, slot: int) -> _Job | None:
-        with self._cond:
-            while True:
-                if self._closed or slot in self._finished:
-                    return None
-                if self._pending:
-                    # the worker sends nothing while it waits: readable means it has gone
-                    if conn.poll(0):
-                        return None
-                    job = self._pending.popleft()
-                    self._assigned[slot] = job
-                    job.slot = slot
-                    return job
-                self._cond.wait(0.5)
-
-    def _give_back(self, slot: int, job: _Job) -> None:
-        with self._cond:
-            if self._assigned.get(slot) is job:
-                del self._assigned[slot]
-                self._pending.appendleft(job)
-                self._cond.notify_all()
-
-    def _answer(self, conn: Connection, trial: Any) -> None:
+    def converse(self, conn: Connection) -> None:
+        trial = self.trial
         while True:
             message = recv_json(conn)  # EOFError when the objective is done or the worker died
             try:
@@ -338,6 +126,9 @@ class _Pool:
                 send_json(conn, {"ok": True, "value": value})
             except Exception as err:  # noqa: BLE001 - the objective gets the error, in its worker
                 send_json(conn, {"ok": False, "type": type(err).__name__, "message": str(err)})
+
+
+_CLOSED = "this guarded objective was closed: create a new one with trainguard.optuna.isolated(...)"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -426,7 +217,12 @@ class IsolatedObjective:
         self.ref = spec.ref
         self._runner = runner
         run_name = name or f"optuna-{spec.ref.rpartition(':')[2]}-{uuid.uuid4().hex[:8]}"
-        self._pool = _Pool(runner, spec, slots, run_name)
+        self._pool = CallPool(
+            runner,
+            lambda address, authkey: SlotFunction(address, authkey, spec.kind, spec.payload, spec.ref),
+            slots,
+            run_name,
+        )
         self._lock = threading.Lock()
         self.retries_pending = 0
         self.fresh_started = 0
@@ -444,8 +240,8 @@ class IsolatedObjective:
                 self.retries_pending = max(0, self.retries_pending - 1)
             else:
                 self.fresh_started += 1
-        job = self._pool.submit(trial)
-        job.done.wait()
+        job = self._pool.submit(_TrialJob(trial), _CLOSED)
+        job.wait()
         if job.error is not None:
             raise job.error
         result = job.result
@@ -549,7 +345,7 @@ class IsolatedObjective:
 isolated = IsolatedObjective
 
 
-def _close_pool(pool: _Pool, runner: Any) -> None:
+def _close_pool(pool: CallPool, runner: Any) -> None:
     try:
         pool.close()
     finally:

@@ -63,7 +63,7 @@ def plot_report(report: Any, path: str) -> str:
     """Write ``report``'s series to ``path`` (PNG or SVG) and return the path.
 
     Raises:
-        MissingDependencyError: matplotlib is not installed (``pip install 'trainguard[plot]'``).
+        MissingDependencyError: matplotlib is not installed (``pip install -e '.[plot]'``).
         ConfigError: a bad path.
     """
     out = check_plot_path(path)

@@ -192,7 +192,9 @@ def _importable_by_reference(fn: Callable[..., Any]) -> str | None:
         obj = getattr(obj, part, None)
         if obj is None:
             return None
-    return f"{module}:{qualname}" if obj is fn else None
+    # a module-level @trainguard.isolated leaves its wrapper under the name: the worker unwraps it
+    found = obj is fn or getattr(obj, "__trainguard_wrapped__", None) is fn
+    return f"{module}:{qualname}" if found else None
 
 
 def prepare(fn: Callable[..., Any] | str) -> FnSpec:

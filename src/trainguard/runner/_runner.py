@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainguard._envvars import THREAD_VARIABLES
+from trainguard._text import require_utf8
 from trainguard.exceptions import ConfigError, TrialError
 from trainguard.runner._config import RunConfig
 from trainguard.runner._fnref import prepare
@@ -69,7 +70,15 @@ def find_allocator(name: str) -> str:
     if name.endswith(".so") or ".so." in name or os.sep in name:
         if not Path(name).is_file():
             raise ConfigError(f"allocator library {name!r} does not exist: give the path of an installed .so")
-        return str(Path(name).resolve())
+        resolved = str(Path(name).resolve())
+        if any(c in resolved for c in " :\t\n"):
+            # the dynamic loader splits LD_PRELOAD at spaces and colons, with no way to quote them
+            raise ConfigError(
+                f"allocator library {resolved!r} has a space or colon in its path, which LD_PRELOAD cannot "
+                "hold (the loader splits it there): link it from a path without one, e.g. "
+                "ln -s 'my libs/libjemalloc.so.2' /tmp/libjemalloc.so.2"
+            )
+        return resolved
     if name not in _ALLOCATOR_LIBS:
         raise ConfigError(f"allocator={name!r} is unknown: use 'jemalloc', 'tcmalloc', a .so path, or None")
     dirs = [*_LIB_DIRS, os.path.join(sys.prefix, "lib")]
@@ -261,6 +270,12 @@ def _check_placement(
                 "gpus= and Device(visible_devices=) both set CUDA_VISIBLE_DEVICES: give only one"
             )
         device.check()
+    from trainguard.process import refuse_linux_only
+
+    if allocator is not None:
+        refuse_linux_only(f"allocator={allocator!r}", "LD_PRELOAD of a glibc allocator")
+    if malloc_trim_threshold is not None:
+        refuse_linux_only("malloc_trim_threshold", "glibc's MALLOC_TRIM_THRESHOLD_")
     allocator_path = find_allocator(allocator) if allocator is not None else None
     trim = parse_size(malloc_trim_threshold, name="malloc_trim_threshold", allow_none=True)
     if env is not None and (
@@ -301,14 +316,15 @@ def _check_limits(
         raise ConfigError(
             f"max_result_bytes={max_result_bytes!r} must be between 1 byte and 2GiB, such as '16MiB'"
         )
-    if tree_tracking not in ("auto", "cgroup", "subreaper"):
-        raise ConfigError(f"tree_tracking={tree_tracking!r} is unknown: use 'auto', 'cgroup' or 'subreaper'")
+    from trainguard.process import resolve_tracking
+
+    resolve_tracking(tree_tracking)  # an unknown tier, or one this platform lacks: one line
     if policy.gpu_memory_limit is not None:
         from trainguard.probes.nvml import nvml_available
 
         if not nvml_available():
             raise ConfigError(
-                "gpu_memory_limit needs NVML (pip install 'trainguard[nvml]') and an NVIDIA driver; none is available"
+                "gpu_memory_limit needs NVML (pip install -e '.[nvml]') and an NVIDIA driver; none is available"
             )
     return float(interval), float(start_timeout_s), int(result_cap)
 
@@ -417,15 +433,18 @@ class Runner:
             ``setsid`` ones included) in its tree, counted in its memory and killed with it:
             ``"auto"`` (default) gives each worker a cgroup v2 of its own where one can be made
             (root, or a delegated systemd scope) on top of making it a child subreaper;
-            ``"subreaper"`` uses the subreaper alone; ``"cgroup"`` requires the cgroup. Which one
-            a worker got is stored with it (``tree_tracking`` in its config).
+            ``"subreaper"`` uses the subreaper alone; ``"cgroup"`` requires the cgroup (both Linux
+            only); ``"portable"`` (what macOS gets by default) uses psutil and a process group per
+            worker only (a daemon that leaves the group escapes); ``"windows"`` (Windows' default)
+            a Job Object per worker. Which one a worker got is stored with it (``tree_tracking``
+            in its config); ``trainguard doctor`` lists what each guarantees here.
         seed: the run's seed. Trial ``i`` gets its own seed derived from ``(seed, i)``, the same on
             every attempt and in any worker, and the worker seeds Python's ``random``, numpy, and
             torch, TensorFlow and Keras (those the trial imports) with it before the trial. None
             seeds nothing. The seed is stored with each trial and shown by ``trainguard show``.
         backend: where workers run: ``"local"`` (default: child processes of this one), ``"ray"``
             (on the nodes of a Ray cluster, one node-local supervisor actor per worker slot; needs
-            ``pip install 'trainguard[ray]'``), ``"slurm"`` (in pilot jobs on a Slurm cluster, each a
+            ``pip install -e '.[ray]'``), ``"slurm"`` (in pilot jobs on a Slurm cluster, each a
             node-local supervisor of its workers; needs ``pip install -e '.[slurm]'``), or an object
             implementing ``trainguard.runner.backends.base.BaseBackend``.
         address: with ``backend="ray"``: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, or
@@ -595,6 +614,7 @@ class Runner:
             WorkerCrashedError: a worker died before it was ready.
         """
         spec = prepare(fn)
+        require_utf8(spec.ref, "function", "rename the file or folder to UTF-8 (the store keeps its path)")
         params = _check_params(params_list)
         if data is not None:
             from trainguard.runner._shared import SharedData, _check_arrays
@@ -611,6 +631,7 @@ class Runner:
             name = default_run_name(spec.ref, params)
         elif not isinstance(name, str) or not name.strip():
             raise ConfigError(f"name must be a non-empty string such as 'sweep1', not {name!r}")
+        require_utf8(name, "run name", "pass a UTF-8 name, e.g. --name sweep1")
         if not params:
             return iter(())
         store = self._open_store()

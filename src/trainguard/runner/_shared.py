@@ -27,6 +27,7 @@ worker against ``memory_limit``.
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import mmap
 import os
@@ -48,7 +49,8 @@ logger = logging.getLogger(__name__)
 
 SHM_FOLDER = "/dev/shm"
 PREFIX = "trainguard-share-"
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+_NAME_MAX = 100
+_NAME_RE = re.compile(rf"^[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{_NAME_MAX - 1}}}$")
 _FOLDER_RE = re.compile(r"^trainguard-share-(\d+)-(\d+)-[0-9a-f]+$")
 #: Room left free in a folder after the arrays are written (other users of /dev/shm need some).
 _HEADROOM_BYTES = 16 << 20
@@ -151,19 +153,61 @@ def _check_arrays(arrays: Any) -> tuple[dict[str, Any], bool]:
         raise ConfigError(f"share() takes a numpy array or a dict of numpy arrays, not a {kind}{hint}")
     for name, value in items.items():
         if not isinstance(name, str) or not _NAME_RE.match(name):
+            shown = (
+                f"{name[:20]!r}... ({len(name)} characters)"
+                if isinstance(name, str) and len(name) > 40
+                else repr(name)
+            )
             raise ConfigError(
-                f"share(): the key {name!r} cannot name a file: use letters, digits, '_', '.', '-' such as 'x_train'"
+                f"share(): the key {shown} cannot name a file: use at most {_NAME_MAX} letters, digits, "
+                "'_', '.', '-' such as 'x_train'"
             )
         if not isinstance(value, np.ndarray):
             raise ConfigError(
                 f"share(): {name!r} is a {type(value).__name__}, not a numpy array: convert it with np.asarray(...)"
             )
+        lost = _lost_in_sharing(value)
+        if lost:
+            raise ConfigError(f"share(): {name!r} {lost}")
         if value.dtype.hasobject:
             raise ConfigError(
                 f"share(): {name!r} has dtype {value.dtype}, which holds Python objects and cannot be "
                 "memory-mapped: convert it to a numeric or fixed-width string dtype first"
             )
     return items, single
+
+
+def _lost_in_sharing(value: Any) -> str | None:
+    """What a worker would lose of ``value`` (a numpy subclass) reading it back as a plain array."""
+    import numpy as np
+
+    if isinstance(value, np.ma.MaskedArray):
+        return (
+            "is a masked array; workers would read it back without its mask: share its data and mask as "
+            "two arrays, {'x': np.ma.getdata(x), 'x_mask': np.ma.getmaskarray(x)}, and rebuild it with "
+            "np.ma.array(data['x'], mask=data['x_mask'])"
+        )
+    if isinstance(value, np.matrix):
+        return (
+            "is an np.matrix; workers would read it back as an ndarray, where * multiplies element-wise "
+            "instead of as matrices: share np.asarray(x) and multiply with @"
+        )
+    return None
+
+
+def _write_failure(err: OSError, needed: int, chosen: str) -> SharedDataError:
+    """The module's own error for a write that failed (numpy reports a short write without errno)."""
+    from trainguard.units import format_bytes
+
+    free = _free_bytes(chosen)
+    full = err.errno in (errno.ENOSPC, errno.EDQUOT) or (free is not None and free < _HEADROOM_BYTES)
+    why = "ran out of space" if full else f"failed ({err.strerror or err})"
+    return SharedDataError(
+        f"share() {why} writing {format_bytes(needed)} to {chosen}"
+        f"{f' ({format_bytes(free)} free now)' if free is not None else ''}: free some space "
+        "or pass share(..., folder=...) on a larger file system",
+        needed_bytes=needed,
+    )
 
 
 def _choose_folder(needed: int, folder: str | os.PathLike[str] | None) -> str:
@@ -452,18 +496,13 @@ def share(arrays: Any, *, folder: str | os.PathLike[str] | None = None) -> Share
             target = os.path.join(path, name + ".npy")
             partial = target + ".partial"
             with open(partial, "wb") as fh:
-                np.save(fh, np.ascontiguousarray(value), allow_pickle=False)
+                # asarray, not ascontiguousarray: that one turns a 0-d array into shape (1,)
+                np.save(fh, np.asarray(value, order="C"), allow_pickle=False)
             os.replace(partial, target)
         handle._hold()
-    except OSError as err:
+    except OSError as err:  # the space went while writing (ENOSPC, EDQUOT), a file size limit...
         handle.close()
-        if err.errno in (28, 122):  # ENOSPC, EDQUOT: the space went while writing
-            raise SharedDataError(
-                f"share() ran out of space writing {needed} bytes to {chosen}: {err.strerror}; free some space "
-                "or pass share(..., folder=...) on a larger file system",
-                needed_bytes=needed,
-            ) from err
-        raise
+        raise _write_failure(err, needed, chosen) from err
     with _active_lock:
         _active.add(handle)
     return handle

@@ -54,7 +54,7 @@ class RunLock:
         self.store_path = store_path
         self.name = name
         self._shown = shown
-        digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:20]
+        digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:20]
         self.path = lock_folder(store_path) / f"run-{digest}.lock"
         self._fd: int | None = None
         #: the holder whose lock this one took over (its process had ended), or None

@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from trainguard._text import require_utf8, utf8_problem
 from trainguard.exceptions import ConfigError, SchemaVersionError, StoreError
 from trainguard.store._lock import RunLock
 from trainguard.store._records import (
@@ -88,6 +90,12 @@ def _dumps(value: Any, what: str) -> str:
     """Encode ``value`` as JSON or raise a one-line ConfigError that names the offending part."""
     try:
         return json.dumps(value, separators=(",", ":"), allow_nan=True)
+    except RecursionError:
+        raise ConfigError(
+            f"{what} is nested too deep to store as JSON (more levels than Python's recursion limit of "
+            f"{sys.getrecursionlimit():,}): flatten it, e.g. a list of values instead of lists in lists",
+            what=what,
+        ) from None
     except (TypeError, ValueError) as err:
         found = _json_path_of_bad_value(value, what)
         where, type_name = found if found else (what, type(value).__name__)
@@ -123,6 +131,27 @@ def _check_optional_number(value: Any, name: str) -> None:
         raise ConfigError(f"{name} must be a number or None, not {type(value).__name__} ({value!r})")
 
 
+def _special_file_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder (``"a FIFO"``)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
 def _check_run_args(name: Any, fn_ref: Any, params: Any, config: Any) -> None:
     if not isinstance(name, str) or not name.strip() or len(name) > 200 or "\n" in name:
         raise ConfigError(
@@ -130,6 +159,8 @@ def _check_run_args(name: Any, fn_ref: Any, params: Any, config: Any) -> None:
         )
     if not isinstance(fn_ref, str):
         raise ConfigError(f"fn_ref must be a string such as 'train.py:train', not {fn_ref!r}")
+    require_utf8(name, "run name", "pass a UTF-8 name, e.g. --name sweep1")
+    require_utf8(fn_ref, "function", "rename the file or folder to UTF-8 (the store keeps its path)")
     if isinstance(params, (str, bytes, dict)) or not isinstance(params, Sequence):
         raise ConfigError(f"params must be a list with one entry per trial, not {type(params).__name__}")
     if not isinstance(config, dict):
@@ -228,6 +259,11 @@ class Store:
         if path.is_dir():
             raise ConfigError(
                 f"store {shown} is a folder: pass a file path such as {shown.rstrip('/')}/runs.db"
+            )
+        kind = _special_file_kind(path)
+        if kind is not None:  # opening a FIFO to read its header would wait for a writer forever
+            raise ConfigError(
+                f"store {shown} is {kind}, not a file: pass a file path such as runs.db", path=shown
             )
         parent = path.absolute().parent
         if self._readonly:
@@ -716,6 +752,8 @@ class Store:
 
     def get_run(self, name: str) -> RunInfo | None:
         """The run called ``name``, or None."""
+        if utf8_problem(name) is not None:  # no stored name has bytes that are not UTF-8
+            return None
         with self._read() as conn:
             row = conn.execute(_RUN_SELECT + " WHERE name=?", (name,)).fetchone()
         return _run_info(row) if row else None

@@ -37,6 +37,8 @@ class WorkerSpec:
     fn_kind: str
     max_message_bytes: int
     tree_tracking: str = "auto"
+    #: the policy's hard memory limit, for a tier whose OS enforces one (a Windows Job Object)
+    memory_limit_bytes: int | None = None
     #: where a worker started by this process keeps TensorFlow's captured start-up output
     capture_dir: str | None = None
     #: store-side detail recorded with the worker (its slot's devices)

@@ -17,7 +17,7 @@ from typing import Any
 from trainguard import process as proctree
 from trainguard.exceptions import ConfigError
 from trainguard.frameworks import min_log_level, replay_capture
-from trainguard.process import ProcessTree, TreeCgroup
+from trainguard.process import ProcessTree, TreeCgroup, popen_options, resolve_tracking, tier_tree
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
 from trainguard.runner.policy import EndCause, KillDecision, classify_end
@@ -47,7 +47,7 @@ def _stderr_fd() -> int:
 
 
 def _make_cgroup(tree_tracking: str, worker_id: int) -> TreeCgroup | None:
-    if tree_tracking == "subreaper" or not sys.platform.startswith("linux"):
+    if tree_tracking in ("subreaper", "portable", "windows") or not sys.platform.startswith("linux"):
         return None
     group = TreeCgroup.create(f"trainguard-{os.getpid()}-w{worker_id}-{os.urandom(3).hex()}")
     if group is None and tree_tracking == "cgroup":
@@ -75,12 +75,20 @@ class LocalWorker(BaseWorker):
         self.started_wall = started_wall
         self.proc = proc
         self.pipes = pipes
-        self.sampler = ProcessTree(proc.pid, cgroup=cgroup)
+        # the tier's tree (process/): the Linux one reads /proc, the portable one psutil alone
+        self.tier = resolve_tracking(spec.tree_tracking)
+        self.sampler: Any = (
+            ProcessTree(proc.pid, cgroup=cgroup)
+            if self.tier not in ("portable", "windows")
+            else tier_tree(proc, self.tier, spec.memory_limit_bytes)
+        )
         self.fn_kind = spec.fn_kind
         self.capture_dir = spec.capture_dir
         self.env = spec.env
         self.oom_kills_at_start = cgroup_oom_kills()
-        if spec.fn_kind != "node":
+        if self.tier in ("portable", "windows"):
+            self.tracking = self.tier
+        elif spec.fn_kind != "node":
             self.tracking = "cgroup+subreaper" if cgroup is not None else "subreaper"
         else:
             self.tracking = "cgroup" if cgroup is not None else "process group"
@@ -98,10 +106,11 @@ class LocalWorker(BaseWorker):
             self.pipes.to_worker.send(msg)
 
     def read(self, *, uss: bool = False, rediscover: bool = False) -> tuple[int, int | None] | None:
-        return self.sampler.read(uss=uss, rediscover=rediscover)
+        reading: tuple[int, int | None] | None = self.sampler.read(uss=uss, rediscover=rediscover)
+        return reading
 
     def pids(self) -> tuple[int, ...]:
-        return self.sampler.pids()
+        return tuple(self.sampler.pids())
 
     def kill(self) -> None:
         self.sampler.kill(started_after=self.started_wall)
@@ -125,13 +134,21 @@ class LocalWorker(BaseWorker):
     def end(self, grace_s: float) -> tuple[int | None, bool]:
         # what the tree holds now: a dead worker's orphans are no longer below it (the sampler's
         # last discovery and this walk still know them; the cgroup, when there is one, always does)
-        known = {*self.sampler.pids(), *proctree.descendants(self.proc.pid)}
+        portable = self.tier in ("portable", "windows")
+        known = (
+            set(self.sampler.pids())
+            if portable
+            else {*self.sampler.pids(), *proctree.descendants(self.proc.pid)}
+        )
         killed = False
         rc = self.wait(grace_s)
         if rc is None:
             self.kill()
             rc = self.proc.wait()
             killed = True
+        if portable:
+            self.sampler.end_leftovers()  # its process group (or job) and every member seen
+            return self._release(rc, killed)
         # nothing a worker started may outlive it: its cgroup, its process group (the kernel keeps a
         # pgid from being reused while the group exists) and every process seen in its tree, each
         # checked to be still the process seen (start time), since the worker's own pid is reaped
@@ -142,6 +159,9 @@ class LocalWorker(BaseWorker):
             started_after=self.started_wall,
             root_reaped=True,
         )
+        return self._release(rc, killed)
+
+    def _release(self, rc: int | None, killed: bool) -> tuple[int | None, bool]:
         # a worker that died while importing TensorFlow left its captured stderr behind: show it
         replay_capture(
             self.proc.pid,
@@ -169,6 +189,7 @@ def start_local_worker(spec: WorkerSpec, *, parent_pid: int | None = None) -> Lo
     """Start one worker as a child of this process (its own session and process group)."""
     pipes = PipePair(spec.max_message_bytes)
     cgroup = _make_cgroup(spec.tree_tracking, spec.worker_id)
+    tier = resolve_tracking(spec.tree_tracking)
     env = dict(spec.env)
     env[WORKER_CONFIG_ENV] = json.dumps(
         {
@@ -176,6 +197,7 @@ def start_local_worker(spec: WorkerSpec, *, parent_pid: int | None = None) -> Lo
             "parent_pid": parent_pid if parent_pid is not None else os.getpid(),
             "capture_dir": spec.capture_dir,
             "cgroup": cgroup.path if cgroup is not None else None,
+            "tree_tracking": tier,
         }
     )
     try:
@@ -199,7 +221,8 @@ def start_local_worker(spec: WorkerSpec, *, parent_pid: int | None = None) -> Lo
         close_fds=True,
         # its own process group: whatever it starts can be killed with it, even after it crashed,
         # and a Ctrl-C at the terminal reaches only the supervisor, which then stops the workers
-        start_new_session=True,
+        # (on Windows: created suspended, put in its Job Object, then resumed)
+        **popen_options(tier),
     )
     pipes.close_child_ends()
     if spec.fn_kind == "node" and cgroup is not None and not cgroup.join(proc.pid):

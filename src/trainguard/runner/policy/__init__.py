@@ -50,6 +50,8 @@ from trainguard.runner.policy._budget import (
 from trainguard.runner.policy._limits import EndCause, KillDecision, check_limits, classify_end
 from trainguard.runner.policy._oom import Shrink, ShrinkStep, params_without, resize, shrink_step, start_at
 from trainguard.runner.policy._recycle import (
+    HISTORY_KEPT,
+    PREDICT_WINDOW,
     RecycleDecision,
     WorkerHistory,
     decide_recycle,
@@ -57,6 +59,7 @@ from trainguard.runner.policy._recycle import (
     first_recycle,
     growth_per_trial,
     predict_next_peak,
+    worker_history,
 )
 from trainguard.runner.policy._retry import failure_category, should_retry
 from trainguard.runner.policy._values import positive_int
@@ -74,6 +77,9 @@ __all__ = [
     "RecycleDecision",
     "KillDecision",
     "WorkerHistory",
+    "worker_history",
+    "HISTORY_KEPT",
+    "PREDICT_WINDOW",
     "ATTEMPT_STATUSES",
     "RETRY_CATEGORIES",
     "failure_category",

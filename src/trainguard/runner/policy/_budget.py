@@ -61,7 +61,7 @@ def next_peak_estimate(policy: Policy, history: WorkerHistory) -> float | None:
     has ``min_trials_for_slope`` readings, before that the highest peak or RSS it has shown."""
     if not history.rss_after_bytes:
         return None
-    if len(history.rss_after_bytes) >= policy.min_trials_for_slope:
+    if history.readings >= policy.min_trials_for_slope:
         predicted = predict_next_peak(history)
         if predicted is not None:
             return predicted
@@ -272,7 +272,7 @@ def recycle_expected_soon(policy: Policy, history: WorkerHistory, trials_ahead: 
     more trials, continuing its own growth (what a replacement started early would be for)."""
     rss = list(history.rss_after_bytes)
     peaks = list(history.peak_bytes)
-    if len(rss) < policy.min_trials_for_slope:
+    if history.readings < policy.min_trials_for_slope:
         return False
     slope = max(growth_per_trial(rss) or 0.0, 0.0)
     excess = max(0, peaks[-1] - rss[-1]) if peaks else 0
@@ -280,7 +280,9 @@ def recycle_expected_soon(policy: Policy, history: WorkerHistory, trials_ahead: 
     for ahead in range(1, trials_ahead + 1):
         rss.append(int(rss[-1] + slope))
         peaks.append(int(rss[-1] + excess))
-        ahead_history = WorkerHistory(n + ahead, tuple(rss), tuple(peaks), history.supervisor_rss_bytes)
+        ahead_history = WorkerHistory(
+            n + ahead, tuple(rss), tuple(peaks), history.supervisor_rss_bytes, history.earlier
+        )
         if decide_recycle(policy, ahead_history) is not None:
             return True
     return False

@@ -23,6 +23,9 @@ __all__ = [
     "SLOPE_WINDOW",
     "growth_per_trial",
     "predict_next_peak",
+    "worker_history",
+    "HISTORY_KEPT",
+    "PREDICT_WINDOW",
     "decide_recycle",
     "decide_stage",
     "first_recycle",
@@ -43,6 +46,40 @@ class WorkerHistory:
     rss_after_bytes: tuple[int, ...] = ()
     peak_bytes: tuple[int, ...] = ()
     supervisor_rss_bytes: int = 0
+    #: readings left out between the first and the kept latest ones (:func:`worker_history`): the
+    #: reading at position ``k >= 1`` is the worker's trial ``k + earlier``
+    earlier: int = 0
+
+    @property
+    def readings(self) -> int:
+        """How many trials' readings the worker has, the left-out ones included."""
+        return len(self.rss_after_bytes) + self.earlier
+
+
+#: Latest readings a :class:`WorkerHistory` keeps besides the first (which the growth and
+#: peak-ratio rules compare against): every rule looks at no more than these, so a decision costs
+#: the same at trial 100,000 as at trial 300.
+HISTORY_KEPT = 256
+
+
+def worker_history(
+    trials_done: int,
+    rss_after_bytes: Sequence[int],
+    peak_bytes: Sequence[int],
+    supervisor_rss_bytes: int = 0,
+) -> WorkerHistory:
+    """The :class:`WorkerHistory` of a worker's full readings: the first and the latest
+    :data:`HISTORY_KEPT`, in time that does not grow with the worker's length of service."""
+    leave_out = max(0, len(rss_after_bytes) - 1 - HISTORY_KEPT)
+    if not leave_out:
+        return WorkerHistory(trials_done, tuple(rss_after_bytes), tuple(peak_bytes), supervisor_rss_bytes)
+
+    def kept(values: Sequence[int]) -> tuple[int, ...]:
+        return (values[0], *values[-HISTORY_KEPT:]) if len(values) > HISTORY_KEPT + 1 else tuple(values)
+
+    return WorkerHistory(
+        trials_done, kept(rss_after_bytes), kept(peak_bytes), supervisor_rss_bytes, leave_out
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +93,9 @@ class RecycleDecision:
 
 #: Readings the growth slope looks at: the worker's latest trials (Theil-Sen is quadratic in them).
 SLOPE_WINDOW = 32
+
+#: Readings the predicted level and a trial's typical excess over its RSS look at (medians).
+PREDICT_WINDOW = 128
 
 
 def growth_per_trial(rss_after_bytes: Sequence[int]) -> float | None:
@@ -86,13 +126,17 @@ def predict_next_peak(history: WorkerHistory) -> float | None:
     if slope is None:
         return None
     slope = max(slope, 0.0)
-    n = len(rss)
-    level = median([r - slope * i for i, r in enumerate(rss)])
+    n = history.readings
+    # the latest PREDICT_WINDOW readings, each at its trial number: a median over the whole
+    # history made every decision slower as the worker aged (45 ms a trial at 15,000 trials)
+    start = max(0, len(rss) - PREDICT_WINDOW)
+    level = median([r - slope * (k + history.earlier if k else 0) for k, r in enumerate(rss) if k >= start])
     next_after = level + slope * n
     excess = 0.0
     if history.peak_bytes:
-        pairs = list(zip(history.peak_bytes[1:], rss[1:], strict=False)) or list(
-            zip(history.peak_bytes, rss, strict=False)
+        peaks = history.peak_bytes
+        pairs = list(zip(peaks[max(1, start) :], rss[max(1, start) :], strict=False)) or list(
+            zip(peaks, rss, strict=False)
         )
         excess = max(0.0, median([p - r for p, r in pairs]))
     return next_after + excess
@@ -168,7 +212,7 @@ def _predictive(policy: Policy, history: WorkerHistory, unit: str) -> RecycleDec
         limits.append(("predictive_budget", policy.peak_ratio * first, label, outside))
     if not limits:
         return None
-    if len(rss) >= policy.min_trials_for_slope:
+    if history.readings >= policy.min_trials_for_slope:
         predicted = predict_next_peak(history)
         basis = "predicted"
     else:

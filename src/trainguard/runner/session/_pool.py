@@ -34,6 +34,7 @@ from trainguard.runner.policy import (
     next_peak_estimate,
     recycle_expected_soon,
     should_prestart,
+    worker_history,
 )
 from trainguard.runner.session._records import WorkerRecord
 from trainguard.runner.session._results import WorkerProgress
@@ -290,10 +291,11 @@ class Pool:
             return workers, sum(self.recycles_by_slot.values())
 
     def history(self, worker: WorkerRecord, *, with_supervisor: bool = True) -> WorkerHistory:
-        return WorkerHistory(
+        # the first and latest readings only: a decision costs the same at trial 100,000 as at 300
+        return worker_history(
             worker.trials_done,
-            tuple(worker.rss_after),
-            tuple(worker.peaks),
+            worker.rss_after,
+            worker.peaks,
             self.supervisor_rss() if with_supervisor else 0,
         )
 
@@ -363,6 +365,7 @@ class Pool:
             fn_kind="node" if self.fn_kind == "node" else "python",
             max_message_bytes=self.config.max_result_bytes + MESSAGE_OVERHEAD_BYTES,
             tree_tracking=self.config.tree_tracking,
+            memory_limit_bytes=self.policy.memory_limit,
             capture_dir=self.capture_dir,
             detail={"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {},
         )

@@ -96,7 +96,9 @@ def stats_message(index: int, stats: dict[str, Any]) -> str:
 
 def default_run_name(fn_ref: str, params: list[dict[str, Any]]) -> str:
     """``"<function>-<hash of fn ref and params>"``: the same call gets the same name, so it resumes."""
-    digest = hashlib.sha1(f"{fn_ref}\n{_canonical_json(params)}".encode()).hexdigest()[:10]
+    digest = hashlib.sha1(
+        f"{fn_ref}\n{_canonical_json(params)}".encode("utf-8", "surrogatepass")
+    ).hexdigest()[:10]
     if fn_ref.startswith("cmd:"):
         # a command: named after the script it runs (or the program), e.g. "cmd-train.js"
         import shlex

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainguard.runner.policy import RecycleDecision, WorkerHistory, decide_stage
+from trainguard.runner.policy import RecycleDecision, decide_stage, worker_history
 from trainguard.runner.session._records import Attempt
 from trainguard.runner.worker.context import latest_stage, verify_stage
 
@@ -161,11 +161,8 @@ class Stages:
             rss_bytes=rss,
             peak_rss_bytes=peak,
         )
-        history = WorkerHistory(
-            worker.stages_done,
-            tuple(worker.stage_rss_after),
-            tuple(worker.stage_peaks),
-            self.pool.supervisor_rss(),
+        history = worker_history(
+            worker.stages_done, worker.stage_rss_after, worker.stage_peaks, self.pool.supervisor_rss()
         )
         decision = decide_stage(self.policy, history)
         ending = getattr(worker.handle, "ending", None)  # a cluster job about to end (Slurm's pilot)

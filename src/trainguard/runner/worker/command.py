@@ -285,8 +285,6 @@ class CommandTrial:
         self.shown = shlex.join(self.argv)
 
     def __call__(self, params: Any) -> Any:
-        from trainguard import process as proctree
-
         self.last_peak_bytes = None
         data = json.dumps(params).encode()
         with tempfile.NamedTemporaryFile(
@@ -322,7 +320,7 @@ class CommandTrial:
             # what the program left running would hold its pipes open and outlive the trial
             for t in threads[1:]:
                 t.join(timeout=1.0)
-            proctree.kill_descendants()
+            _end_children()
             for t in threads[1:]:
                 t.join(timeout=5.0)
         finally:
@@ -379,3 +377,17 @@ class CommandTrial:
 
 def load(payload: str, max_result_bytes: int | None) -> CommandTrial:
     return CommandTrial(json.loads(payload), max_result_bytes)
+
+
+def _end_children() -> None:
+    """End what the program left running, by the worker's tier (psutil alone under ``portable``)."""
+    from trainguard.runner.worker.process import _TIER
+
+    if _TIER[0] in ("portable", "windows"):
+        from trainguard.process.portable import kill_children_portable
+
+        kill_children_portable()
+    else:
+        from trainguard.process import kill_descendants
+
+        kill_descendants()

@@ -26,14 +26,22 @@ from typing import Any
 
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, child_connections, write_message
 
+#: the process tier this worker runs under ("portable": psutil only, no /proc, no subreaper)
+_TIER = ["auto"]
+
 
 def _end_tree_and_exit(code: int) -> None:
     """End every process this worker started (however it detached: the worker is their subreaper),
     then exit without the interpreter's teardown."""
     try:
-        from trainguard.process import kill_descendants
+        if _TIER[0] in ("portable", "windows"):
+            from trainguard.process.portable import kill_children_portable
 
-        kill_descendants()
+            kill_children_portable()
+        else:
+            from trainguard.process import kill_descendants
+
+            kill_descendants()
     finally:
         os._exit(code)
 
@@ -488,8 +496,10 @@ def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any
     _nesting.set_role("worker")
     # keep every descendant in this worker's tree, however it detaches: a cgroup of its own when
     # the supervisor made one (membership survives re-parenting), and always as child subreaper
-    tree = {"cgroup": False, "subreaper": proctree.become_subreaper()}
-    if config.get("cgroup"):
+    _TIER[0] = str(config.get("tree_tracking") or "auto")
+    portable = _TIER[0] in ("portable", "windows")
+    tree = {"cgroup": False, "subreaper": False if portable else proctree.become_subreaper()}
+    if config.get("cgroup") and not portable:
         tree["cgroup"] = proctree.TreeCgroup(config["cgroup"]).join()
     _watch_supervisor(read_fd, int(config.get("parent_pid", os.getppid())))
     for entry in reversed(config.get("sys_path", [])):

@@ -1,0 +1,96 @@
+"""``%%trainguard``'s work in the kernel: check, send, run, bring names back (kernel side)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from typing import Any
+
+from trainguard.exceptions import ConfigError
+
+__all__ = ["run_cell_magic"]
+
+_CELL_REF = "trainguard.notebook._cell:run_cell"
+
+
+def _engine(engines: dict[tuple[tuple[str, Any], ...], Any], options: dict[str, Any]) -> Any:
+    from trainguard.guarded import make_policy
+
+    fresh = options.pop("fresh", False)
+    key = tuple(sorted(options.items()))
+    engine = engines.get(key)
+    if engine is not None and fresh:
+        engine.close()
+        engine = None
+    if engine is None:
+        from trainguard.guarded import GuardedCalls
+
+        runner_options = dict(options)
+        policy, timeout_s = make_policy(
+            None, runner_options.pop("memory_limit", None), runner_options.pop("timeout", None)
+        )
+        engine = GuardedCalls(
+            _CELL_REF,
+            what="the cell",
+            policy=policy,
+            timeout_s=timeout_s,
+            name="notebook-cell",
+            **runner_options,
+        )
+        engines[key] = engine
+    return engine
+
+
+def _fail(message: str) -> None:
+    from IPython.core.error import UsageError
+
+    raise UsageError(message)
+
+
+def run_cell_magic(shell: Any, engines: dict[tuple[tuple[str, Any], ...], Any], line: str, cell: str) -> None:
+    import cloudpickle
+
+    from trainguard.guarded import pickle_inputs
+    from trainguard.notebook import parse_options
+    from trainguard.notebook._names import cell_names
+
+    try:
+        options = parse_options(line)
+    except ConfigError as err:
+        _fail(str(err))
+    source = shell.transform_cell(cell)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        shell.showsyntaxerror()
+        return
+    read, assigned = cell_names(tree)
+    user_ns = shell.user_ns
+    inputs = {name: user_ns[name] for name in sorted(read) if name in user_ns}
+    try:
+        inputs_pickled = pickle_inputs(inputs, "cell")  # one line naming what cannot go, before anything runs
+        engine = _engine(engines, options)
+    except ConfigError as err:
+        _fail(str(err))
+    filename = f"<trainguard cell {shell.execution_count}>"
+    payload = cloudpickle.dumps(((source, filename, inputs_pickled, assigned), {}))
+    try:
+        values, not_returned = engine.call(payload)
+    except Exception as err:  # noqa: BLE001
+        # the cell's own exception as the same type, or the worker killed (memory, timeout) or
+        # crashed: the cell fails with it, and the notebook's variables are as they were
+        raise err.with_traceback(None) from None
+    _bring_back(user_ns, values, not_returned)
+
+
+def _bring_back(user_ns: dict[str, Any], values: dict[str, bytes], not_returned: dict[str, str]) -> None:
+    import cloudpickle
+
+    for name, data in values.items():
+        try:
+            user_ns[name] = cloudpickle.loads(data)
+        except Exception as err:  # noqa: BLE001 - a class the kernel cannot import, say
+            not_returned[name] = f"it cannot be rebuilt in the notebook ({type(err).__name__}: {err})"
+    if not_returned:
+        listed = "; ".join(f"{name} ({why})" for name, why in not_returned.items())
+        print(f"not returned: {listed}", file=sys.stderr)

@@ -1,0 +1,158 @@
+"""``%%trainguard`` in a real Jupyter kernel (ipykernel, driven by nbclient), cell by cell.
+
+One kernel for the module: each test runs its cells in it, so the kernel's state carries over as
+in a notebook, and every test reads the outputs the notebook would show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+nbclient = pytest.importorskip("nbclient")
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("ipykernel")
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+pytestmark = pytest.mark.slow
+
+
+class _Timed(nbclient.NotebookClient):
+    """Records when each output message reached the client (to see output streamed while a cell runs)."""
+
+    def output(self, outs, msg, display_id, cell_index):  # noqa: ANN001 - nbclient's signature
+        self.stamps.append((time.monotonic(), msg["msg_type"], msg["content"].get("text", "")))
+        return super().output(outs, msg, display_id, cell_index)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    nb = nbformat.v4.new_notebook()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    client = _Timed(nb, timeout=180, kernel_name="python3", allow_errors=True)
+    client.stamps = []
+    with client.setup_kernel(env=env):
+
+        def run(source: str) -> list[dict]:
+            nb.cells.append(nbformat.v4.new_code_cell(source))
+            index = len(nb.cells) - 1
+            client.execute_cell(nb.cells[index], index)
+            return nb.cells[index].outputs
+
+        run("%load_ext trainguard\nimport json, os, psutil\nx = 5")
+        yield run, client
+
+
+def _text(outputs: list[dict], name: str | None = None) -> str:
+    return "".join(
+        o.get("text", "")
+        for o in outputs
+        if o["output_type"] == "stream" and (name is None or o["name"] == name)
+    )
+
+
+def _error(outputs: list[dict]) -> dict:
+    errors = [o for o in outputs if o["output_type"] == "error"]
+    assert len(errors) == 1, outputs
+    return errors[0]
+
+
+def _usage_error(outputs: list[dict]) -> str:
+    """IPython shows a UsageError as one line on stderr: ``UsageError: ...``."""
+    text = _text(outputs, "stderr")
+    assert text.startswith("UsageError: ") and text.count("\n") == 1, outputs
+    return text[len("UsageError: ") :].strip()
+
+
+def _value(run, expr: str):
+    return json.loads(_text(run(f"print(json.dumps({expr}))"), "stdout"))
+
+
+def test_a_cell_that_keeps_25mb_a_run_leaves_the_kernel_flat(kernel):
+    run, _ = kernel
+    run(
+        "k = 0\nkernel_rss = []\nimport gc; gc.collect()\nkernel_rss.append(psutil.Process().memory_info().rss)"
+    )
+    cell = (
+        "%%trainguard\n"
+        "import sys\n"
+        "sys.modules.setdefault('held_by_the_worker', []).append(b'\\x01' * (25 * 2**20))  # 25 MB more a run\n"
+        "k = k + 1\n"
+        "worker = os.getpid()\n"
+    )
+    seen = []
+    for _ in range(8):
+        outputs = run(cell)
+        assert not [o for o in outputs if o["output_type"] == "error"], outputs
+        seen.append(_value(run, "[k, worker]"))
+        run("kernel_rss.append(psutil.Process().memory_info().rss)")
+    run("gc.collect(); kernel_rss.append(psutil.Process().memory_info().rss)")
+    growth = _value(run, "kernel_rss[-1] - kernel_rss[0]")
+    assert [k for k, _ in seen] == list(range(1, 9))  # each run's assigned value came back
+    assert all(pid != os.getpid() for _, pid in seen)
+    assert growth < 40 * 2**20, growth / 2**20
+    # the same cell in the kernel keeps its 25 MB there (what the guard spares the kernel)
+    run(
+        "r0 = psutil.Process().memory_info().rss\n"
+        + cell.split("\n", 1)[1]
+        + "r1 = psutil.Process().memory_info().rss"
+    )
+    assert _value(run, "r1 - r0") > 20 * 2**20
+
+
+def test_errors_are_errors_of_the_cell_and_the_kernel_is_unchanged(kernel):
+    run, _ = kernel
+    err = _error(run("%%trainguard\nx = 6\nd = {}\nd['nope']"))
+    assert err["ename"] == "KeyError" and "nope" in err["evalue"]
+    err = _error(run("%%trainguard --memory-limit 300MB\nx = 7\nbig = b'\\x01' * (700 * 2**20)\n"))
+    assert err["ename"] == "MemoryLimitError" and "memory_limit" in err["evalue"], err
+    err = _error(run("%%trainguard\nx = 8\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)"))
+    assert err["ename"] == "WorkerCrashedError" and "SIGKILL" in err["evalue"], err
+    # nothing a failed cell assigned reached the notebook, and the next cell runs
+    assert _value(run, "[x, 'big' in globals()]") == [5, False]
+    run("%%trainguard\nafter = x + 1")
+    assert _value(run, "after") == 6
+
+
+def test_output_streams_into_the_cell_while_it_runs(kernel):
+    run, client = kernel
+    client.stamps.clear()
+    started = time.monotonic()
+    outputs = run("%%trainguard\nimport time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')")
+    ended = time.monotonic()
+    assert _text(outputs, "stdout") == "first\nsecond\n"
+    first = next(t for t, kind, text in client.stamps if kind == "stream" and "first" in text)
+    assert first - started < (ended - started) - 1.0  # shown a second or more before the cell ended
+
+
+def test_bad_input_is_one_line_before_anything_runs(kernel, tmp_path):
+    run, _ = kernel
+    err = _usage_error(run("%%trainguard --memory-limt 1GB\nz = 1"))
+    assert "--memory-limt" in err and "--memory-limit" in err and "--timeout" in err
+    marker = tmp_path / "ran"
+    run(f"fh = open({str(tmp_path / 'data.txt')!r}, 'w')\nimport threading\nlock = threading.Lock()")
+    for name in ("fh", "lock"):
+        err = _usage_error(run(f"%%trainguard\nopen({str(marker)!r}, 'w').close()\nprint({name})"))
+        assert err.startswith(f"{name} cannot be sent"), err
+    assert not marker.exists()  # nothing ran
+    # a tensor off the CPU (torch's meta device here; a GPU is the same path) is named too
+    run("import torch\nnet = torch.nn.Linear(2, 2, device='meta')")
+    err = _usage_error(run("%%trainguard\nout = net"))
+    assert err.startswith("net cannot be sent") and "meta" in err
+
+
+def test_names_that_cannot_come_back_are_named_and_the_rest_come_back(kernel):
+    run, _ = kernel
+    outputs = run(
+        "%%trainguard\nimport threading\nguard = threading.Lock()\nkept = [1, 2]\ndef double(v):\n    return 2 * v"
+    )
+    assert "not returned: guard (a lock" in _text(outputs, "stderr"), outputs
+    assert _value(run, "[kept, double(4), 'guard' in globals()]") == [[1, 2], 8, False]
+    # a function that came back goes out again by value
+    run("%%trainguard\ntwice = double(kept[1])")
+    assert _value(run, "twice") == 4
