@@ -80,7 +80,7 @@ def test_the_check_sees_each_kind_of_reach(tmp_path):
 
 
 def test_the_pure_policy_and_the_store_stay_low():
-    # runner/policy.py is pure decisions over series: no store, no processes; the store does not
+    # runner/policy/ is pure decisions over series: no store, no processes; the store does not
     # import the package root (which would make it depend on everything the root re-exports)
     for path in (SRC / "runner" / "policy").glob("*.py"):
         policy = ast.parse(path.read_text())

@@ -4,7 +4,7 @@ Nothing here measures anything or touches a process: every function takes a sequ
 (``y``, bytes) and optionally the iteration numbers they were read at (``x``, defaults to
 ``0, 1, 2, ...``) and returns a frozen record. :func:`robust_slope` is also what ``compare``, the
 run report and the Keras callback use for growth per trial or epoch; the runner's recycling policy
-computes the same Theil-Sen slope in plain Python (``runner/policy.py``), without an interval.
+computes the same Theil-Sen slope in plain Python (``runner/policy/_recycle.py``), without an interval.
 
 The pieces, and why each is there:
 
