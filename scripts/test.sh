@@ -39,6 +39,16 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "scripts/test.sh: install Debian's chromium (apt-get install chromium) for the HTML report tests" >&2
   fi
 fi
+# The Slurm backend's tests submit pilot jobs to a real one-node Slurm (Debian's slurm-wlm and
+# munge): installed here when missing and we can; the tests start it (scripts/slurm-local.sh start)
+# when none answers, and stop what they started.
+if ! command -v slurmctld >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    bash scripts/slurm-local.sh install || echo "scripts/test.sh: could not install slurm-wlm and munge" >&2
+  else
+    echo "scripts/test.sh: install Debian's slurm-wlm and munge for the Slurm backend's tests" >&2
+  fi
+fi
 export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check --quiet src tests bench
 # types: strict on runner/, store/, probes/ and leaks/stats.py (settings in pyproject.toml)

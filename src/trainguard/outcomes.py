@@ -118,6 +118,8 @@ class WorkerReason(str, Enum):
     SHUTDOWN = ("shutdown", "shut down at the end of the run")
     # the Ray backend: the node (or the actor) that ran the worker is gone
     NODE_LOST = ("node_lost", "lost with its Ray node or actor")
+    # the Slurm backend: the pilot job that ran the worker ended (scancel, preemption, time limit)
+    PILOT_LOST = ("pilot_lost", "lost with its Slurm pilot job")
     # written by the store itself when a run is resumed and a worker of an earlier session was
     # never closed: its supervisor was killed
     INTERRUPTED = ("interrupted", "lost: its supervisor stopped before recording why it ended")
@@ -172,6 +174,8 @@ class EventKind(str, Enum):
     RECYCLE = ("recycle", "run")
     KILL = ("kill", "run")
     RETRY = ("retry", "run")
+    # a trial lost with its cluster job (a Slurm pilot) runs again without using retries
+    RERUN = ("rerun", "run")
     STAGE_EXIT = ("stage_exit", "run")
     STAGE_RESTART = ("stage_restart", "run")
     ENVIRONMENT = ("environment", "run")

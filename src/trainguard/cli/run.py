@@ -87,9 +87,18 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=("local", "ray"),
+        choices=("local", "ray", "slurm"),
         default="local",
-        help="where workers run: local (default) or ray (on a Ray cluster, pip install -e '.[ray]')",
+        help="where workers run: local (default), ray (on a Ray cluster, pip install -e '.[ray]') "
+        "or slurm (in pilot jobs on a Slurm cluster, pip install -e '.[slurm]')",
+    )
+    parser.add_argument(
+        "--slurm",
+        action="append",
+        metavar="KEY=VALUE",
+        help="with --backend slurm, repeatable: a submitit Slurm option for the pilot jobs (partition=gpu, "
+        "time=02:00:00, mem=16G, gres=gpu:1, account=..., setup='module load cuda') or trainguard's "
+        "pilots=N, workers_per_pilot=N, gpus_per_worker=N, folder=DIR, queue_timeout=30m",
     )
     parser.add_argument(
         "--address",
@@ -420,6 +429,7 @@ def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
         backend=args.backend,
         address=args.address,
         resources=args.resources,
+        slurm=args.slurm,
         tf_custom_gradients=not args.keep_tf_gradients,
         tree_tracking=args.tree_tracking,
     )

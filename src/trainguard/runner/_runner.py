@@ -167,7 +167,15 @@ def _check_params(params_list: Any) -> list[dict[str, Any]]:
     return [dict(p) for p in out]
 
 
-def _resolve_backend(backend: Any, *, address: str | None = None, resources: Any = None) -> BaseBackend:
+def _resolve_backend(
+    backend: Any, *, address: str | None = None, resources: Any = None, slurm: Any = None
+) -> BaseBackend:
+    if backend == "slurm":
+        from trainguard.runner.backends.slurm import SlurmBackend
+
+        return SlurmBackend(slurm)
+    if slurm is not None:
+        raise ConfigError("slurm= is for backend='slurm' (pilot jobs on a Slurm cluster)")
     if backend == "ray":
         from trainguard.runner.backends.ray import RayBackend
 
@@ -178,7 +186,7 @@ def _resolve_backend(backend: Any, *, address: str | None = None, resources: Any
         return backend
     if backend == "local":
         return LocalBackend()
-    raise ConfigError(f"backend={backend!r} is not a backend: use 'local' (the default) or 'ray'")
+    raise ConfigError(f"backend={backend!r} is not a backend: use 'local' (the default), 'ray' or 'slurm'")
 
 
 def _check_flags(**flags: object) -> None:
@@ -197,9 +205,9 @@ def _check_sizing(
     if not auto and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"workers={workers!r} must be a whole number >= 1 such as 2, or 'auto'")
     budget = parse_size(memory_budget, name="memory_budget", allow_none=True)
-    if backend == "ray" and (auto or budget is not None):
+    if backend in ("ray", "slurm") and (auto or budget is not None):
         raise ConfigError(
-            "workers='auto' and memory_budget= size a run to this machine's memory; with backend='ray' "
+            f"workers='auto' and memory_budget= size a run to this machine's memory; with backend={backend!r} "
             "give workers=N (slots, spread over the nodes) and Policy(memory_limit=...) per trial"
         )
     if budget is not None and budget <= 0:
@@ -436,13 +444,19 @@ class Runner:
             seeds nothing. The seed is stored with each trial and shown by ``trainguard show``.
         backend: where workers run: ``"local"`` (default: child processes of this one), ``"ray"``
             (on the nodes of a Ray cluster, one node-local supervisor actor per worker slot; needs
-            ``pip install -e '.[ray]'``), or an object implementing
-            ``trainguard.runner.backends.base.BaseBackend``.
+            ``pip install -e '.[ray]'``), ``"slurm"`` (in pilot jobs on a Slurm cluster, each a
+            node-local supervisor of its workers; needs ``pip install -e '.[slurm]'``), or an object
+            implementing ``trainguard.runner.backends.base.BaseBackend``.
         address: with ``backend="ray"``: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, or
             ``"ray://HOST:PORT"``); None uses Ray's default (``RAY_ADDRESS``, else a Ray started here).
         resources: with ``backend="ray"``: what each worker slot reserves on its node, as Ray names
             it: ``{"CPU": 2, "GPU": 1, "my_resource": 1}`` (default one CPU); threads per worker
             default to the slot's CPUs.
+        slurm: with ``backend="slurm"``: submitit's Slurm options, passed through as its
+            ``slurm_*`` (``{"partition": "gpu", "time": "02:00:00", "mem": "16G", "gres": "gpu:1",
+            "account": ..., "setup": ["module load cuda"]}``), and trainguard's own ``pilots``,
+            ``workers_per_pilot``, ``gpus_per_worker``, ``folder``, ``queue_timeout`` and
+            ``driver_host`` (see :class:`~trainguard.runner.backends.slurm.SlurmBackend`).
 
     Raises:
         ConfigError: any argument out of range, an unknown Keras backend or one not installed, an
@@ -477,6 +491,7 @@ class Runner:
         memory_budget: str | int | None = None,
         address: str | None = None,
         resources: Any = None,
+        slurm: Any = None,
     ) -> None:
         from trainguard._nesting import refuse_nested
 
@@ -501,7 +516,7 @@ class Runner:
 
         seed = check_seed(seed)
 
-        self._backend = _resolve_backend(backend, address=address, resources=resources)
+        self._backend = _resolve_backend(backend, address=address, resources=resources, slurm=slurm)
         # with a budget the number of workers changes during the run: threads follow it (at each start);
         # on a cluster a worker gets the CPUs its slot reserves on its node
         first_workers = 1 if budget is not None else max_workers
@@ -621,6 +636,9 @@ class Runner:
             return iter(())
         store = self._open_store()
         self._last_run = name
+        bind_run = getattr(self._backend, "bind_run", None)
+        if bind_run is not None:  # a backend that names its jobs after the run (Slurm's pilots)
+            bind_run(name)
         self._backend.check(fn=spec, policy=self.policy, slots=self._config.workers, data=data)
         session = Session(
             self._config,

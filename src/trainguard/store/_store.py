@@ -4,6 +4,8 @@ Why these choices:
 
 * WAL with ``synchronous=NORMAL``: a committed transaction survives the writing process being killed
   at any instant (it may be lost only on power failure), and readers never block the writer.
+  On a network filesystem (NFS, Lustre, GPFS, BeeGFS, CIFS...), where WAL's shared-memory index is
+  unsafe, the rollback journal with ``synchronous=FULL`` instead (``_fs.py``; one writer).
 * Every multi-statement write is one ``BEGIN IMMEDIATE`` transaction, so a supervisor killed between
   any two statements leaves either all of a change or none of it. ``finish_trial`` is a single
   conditional UPDATE: it writes a trial's result exactly once and reports whether it did.
@@ -182,9 +184,13 @@ class Store:
         busy_timeout: how long to wait for another connection's lock before failing (``"10s"`` or
             seconds; default 10 s).
         sample_resolution_s, busy_timeout_s: the deprecated older names of the two above (warn).
+        journal: SQLite's journal for a writer: ``"auto"`` (default: WAL on a local disk, the
+            rollback journal on a network filesystem such as NFS, Lustre, GPFS, BeeGFS or CIFS, told
+            by ``statfs``), ``"wal"`` (refused on a network filesystem) or ``"delete"``.
 
     Raises:
-        ConfigError: ``path`` is a folder, its folder does not exist, or an argument is out of range.
+        ConfigError: ``path`` is a folder, its folder does not exist, an argument is out of range,
+            or ``journal="wal"`` for a store on a network filesystem.
         StoreError: the folder is not writable, the file is not a trainguard store (not SQLite, or
             SQLite with other tables), or a read-only open finds no store.
         SchemaVersionError: the store was written by another schema version.
@@ -200,6 +206,7 @@ class Store:
         busy_timeout: float | str | None = None,
         sample_resolution_s: float | str | None = None,
         busy_timeout_s: float | str | None = None,
+        journal: str = "auto",
     ) -> None:
         from trainguard.units import parse_duration, renamed_argument
 
@@ -220,6 +227,7 @@ class Store:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._check_path()
+        self.journal = self._choose_journal(journal)
         self._conn = self._connect()
         try:
             self._init_schema()
@@ -298,6 +306,21 @@ class Store:
                     path=shown,
                 )
 
+    def _choose_journal(self, journal: str) -> str:
+        """WAL on a local disk, the rollback journal on a network filesystem (see ``_fs``)."""
+        from trainguard.store import _fs
+
+        f_type = _fs.statfs_type(str(self._path))
+        mode = _fs.choose_journal(journal, f_type, self._shown)
+        network = _fs.network_filesystem(f_type)
+        if network is not None and not self._readonly:
+            logger.info(
+                "store %s is on %s: SQLite's rollback journal with one writer (WAL is unsafe there)",
+                self._shown,
+                network,
+            )
+        return mode
+
     def _not_writable_message(self) -> str:
         parent = self._path.absolute().parent
         return (
@@ -347,14 +370,14 @@ class Store:
         try:
             conn.execute("PRAGMA foreign_keys=ON")
             if not self._readonly:
-                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
+                wanted = self.journal
+                mode = conn.execute(f"PRAGMA journal_mode={wanted.upper()}").fetchone()[0]
+                if str(mode).lower() != wanted:
                     logger.warning(
-                        "store %s: SQLite refused WAL mode (got %s); readers may block the writer",
-                        self._shown,
-                        mode,
+                        "store %s: SQLite refused journal mode %s (got %s)", self._shown, wanted, mode
                     )
-                conn.execute("PRAGMA synchronous=NORMAL")
+                # the rollback journal's commits survive a crash only with FULL syncs
+                conn.execute("PRAGMA synchronous=NORMAL" if wanted == "wal" else "PRAGMA synchronous=FULL")
         except sqlite3.DatabaseError as err:
             conn.close()
             raise self._map_open_error(err) from err

@@ -1,10 +1,13 @@
-"""Where workers run: the public backend contract and the two backends that implement it.
+"""Where workers run: the public backend contract and the backends that implement it.
 
 - :mod:`~trainguard.runner.backends.base`: :class:`BaseBackend` / :class:`BaseWorker`, the
   contract (its docstring) a new backend implements.
 - :mod:`~trainguard.runner.backends.local`: workers as child processes of the supervisor.
 - :mod:`~trainguard.runner.backends.ray`: each worker hosted by a Ray actor on its node (imports
   ray only when used).
+- :mod:`~trainguard.runner.backends.slurm`: workers in pilot jobs on a Slurm cluster, each pilot
+  (:mod:`~trainguard.runner.backends.slurm_pilot`) hosting them with the Ray backend's slot agent;
+  its pure decisions in :mod:`~trainguard.runner.backends.slurm_rules` (imports submitit only when used).
 """
 
 from __future__ import annotations

@@ -158,13 +158,17 @@ class SlotAgent:
             node_id = ray.get_runtime_context().get_node_id()
         return {"host": platform.node(), "node_id": node_id, "agent_pid": os.getpid()}
 
-    def start_worker(self, spec: WorkerSpec, env_overrides: dict[str, str]) -> dict[str, Any]:
+    def start_worker(
+        self, spec: WorkerSpec, env_overrides: dict[str, str], *, keep_gpus: bool = True
+    ) -> dict[str, Any]:
+        """Start one worker here; with ``keep_gpus`` it sees the GPUs this process was given (by
+        Ray for an actor, by Slurm for a pilot job) whatever the overrides say."""
         from trainguard.runner.backends.local import start_local_worker
 
         env = dict(os.environ)
         ray_gpus = env.get("CUDA_VISIBLE_DEVICES")
         env.update(env_overrides)
-        if ray_gpus is not None:
+        if ray_gpus is not None and keep_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ray_gpus  # the GPUs Ray gave this slot's actor
         local = dataclasses.replace(spec, env=env, capture_dir=self._tmpdir)
         worker = start_local_worker(local)

@@ -602,7 +602,7 @@ class Session:
         if worker.budget_kill is not None:
             self._after_budget_kill(worker, run, cause)
             return
-        if previous in ("starting", "loading") and cause.worker_reason != "node_lost":
+        if previous in ("starting", "loading") and cause.worker_reason not in ("node_lost", "pilot_lost"):
             # a worker that cannot start is a configuration problem; one whose node was lost is not
             raise WorkerCrashedError(
                 f"worker {worker.worker_id} died before it was ready: {cause.message}; see its output above",
@@ -620,6 +620,14 @@ class Session:
         flight = self.last.flight_record(worker.worker_id, cause.attempt_status)
         self.last.record_end(self.recorder, worker, _pressure_end(kill), rss_bytes=peak)
         duration = time.monotonic() - run.started_mono
+        again = (
+            self.recovery.rerun_after_loss(worker, run, error, peak, duration)
+            if cause.detail.get("rerun")
+            else None
+        )
+        if again is not None:
+            self._queue.appendleft(again)
+            return
         self._finish_attempt(worker, run, cause.attempt_status, error, None, peak, duration, flight=flight)
 
     def _after_budget_kill(self, worker: WorkerRecord, run: Attempt | None, cause: EndCause) -> None:

@@ -12,12 +12,15 @@ from typing import Any
 from trainguard.runner.backends.base import BaseWorker
 from trainguard.runner.policy import BudgetKill, KillDecision, RecycleDecision
 
-__all__ = ["Attempt", "WorkerRecord", "BUDGET_KILLS_PER_TRIAL"]
+__all__ = ["Attempt", "WorkerRecord", "BUDGET_KILLS_PER_TRIAL", "LOST_RERUNS_PER_TRIAL"]
 
 #: Times one trial may be killed at the memory budget beside other work and run again without using
 #: ``Policy.retries`` (each kill lowers the concurrency, so this is reached only by a trial that grows
 #: unlike the ones measured before it); past it, the retry policy decides.
 BUDGET_KILLS_PER_TRIAL = 3
+#: Times one trial runs again, in a session, after its worker was lost with its cluster job (a
+#: Slurm pilot cancelled, preempted or out of time) before the retry policy decides.
+LOST_RERUNS_PER_TRIAL = 3
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainguard.outcomes import OOM_STATUSES, Failure
 from trainguard.runner.policy import params_without, should_retry, shrink_step, start_at
-from trainguard.runner.session._records import Attempt
+from trainguard.runner.session._records import LOST_RERUNS_PER_TRIAL, Attempt
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class Recovery:
     ) -> None:
         self.policy = policy
         self.recorder = recorder
+        self._lost_reruns: dict[int, int] = {}
         self.fn_ref = fn_ref
         self.run_name = run_name
         self.device = device
@@ -115,6 +116,45 @@ class Recovery:
             )
             return Attempt(run.index, run.params, run.attempt + 1, run.session_attempts + 1), error
         return None, error
+
+    def rerun_after_loss(
+        self, worker: WorkerRecord, run: Attempt, error: dict[str, Any], peak: int | None, duration_s: float
+    ) -> Attempt | None:
+        """A trial whose worker was lost with its cluster job (``detail["rerun"]``: a Slurm pilot
+        cancelled, preempted or out of time): the attempt is recorded and the trial runs again
+        elsewhere without using ``retries``, up to :data:`LOST_RERUNS_PER_TRIAL` times; then None
+        (the retry policy decides)."""
+        done = self._lost_reruns.get(run.index, 0)
+        if done >= LOST_RERUNS_PER_TRIAL:
+            return None
+        self._lost_reruns[run.index] = done + 1
+        failure = {**error, "attempt": run.attempt, "worker_id": worker.worker_id}
+        self.recorder.finish_attempt(
+            run.index,
+            run.attempt,
+            status=str(error["status"]),
+            error=failure,
+            peak_rss_bytes=peak,
+            duration_s=duration_s,
+        )
+        self.recorder.event(
+            "rerun",
+            f"trial {run.index} attempt {run.attempt} on worker {worker.worker_id} was lost ({error['message']}); "
+            f"it runs again as attempt {run.attempt + 1} (no retry used)",
+            data={"status": error["status"], "message": error["message"], "attempt": run.attempt},
+            worker=worker,
+            index=run.index,
+        )
+        return Attempt(
+            run.index,
+            run.params,
+            run.attempt + 1,
+            run.session_attempts,
+            attempt_params=run.attempt_params,
+            mixed_precision=run.mixed_precision,
+            oom_attempts=run.oom_attempts,
+            sized=True,
+        )
 
     def rerun_after_budget_kill(
         self, worker: WorkerRecord, run: Attempt, *, alone: bool, workers: int

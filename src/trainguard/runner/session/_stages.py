@@ -188,6 +188,9 @@ class Stages:
             self.last.record_end(
                 self.recorder, worker, "checkpointed", rss_bytes=rss, stage=int(msg["stage"])
             )
+        ending = getattr(worker.handle, "ending", None)  # a cluster job about to end (Slurm's pilot)
+        if decision is None and ending and msg.get("remaining") != 0:
+            decision = RecycleDecision("job_ending", {}, f"its cluster job is about to end ({ending})")
         if decision is None:
             return True
         worker.stage_exit = decision

@@ -1,0 +1,232 @@
+"""The node side of the Slurm backend: a pilot job that hosts guarded workers.
+
+A pilot is one Slurm job (submitted by :class:`~trainguard.runner.backends.slurm.SlurmBackend` through
+submitit). It connects back to the driver over TCP (``multiprocessing.connection``: an HMAC
+challenge with the run's random token before any byte is unpickled), says where it runs and whether
+the trial function loads there, and then is a node-local supervisor of up to ``slots`` workers:
+the Ray backend's :class:`~trainguard.runner.backends.ray.SlotAgent`, the same code, starts each worker
+with the local backend's :func:`~trainguard.runner.backends.local.start_local_worker`, samples its tree,
+enforces the policy's limits and timeout next to it, kills and ends it, and hands over the
+worker's message bytes, samples, kills and exit, which the pilot forwards to the driver. The driver
+keeps the queue, the policy, retries and the store; a pilot never opens the store.
+
+The pilot ends when the driver says so, and also when the driver is gone (its connection closes):
+its workers end with it, so a SIGKILLed driver leaves no trial running on the cluster.
+
+Slurm's pre-timeout signal (submitit submits with ``--signal=USR2@<signal_delay_s>``) is taken
+over from submitit's handler: the pilot tells the driver that its job is about to end, the driver
+starts no new worker on it, submits a replacement pilot, and asks every staged trial running there
+to leave at its next checkpoint (it resumes from it on another pilot); the job is not requeued.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import signal
+import sys
+import threading
+from typing import Any
+
+from trainguard.runner.backends.base import WorkerSpec
+from trainguard.runner.backends.ray import SlotAgent, _probe_fn
+
+__all__ = ["Pilot", "PilotAgent"]
+
+logger = logging.getLogger(__name__)
+
+#: how long an agent's poll waits for samples alone before handing them over
+_POLL_S = 0.25
+
+
+class PilotAgent(SlotAgent):
+    """The shared slot agent, with what differs on a Slurm node: where it runs (the job, not a Ray
+    node), and each worker's share of the GPUs Slurm gave the job instead of Ray's."""
+
+    def __init__(self, pilot: int, policy: Any, interval_s: float, uss: bool, job_id: str | None) -> None:
+        self.job_id = job_id
+        super().__init__(pilot, policy, interval_s, uss)
+
+    def where(self) -> dict[str, Any]:
+        return {"host": platform.node(), "job_id": self.job_id, "agent_pid": os.getpid()}
+
+    def start_on_gpus(
+        self, spec: WorkerSpec, env_overrides: dict[str, str], gpus: str | None
+    ) -> dict[str, Any]:
+        """Start a worker that sees ``gpus`` (its share of the job's), or all of the job's (None).
+
+        Slurm signals every process of the job, so the worker starts with the pre-timeout signal
+        ignored (an ignored signal stays ignored across exec): it is the pilot's notice, and its
+        default action would end a trial that should leave at its next checkpoint instead."""
+        overrides = env_overrides if gpus is None else {**env_overrides, "CUDA_VISIBLE_DEVICES": gpus}
+        previous = None
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to hold back
+            previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        try:
+            # None: the job's GPUs, as Ray's are kept
+            return self.start_worker(spec, overrides, keep_gpus=gpus is None)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGUSR2, previous)
+
+
+def split_gpus(visible: str | None, slots: int, per_worker: int) -> list[str | None]:
+    """Each local slot's ``CUDA_VISIBLE_DEVICES`` from the job's (None: leave the job's as is)."""
+    if not visible or per_worker <= 0:
+        return [None] * slots
+    ids = [g for g in visible.split(",") if g.strip()]
+    out: list[str | None] = []
+    for slot in range(slots):
+        share = ids[slot * per_worker : (slot + 1) * per_worker]
+        out.append(",".join(share) if share else None)
+    return out
+
+
+class Pilot:
+    """What a pilot job runs (a picklable callable; submitit ships it)."""
+
+    def __init__(
+        self,
+        *,
+        address: tuple[str, int],
+        token: bytes,
+        pilot: int,
+        slots: int,
+        gpus_per_worker: int,
+        policy: Any,
+        interval_s: float,
+        uss: bool,
+        fn: tuple[str, Any] | None,
+        sys_path: list[str],
+    ) -> None:
+        self.address = address
+        self.token = token
+        self.pilot = pilot
+        self.slots = slots
+        self.gpus_per_worker = gpus_per_worker
+        self.policy = policy
+        self.interval_s = interval_s
+        self.uss = uss
+        self.fn = fn
+        self.sys_path = sys_path
+
+    def __call__(self) -> str:
+        from multiprocessing.connection import Client
+
+        job_id = os.environ.get("SLURM_JOB_ID")
+        conn = Client(self.address, authkey=self.token)
+        send_lock = threading.Lock()
+
+        def send(obj: Any) -> None:
+            with send_lock:
+                conn.send(obj)
+
+        problem = None
+        if self.fn is not None:
+            problem = _probe_fn(self.fn[0], self.fn[1], self.sys_path)
+        send(
+            (
+                "hello",
+                {
+                    "pilot": self.pilot,
+                    "job_id": job_id,
+                    "host": platform.node(),
+                    "python": sys.version.split()[0],
+                    "executable": sys.executable,
+                    "pid": os.getpid(),
+                    "problem": problem,
+                },
+            )
+        )
+        if problem is not None:
+            conn.close()
+            return f"the trial function does not load on {platform.node()}: {problem}"
+        agent = PilotAgent(self.pilot, self.policy, self.interval_s, self.uss, job_id)
+        notice: list[str] = []
+
+        def pre_timeout(signum: int, frame: Any) -> None:
+            # the forwarder says it (a send here could meet a held send lock)
+            if signum == signal.SIGTERM:
+                notice.append("Slurm is ending the job (SIGTERM: scancel, preemption or the time limit)")
+            else:
+                notice.append("Slurm's pre-timeout signal (the job's time limit is near)")
+
+        # submitit's own handlers requeue on USR2 and ignore SIGTERM: the driver decides instead
+        with contextlib.suppress(ValueError):  # not the main thread: no notices
+            signal.signal(signal.SIGUSR2, pre_timeout)
+            signal.signal(signal.SIGTERM, pre_timeout)
+        done = threading.Event()
+        forwarder = threading.Thread(
+            target=self._forward,
+            args=(agent, send, done, notice, conn),
+            name="trainguard-pilot-out",
+            daemon=True,
+        )
+        forwarder.start()
+        try:
+            self._serve(conn, agent, send)
+        finally:
+            agent.shutdown()
+            done.set()
+            forwarder.join(timeout=5.0)
+            with contextlib.suppress(Exception):
+                send(("events", agent.poll(0.0)))
+            conn.close()
+        return "done"
+
+    def _serve(self, conn: Any, agent: Any, send: Any) -> None:
+        """The driver's commands, one at a time, until it says ``shutdown`` or is gone."""
+        gpus = split_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), self.slots, self.gpus_per_worker)
+        local_slot: dict[int, int] = {}
+        while True:
+            try:
+                command = conn.recv()
+            except (EOFError, OSError):
+                logger.warning("pilot %d: the driver is gone; ending its workers", self.pilot)
+                return
+            op = command[0]
+            if op == "start":
+                _, worker_id, spec, overrides, index = command
+                local_slot[worker_id] = index
+                try:
+                    info = agent.start_on_gpus(spec, overrides, gpus[index % max(1, len(gpus))])
+                except Exception as err:  # noqa: BLE001 - the driver decides what it means
+                    send(("start_failed", worker_id, f"{type(err).__name__}: {err}"))
+                    continue
+                send(("started", worker_id, info))
+            elif op == "send":
+                agent.send(command[1], command[2])
+            elif op == "kill":
+                agent.kill(command[1])
+            elif op == "shutdown":
+                return
+
+    def _forward(self, agent: Any, send: Any, done: threading.Event, notice: list[str], conn: Any) -> None:
+        """The agent's events to the driver; a signal's notice first. After SIGTERM the pilot
+        stops: its connection is shut, which ends the command loop and then the workers."""
+        told = 0
+        while not done.is_set():
+            fresh, told = notice[told:], len(notice)
+            try:
+                for words in fresh:
+                    send(("ending", words, "SIGTERM" in words))
+                    if "SIGTERM" in words:
+                        _shut(conn)
+                        return
+                events = agent.poll(_POLL_S)
+                if events:
+                    send(("events", events))
+            except (OSError, EOFError):
+                return
+
+
+def _shut(conn: Any) -> None:
+    """Shut a connection's socket both ways: a ``recv`` blocked on it in another thread returns."""
+    import socket
+
+    with contextlib.suppress(OSError, ValueError):
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()

@@ -1,0 +1,66 @@
+"""The store on a network filesystem: told by statfs f_type, then SQLite's rollback journal."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from trainguard.exceptions import ConfigError
+from trainguard.store import Store, _fs
+
+
+def test_statfs_reads_the_kernels_filesystem_type(tmp_path):
+    assert _fs.statfs_type("/dev/shm") == 0x01021994  # tmpfs: a real statfs call, no seam
+    assert _fs.statfs_type(str(tmp_path / "not" / "yet" / "runs.db")) == _fs.statfs_type(str(tmp_path))
+    assert _fs.network_filesystem(_fs.statfs_type(str(tmp_path))) is None
+
+
+@pytest.mark.parametrize(
+    ("f_type", "name"),
+    [
+        (0x6969, "NFS"),
+        (0x0BD00BD0, "Lustre"),
+        (0x47504653, "GPFS"),
+        (0x19830326, "BeeGFS"),
+        (0xFF534D42, "CIFS"),
+    ],
+)
+def test_network_filesystems_are_named(f_type, name):
+    assert name in _fs.network_filesystem(f_type)
+    assert _fs.choose_journal("auto", f_type, "runs.db") == "delete"
+    assert _fs.choose_journal("auto", 0xEF53, "runs.db") == "wal"  # ext4
+
+
+def test_store_on_nfs_uses_the_rollback_journal(tmp_path, monkeypatch):
+    monkeypatch.setattr(_fs, "statfs_type", lambda path: 0x6969)  # the edge: what statfs would say on NFS
+    with Store(tmp_path / "runs.db") as store:
+        assert store.journal == "delete"
+        run = store.begin_run("r", "f", [{"x": 1}], {})
+        assert run is not None
+    conn = sqlite3.connect(tmp_path / "runs.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+    assert not (tmp_path / "runs.db-wal").exists() and not (tmp_path / "runs.db-shm").exists()
+    with Store(tmp_path / "runs.db", readonly=True) as reader:
+        assert reader.get_run("r") is not None
+
+
+def test_store_on_a_local_disk_keeps_wal(tmp_path):
+    with Store(tmp_path / "runs.db") as store:
+        assert store.journal == "wal"
+    conn = sqlite3.connect(tmp_path / "runs.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_bad_input_wal_on_a_network_filesystem_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(_fs, "statfs_type", lambda path: 0x0BD00BD0)
+    with pytest.raises(
+        ConfigError, match=r"is on Lustre \(statfs type 0xbd00bd0\), where SQLite's WAL"
+    ) as err:
+        Store(tmp_path / "runs.db", journal="wal")
+    assert "\n" not in str(err.value) and "journal='auto'" in str(err.value)
+    assert not (tmp_path / "runs.db").exists()
+    with pytest.raises(ConfigError, match="journal='fast' is not a journal mode"):
+        Store(tmp_path / "runs.db", journal="fast")
