@@ -1,0 +1,116 @@
+"""The peak model: a pure fit of a trial's peak memory on its numeric params."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainguard.runner._peak_model import PeakFit, PeakPrediction, fit_peaks, numeric_params
+
+MiB = 2**20
+
+
+def _sweep(seed: int, true, noise: float = 0.03, extra=None):
+    rng = np.random.default_rng(seed)
+    grid = [
+        {"batch": b, "width": w, "seed": int(rng.integers(10_000)), "optimizer": "adam", **(extra or {})}
+        for b in (16, 32, 64, 128, 256)
+        for w in (64, 128, 256, 512, 1024)
+    ]
+    rng.shuffle(grid)
+    return [(p, int(true(p) * (1 + rng.normal(0, noise)))) for p in grid]
+
+
+def _floor_plus_product(p):
+    return 400 * MiB + 3000 * p["batch"] * p["width"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_floor_plus_product_is_learned_within_20_percent_after_ten_trials(seed: int) -> None:
+    obs = _sweep(seed, _floor_plus_product)
+    fit = fit_peaks(obs[:10])
+    assert isinstance(fit, PeakFit), fit
+    assert set(fit.features) == {"batch", "width"}
+    assert fit.ignored["seed"] == "does not explain the peaks"
+    assert fit.ignored["optimizer"] == "not a number"
+    errors = [
+        abs(fit.predict(p).peak_bytes - _floor_plus_product(p)) / _floor_plus_product(p) for p, _ in obs[10:]
+    ]
+    assert np.median(errors) < 0.20
+    # the interval holds the truth for most trials not yet seen
+    inside = [
+        fit.predict(p).low_bytes <= _floor_plus_product(p) <= fit.predict(p).high_bytes for p, _ in obs[10:]
+    ]
+    assert sum(inside) >= 0.8 * len(inside)
+
+
+def test_extrapolation_to_a_larger_config_keeps_the_truth_in_its_interval() -> None:
+    fit = fit_peaks(_sweep(3, _floor_plus_product)[:25])
+    assert isinstance(fit, PeakFit)
+    big = {"batch": 512, "width": 2048}
+    pred = fit.predict(big)
+    assert pred.low_bytes <= _floor_plus_product(big) <= pred.high_bytes
+    assert pred.low_bytes > 2 * 400 * MiB  # far from "anything goes"
+
+
+def test_pure_power_law_without_floor() -> None:
+    fit = fit_peaks(_sweep(1, lambda p: 50 * p["batch"] ** 0.5 * p["width"] ** 1.5 * 1000)[:12])
+    assert isinstance(fit, PeakFit)
+    exps = fit.to_dict()["exponents"]
+    assert exps["batch"] == pytest.approx(0.5, abs=0.15) and exps["width"] == pytest.approx(1.5, abs=0.15)
+
+
+def test_too_few_trials_is_unknown_and_says_why() -> None:
+    got = fit_peaks(_sweep(0, _floor_plus_product)[:3])
+    assert isinstance(got, PeakPrediction) and not got.known
+    assert "3 finished trials; the model needs 5" in got.reason
+
+
+def test_peaks_the_params_do_not_explain_are_unknown() -> None:
+    rng = np.random.default_rng(7)
+    obs = [
+        ({"batch": int(b), "seed": int(s)}, int(rng.uniform(300, 900) * MiB))
+        for b, s in zip(rng.integers(8, 512, 30), rng.integers(0, 10**6, 30), strict=True)
+    ]
+    got = fit_peaks(obs)
+    assert isinstance(got, PeakPrediction) and not got.known
+    assert "do not explain" in got.reason
+
+
+def test_flat_peaks_predict_their_level_whatever_the_params() -> None:
+    rng = np.random.default_rng(2)
+    obs = [
+        ({"lr": float(lr), "seed": int(s)}, int(500 * MiB * (1 + rng.normal(0, 0.01))))
+        for lr, s in zip(rng.uniform(1e-4, 1e-1, 12), rng.integers(0, 999, 12), strict=True)
+    ]
+    fit = fit_peaks(obs)
+    assert isinstance(fit, PeakFit) and fit.flat
+    pred = fit.predict({"lr": 5.0, "seed": 1})
+    assert pred.low_bytes < 500 * MiB < pred.high_bytes
+
+
+def test_non_numeric_and_nested_params() -> None:
+    values, ignored = numeric_params(
+        {"model": {"width": 64, "act": "relu"}, "flag": True, "lr": float("nan")}
+    )
+    assert values == {"model.width": 64.0}
+    assert ignored == {"model.act": "not a number", "flag": "not a number", "lr": "not finite"}
+
+
+def test_prediction_for_params_lacking_a_feature_is_unknown() -> None:
+    fit = fit_peaks(_sweep(0, _floor_plus_product)[:15])
+    assert isinstance(fit, PeakFit)
+    got = fit.predict({"batch": 64})
+    assert not got.known and "width" in got.reason
+
+
+def test_an_outlier_trial_does_not_drag_the_fit() -> None:
+    obs = _sweep(4, _floor_plus_product)[:20]
+    params, peak = obs[0]
+    obs[0] = (params, peak * 3)  # a trial that shared its worker with something else
+    fit = fit_peaks(obs)
+    assert isinstance(fit, PeakFit)
+    errors = [
+        abs(fit.predict(p).peak_bytes - _floor_plus_product(p)) / _floor_plus_product(p) for p, _ in obs[1:]
+    ]
+    assert np.median(errors) < 0.05
