@@ -82,6 +82,12 @@ class AttemptStatus(str, Enum):
     RESULT_TOO_LARGE = ("result_too_large", "result over the size cap (max_result_bytes)", None)
     # the trial wrote onto its worker's message channel: deterministic, never retried
     PROTOCOL_ERROR = ("protocol_error", "wrote outside the worker's message protocol", None)
+    # the peak model's interval for the trial lay wholly over memory_limit: never started
+    PREDICTED_OVER_LIMIT = (
+        "predicted_over_limit",
+        "not started: its predicted peak is over the memory limit",
+        None,
+    )
     RUNNING = ("running", "running", None, False, True)
     INTERRUPTED = (
         "interrupted",
@@ -171,6 +177,12 @@ class EventKind(str, Enum):
     OOM_START = ("oom_start", "memory")
     OOM_FITTED = ("oom_fitted", "memory")
     OOM_GIVE_UP = ("oom_give_up", "memory")
+    # the peak model (Policy(predict_peaks=True)): fitted, a trial not started or started smaller
+    # because of it, and a kill it did not see coming
+    PEAK_MODEL = ("peak_model", "memory")
+    PEAK_SKIP = ("peak_skip", "memory")
+    PEAK_START = ("peak_start", "memory")
+    PEAK_WRONG = ("peak_wrong", "memory")
     RECYCLE = ("recycle", "run")
     KILL = ("kill", "run")
     RETRY = ("retry", "run")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainguard.runner._peak_model import PeakFit, PeakPrediction, fit_peaks, numeric_params
+from trainguard.runner.policy._peaks import PeakFit, PeakPrediction, fit_peaks, numeric_params
 
 MiB = 2**20
 
@@ -114,3 +114,46 @@ def test_an_outlier_trial_does_not_drag_the_fit() -> None:
         abs(fit.predict(p).peak_bytes - _floor_plus_product(p)) / _floor_plus_product(p) for p, _ in obs[1:]
     ]
     assert np.median(errors) < 0.05
+
+
+# -- decisions on a prediction -----------------------------------------------------------------
+
+from trainguard.exceptions import ConfigError  # noqa: E402
+from trainguard.runner.policy import Policy, Shrink  # noqa: E402
+from trainguard.runner.policy._peaks import fits, over_limit, pick_for_budget, shrunk_to_fit  # noqa: E402
+
+
+def _p(peak: int, low: int, high: int) -> PeakPrediction:
+    return PeakPrediction(peak, low, high, "test", 10)
+
+
+def test_a_trial_is_skipped_only_when_its_whole_interval_is_over_the_limit() -> None:
+    assert over_limit(_p(900, 700, 1100), 600)
+    assert not over_limit(_p(900, 500, 1100), 600)  # it may fit: it runs
+    assert not over_limit(PeakPrediction.unknown("few"), 600)
+    assert not over_limit(_p(900, 700, 1100), None)
+
+
+def test_budget_packing_takes_the_largest_that_fits() -> None:
+    preds = [_p(100, 90, 110), _p(500, 450, 550), _p(300, 280, 320), PeakPrediction.unknown("x")]
+    assert pick_for_budget(preds, 600) == 1
+    assert pick_for_budget(preds, 400) == 2
+    assert pick_for_budget(preds, 50) == 3  # none fits: one the model cannot size goes first
+    assert pick_for_budget(preds[:3], 50) == 0  # else the smallest, which then waits for room
+    assert pick_for_budget([PeakPrediction.unknown("x")] * 3, 10) == 0
+
+
+def test_shrunk_to_fit_walks_the_rules_steps_to_the_largest_size_predicted_to_fit() -> None:
+    def predict(params):
+        size = params["batch_size"] * 10
+        return _p(size, int(size * 0.9), int(size * 1.1))
+
+    rule = Shrink("batch_size", factor=0.5, minimum=1)
+    params, pred = shrunk_to_fit(rule, {"batch_size": 256, "lr": 0.1}, predict, 1000, 0.05)
+    assert params == {"batch_size": 64, "lr": 0.1} and fits(pred, 1000, 0.05)
+    assert shrunk_to_fit(rule, {"batch_size": 32}, predict, 1000, 0.05) is None  # it fits already
+
+
+def test_predict_peaks_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="predict_peaks must be True or False"):
+        Policy(predict_peaks="yes")

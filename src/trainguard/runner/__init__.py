@@ -26,6 +26,7 @@ from trainguard.runner._shared import SharedData, share
 from trainguard.runner.backends import BaseBackend, BaseWorker
 from trainguard.runner.device import Device
 from trainguard.runner.policy import Policy, Shrink
+from trainguard.runner.policy._peaks import PeakPrediction
 from trainguard.runner.session import RunProgress, TrialResult, WorkerProgress, default_run_name, device_key
 from trainguard.runner.worker.command import Command
 from trainguard.runner.worker.context import TrialContext, current_context
@@ -36,6 +37,7 @@ __all__ = [
     "BaseWorker",
     "Policy",
     "Shrink",
+    "PeakPrediction",
     "Command",
     "Device",
     "TrialResult",

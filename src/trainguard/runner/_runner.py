@@ -22,7 +22,9 @@ from trainguard.runner._fnref import prepare
 from trainguard.runner.backends.base import BaseBackend
 from trainguard.runner.backends.local import LocalBackend
 from trainguard.runner.policy import Policy
+from trainguard.runner.policy._peaks import PeakPrediction
 from trainguard.runner.session import RunProgress, Session, TrialResult, default_run_name
+from trainguard.runner.session._predict import PeakForecaster
 from trainguard.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -533,6 +535,7 @@ class Runner:
         self._store: Store | None = None
         self._owns_store = False
         self._session: Session | None = None
+        self._forecasts: dict[str, PeakForecaster] = {}  # the last session's peak model, by function
         self._last_run: str | None = None
         self._config = RunConfig(
             workers=max_workers,
@@ -659,8 +662,35 @@ class Runner:
             yield from session.run()
         finally:
             session.close()
+            if session.predictions.forecaster is not None:
+                self._forecasts[session.fn.ref] = session.predictions.forecaster
             if self._session is session:
                 self._session = None
+
+    def predict_peak(self, fn: Callable[[dict[str, Any]], Any] | str, params: Mapping[str, Any]) -> PeakPrediction:
+        """The peak memory ``fn(params)`` is predicted to reach, before it runs: the peak model
+        fitted on the finished trials of this runner's runs of ``fn`` and, with a store, of every
+        stored run of the same function's code.
+
+        Returns:
+            A :class:`~trainguard.runner.PeakPrediction`: ``peak_bytes`` with its 95 % interval
+            (``low_bytes``, ``high_bytes``) and the model in words (``reason``), or, while the trials
+            do not tell (too few, or params that do not explain the peaks), ``known`` False and why.
+
+        Raises:
+            ConfigError: a bad fn or params.
+        """
+        spec = prepare(fn)
+        checked = _check_params([params])[0]
+        prior: list[tuple[Any, int]] = []
+        if self._store_arg is not None:
+            store = self._open_store()
+            assert store is not None
+            prior = store.peak_observations(spec.ref, spec.version)
+        forecaster = self._forecasts.get(spec.ref)
+        if forecaster is None or forecaster.observations < len(prior):
+            forecaster = PeakForecaster(prior)
+        return forecaster.predict(checked)
 
     def map(
         self,

@@ -166,6 +166,12 @@ class Policy:
             is ended (as ``killed_memory``, retried like one). None (default): only
             ``memory_limit`` ends it.
         pressure_horizon: how far ahead a predicted crossing of ``memory_limit`` counts as pressure.
+        predict_peaks: fit each trial's peak on its numeric params from the trials already finished
+            (this run's and earlier runs' of the same function) and act on it: a trial whose
+            predicted interval lies wholly over ``memory_limit`` is not started
+            (``predicted_over_limit``), with ``on_oom`` it starts at a size predicted to fit, and
+            under a ``memory_budget`` each trial is admitted by its own predicted peak, the largest
+            that fits first. False: peaks are still predicted and recorded, never acted on.
 
     Raises:
         ConfigError: a value out of range or of the wrong kind (UnitError for a bad size or duration).
@@ -190,6 +196,7 @@ class Policy:
     soft_limit: int | float | str | None = None
     pressure_grace: float | str | None = None
     pressure_horizon: float | str = 3.0
+    predict_peaks: bool = True
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -202,6 +209,8 @@ class Policy:
                 f"on_oom must be a trainguard.Shrink(...) or None, not {type(self.on_oom).__name__}"
             )
 
+        if not isinstance(self.predict_peaks, bool):
+            raise ConfigError(f"predict_peaks must be True or False, not {self.predict_peaks!r}")
         if self.max_stages_per_worker is not None:
             put("max_stages_per_worker", positive_int(self.max_stages_per_worker, "max_stages_per_worker"))
         if self.max_trials_per_worker is not None:

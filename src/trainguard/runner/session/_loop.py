@@ -34,6 +34,7 @@ from trainguard.runner._protocol import MessageReader, ProtocolError
 from trainguard.runner.policy import EndCause, RecycleDecision, decide_recycle
 from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.runner.session._pool import Pool
+from trainguard.runner.session._predict import PICK_WINDOW, Predictions
 from trainguard.runner.session._recorder import Recorder
 from trainguard.runner.session._records import BUDGET_KILLS_PER_TRIAL, Attempt, WorkerRecord
 from trainguard.runner.session._recovery import Recovery, device_key
@@ -171,6 +172,7 @@ class Session:
                 env=config.base_env,
             ),
         )
+        self.predictions = Predictions(policy=policy, recorder=self.recorder, fn=fn)
         self.stages = Stages(
             policy=policy,
             recorder=self.recorder,
@@ -292,6 +294,7 @@ class Session:
         for index, params in recorder.unfinished(self.params):
             self._queue.append(Attempt(index, params, attempts_by_index.get(index, 0) + 1, 1))
         self.stages.open()
+        self.predictions.open()
 
     def _record_session_start(self) -> None:
         seeds = None
@@ -319,13 +322,17 @@ class Session:
                 return
             if worker.state != "idle" or worker.spare:
                 continue
-            if not pool.budget_check(worker):
+            run = self._next_run(worker)
+            if run is None or self._stop_result is not None:
+                return
+            if not pool.budget_check(worker, self.predictions.budget_bytes(run)):
                 continue
             with pool.lock:
                 if worker.kill is not None:  # killed at the budget while idle: its death is coming
                     continue
-            run = self._queue.popleft()
+            self._queue.remove(run)
             self.recovery.apply_fitted_size(run)
+            self.predictions.apply_size(run)
             run.started_mono = time.monotonic()
             with pool.lock:
                 if worker.kill is not None:  # killed in between: the trial waits for another worker
@@ -337,6 +344,7 @@ class Session:
                 worker.trial_peak_gpu = None
                 worker.kill = None
             self.recorder.start_attempt(run.index, run.attempt, worker.worker_id)
+            self.predictions.started(run)
             staged = self.stages.message(worker, run, self._data)
             try:
                 worker.handle.send(
@@ -355,6 +363,27 @@ class Session:
                 )
             except OSError:
                 pass  # it died; the EOF on its pipe reports the death with this trial attached
+
+    def _next_run(self, worker: WorkerRecord) -> Attempt | None:
+        """The pending trial ``worker`` takes (left in the queue): trials predicted over the memory
+        limit are ended here unstarted; under a budget the largest predicted to fit is taken."""
+        while self._queue:
+            window = [self._queue[i] for i in range(min(PICK_WINDOW, len(self._queue)))]
+            skipped = self.predictions.over_limit(window)
+            for run, prediction in skipped:
+                self._queue.remove(run)
+                error = self.predictions.skipped(run, prediction)
+                self._finish_trial(run, "failed", None, error, None, None, None)
+            if self._stop_result is not None:
+                return None
+            if skipped:
+                continue
+            room = None
+            if self.pool.planner.budgeted:
+                room = (self.pool.planner.budget_bytes or 0) - self.pool.reserved(exclude=worker)
+            picked: Attempt = self.predictions.pick(window, room)
+            return picked
+        return None
 
     def _poll(self, timeout: float) -> None:
         conns = {w.handle.inbox: w for w in self.pool.workers if w.state != "dead"}
@@ -517,17 +546,34 @@ class Session:
         self.recorder.finish_attempt(
             run.index, run.attempt, status=status, error=stored, peak_rss_bytes=peak, duration_s=duration_s
         )
+        self.predictions.observe(run, status, peak, worker)
         following, error = self.recovery.next_attempt(worker, run, status, error, peak)
         if following is not None:
             self._queue.appendleft(following)
             return
+        self._finish_trial(run, status, value, error, peak, worker_id, duration_s)
+
+    def _finish_trial(
+        self,
+        run: Attempt,
+        status: str,
+        value: Any,
+        error: dict[str, Any] | None,
+        peak: int | None,
+        worker_id: int | None,
+        duration_s: float | None,
+    ) -> None:
+        """Store a trial's outcome and hand its result out (also for a trial never started: its
+        ``attempts`` are then the ones before this session's)."""
         final = "ok" if status == "ok" else "failed"
+        started = error is None or error.get("status") != "predicted_over_limit"
+        attempts = run.attempt if started else run.attempt - 1
         written = self.recorder.finish_trial(
             run.index,
             status=final,
             value=value,
             error=error,
-            attempts=run.attempt,
+            attempts=attempts,
             peak_rss_bytes=peak,
             worker_id=worker_id,
             duration_s=duration_s,
@@ -541,12 +587,13 @@ class Session:
             final,
             value,
             error,
-            run.attempt,
+            attempts,
             peak,
             worker_id,
             duration_s,
             run.attempt_params,
             seed=self._seed_of(run.index),
+            predicted_peak_bytes=self.predictions.predicted_peak_bytes(run.index),
         )
         with self._count_lock:
             self._done += 1

@@ -419,12 +419,16 @@ class Pool:
 
     # -- the memory budget ------------------------------------------------------------------------
 
-    def budget_check(self, worker: WorkerRecord) -> bool:
-        """Under a memory budget, whether ``worker`` may start its next trial now; it may be
-        recycled, retired or kept waiting instead (each recorded with its reason)."""
+    def budget_check(self, worker: WorkerRecord, predicted_bytes: float | None = None) -> bool:
+        """Under a memory budget, whether ``worker`` may start its next trial now (sized by
+        ``predicted_bytes``, the peak model's figure for that trial, when known, else by the
+        worker's own history); it may be recycled, retired or kept waiting instead (each recorded
+        with its reason)."""
         if not self.planner.budgeted:
             return True
-        predicted = next_peak_estimate(self.policy, self.history(worker, with_supervisor=False))
+        predicted = predicted_bytes
+        if predicted is None:
+            predicted = next_peak_estimate(self.policy, self.history(worker, with_supervisor=False))
         decision = decide_budget(
             self.planner.budget_bytes or 0,
             predicted_peak_bytes=predicted,

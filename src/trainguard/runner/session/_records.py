@@ -38,6 +38,7 @@ class Attempt:
     oom_attempts: int = 0
     sized: bool = False  # the remembered size was looked up for this trial already
     budget_kills: int = 0  # attempts killed at the memory budget beside other trials, this session
+    predicted_size: bool = False  # attempt_params are the size the peak model predicted to fit
 
     @property
     def sent_params(self) -> Any:

@@ -29,11 +29,14 @@ class TrialResult(TrialOutcome):
     them (a smaller batch size), else None.
     ``reused`` is True for a result an earlier session of the same run stored: it was not run again.
     ``seed`` is the seed the trial ran with (``Runner(seed=...)``), the same on every attempt.
+    ``predicted_peak_bytes`` is the peak the peak model predicted before its last attempt started
+    (None while the model knows too little; see ``Policy(predict_peaks=...)``).
     """
 
     ran_with: dict[str, Any] | None = None
     reused: bool = False
     seed: int | None = None
+    predicted_peak_bytes: int | None = None
 
     @property
     def ok(self) -> bool:

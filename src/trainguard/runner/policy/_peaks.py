@@ -21,15 +21,24 @@ Everything here is pure: observations in, numbers out; the session decides what 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import optimize as _opt
 from scipy import stats as _st
 
-__all__ = ["PeakFit", "PeakPrediction", "fit_peaks", "numeric_params", "MIN_TRIALS"]
+__all__ = [
+    "PeakFit",
+    "PeakPrediction",
+    "fit_peaks",
+    "numeric_params",
+    "MIN_TRIALS",
+    "over_limit",
+    "fits",
+    "shrunk_to_fit",
+    "pick_for_budget",
+]
 
 #: finished trials needed before a model is fitted (fewer: every prediction is "unknown")
 MIN_TRIALS = 5
@@ -42,7 +51,9 @@ OUTLIER_MIN_TRIALS = 15
 OUTLIER_MIN_SCALE = 0.05
 #: the smallest relative scale of the log residuals: peaks are sampled, so never trust a fit tighter
 MIN_SCALE = 0.01
-_BASE_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
+_BASE_FRACTIONS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
+#: Gauss-Newton steps at most per fit (it converges in 3-6 on these shapes)
+GN_STEPS = 20
 #: a param enters the model when its partial F test gives p under this
 ENTER_P = 0.001
 
@@ -191,27 +202,39 @@ def _log_model(x: np.ndarray, coef: np.ndarray, base: float) -> tuple[np.ndarray
 def _fit_one(
     y: np.ndarray, x: np.ndarray, base: float, *, robust: bool = False
 ) -> tuple[np.ndarray, float, np.ndarray] | None:
-    """Least squares of log(peak) on the model with a fixed floor (Gauss-Newton from the
-    log-log solution of what is above the floor)."""
+    """Least squares of log(peak) on the model with a fixed floor: Gauss-Newton from the log-log
+    solution of what is above the floor (a few columns: each step is one small lstsq). With
+    ``robust``, iteratively reweighted (soft L1): a far-off trial pulls by its distance, not its
+    square."""
     above = np.exp(y) - base
     if np.any(above <= 0):
         return None
     coef, *_ = np.linalg.lstsq(x, np.log(above), rcond=None)
-
-    def residuals(c: np.ndarray) -> np.ndarray:
-        out: np.ndarray = _log_model(x, c, base)[0] - y
-        return out
-
-    if robust:  # soft L1: a far-off trial pulls the fit by its distance, not its square
-        result = _opt.least_squares(residuals, coef, loss="soft_l1", f_scale=0.05, max_nfev=200)
-    else:
-        result = _opt.least_squares(residuals, coef, method="lm", max_nfev=200)
-    value, grad = _log_model(x, result.x, base)
+    value, grad = _log_model(x, coef, base)
+    rss = float(np.sum((value - y) ** 2))
+    for _ in range(GN_STEPS):
+        resid = value - y
+        weight = 1.0 / np.sqrt(1.0 + (resid / 0.05) ** 2) if robust else np.ones_like(resid)
+        root = np.sqrt(weight)
+        delta, *_ = np.linalg.lstsq(grad * root[:, None], -resid * root, rcond=None)
+        step = 1.0
+        while step > 1e-3:
+            trial = coef + step * delta
+            new_value, new_grad = _log_model(x, trial, base)
+            new_rss = float(np.sum(weight * (new_value - y) ** 2))
+            if new_rss <= float(np.sum(weight * resid**2)):
+                break
+            step /= 2.0
+        else:
+            break
+        coef, value, grad = trial, new_value, new_grad
+        if abs(rss - float(np.sum((value - y) ** 2))) <= 1e-10 * max(rss, 1e-300):
+            break
+        rss = float(np.sum((value - y) ** 2))
     jtj = grad.T @ grad
     if not np.all(np.isfinite(jtj)) or np.linalg.cond(jtj) > 1e12:
         return None  # collinear columns, or a floor that leaves the params nothing to explain
-    resid = value - y
-    return result.x, float(resid @ resid), np.linalg.inv(jtj)
+    return coef, float(np.sum((value - y) ** 2)), np.linalg.inv(jtj)
 
 
 def _partial_p(rss_small: float, rss_big: float, df_big: int) -> float:
@@ -275,14 +298,27 @@ def _bic(rss: float, n: int, k: int, base: float) -> float:
 
 
 def _select(peaks: np.ndarray, logs: dict[str, np.ndarray]) -> _Candidate | None:
-    best: _Candidate | None = None
+    """The best floor and params: a coarse grid of floors, then the midpoints beside the best."""
     y = np.log(peaks)
     floor = float(peaks.min())
+    tried: dict[float, _Candidate | None] = {}
+
+    def at(fraction: float) -> _Candidate | None:
+        if fraction not in tried:
+            tried[fraction] = _best_for_base(y, logs, fraction * floor)
+        return tried[fraction]
+
     for fraction in _BASE_FRACTIONS:
-        cand = _best_for_base(y, logs, fraction * floor)
-        if cand is not None and (best is None or cand.bic < best.bic):
-            best = cand
-    return best
+        at(fraction)
+    scored = [(c.bic, f) for f, c in tried.items() if c is not None]
+    if not scored:
+        return None
+    best = min(scored)[1]
+    grid = sorted(_BASE_FRACTIONS)
+    i = grid.index(best)
+    for neighbour in grid[max(i - 1, 0) : i] + grid[i + 1 : i + 2]:
+        at((best + neighbour) / 2.0)
+    return min((c for c in tried.values() if c is not None), key=lambda c: c.bic)
 
 
 def _flat_fit(peaks: np.ndarray, ignored: dict[str, str], level: float) -> PeakFit | None:
@@ -336,8 +372,13 @@ def fit_peaks(
         else:
             logs[name] = np.log(np.array(column, dtype=float))
     peaks = np.array([peak for _, peak in rows], dtype=float)
-    keep = _outlier_mask(peaks, logs)
-    best = _select(peaks[keep], {name: col[keep] for name, col in logs.items()})
+    best = _select(peaks, logs)
+    if best is None and len(peaks) >= OUTLIER_MIN_TRIALS and logs:
+        # a far-off trial can hide what explains the rest: try once on a robust fit of every param
+        every = _Candidate(0.0, 0.0, tuple(logs), np.zeros(len(logs) + 1), 0.0, np.eye(1), len(peaks))
+        best = _reselect(peaks, logs, _outlier_mask(peaks, logs, every), None)
+    elif best is not None:
+        best = _reselect(peaks, logs, _outlier_mask(peaks, logs, best), best)
     if best is None:
         flat = _flat_fit(peaks, {**ignored, **{k: "does not explain the peaks" for k in logs}}, level)
         if flat is not None:
@@ -366,26 +407,89 @@ def fit_peaks(
     )
 
 
-def _outlier_mask(peaks: np.ndarray, logs: dict[str, np.ndarray]) -> np.ndarray:
-    """The trials to fit on: those within :data:`OUTLIER_SCALES` robust scales of a fit on every
-    param (a trial that shared its worker with a leak, or a sampling miss, is left out)."""
+def _reselect(
+    peaks: np.ndarray, logs: dict[str, np.ndarray], keep: np.ndarray, best: _Candidate | None
+) -> _Candidate | None:
+    if keep.all():
+        return best
+    again = _select(peaks[keep], {name: col[keep] for name, col in logs.items()})
+    return again if again is not None else best
+
+
+def _outlier_mask(peaks: np.ndarray, logs: dict[str, np.ndarray], cand: _Candidate) -> np.ndarray:
+    """The trials to fit on: those within :data:`OUTLIER_SCALES` robust scales of a robust refit
+    of the selected model (a trial that shared its worker with a leak, or a sampling miss, is left
+    out)."""
     n = len(peaks)
     keep = np.ones(n, dtype=bool)
-    names = tuple(logs)
-    if not names or n < OUTLIER_MIN_TRIALS or n - len(names) - 3 < 2:
+    if n < OUTLIER_MIN_TRIALS:
         return keep
     y = np.log(peaks)
-    best: np.ndarray | None = None
-    for fraction in _BASE_FRACTIONS:
-        x = _design(logs, names, n)
-        fitted = _fit_one(y, x, fraction * float(peaks.min()), robust=True)
-        if fitted is None:
-            continue
-        resid = _log_model(x, fitted[0], fraction * float(peaks.min()))[0] - y
-        if best is None or np.median(np.abs(resid)) < np.median(np.abs(best)):
-            best = resid
-    if best is None:
+    x = _design(logs, cand.features, n)
+    fitted = _fit_one(y, x, cand.base, robust=True)
+    if fitted is None:
         return keep
-    mad = float(np.median(np.abs(best - np.median(best)))) * 1.4826
-    mask = np.abs(best) <= OUTLIER_SCALES * max(mad, OUTLIER_MIN_SCALE)
+    resid = _log_model(x, fitted[0], cand.base)[0] - y
+    mad = float(np.median(np.abs(resid - np.median(resid)))) * 1.4826
+    mask = np.abs(resid) <= OUTLIER_SCALES * max(mad, OUTLIER_MIN_SCALE)
     return mask if mask.sum() >= MIN_TRIALS else keep
+
+
+# -- decisions on a prediction (pure) ------------------------------------------------------------
+
+
+def over_limit(prediction: PeakPrediction, limit_bytes: int | None) -> bool:
+    """Whether a trial must not start: only when even the low end of its interval is over the
+    limit, so a trial that may fit always runs."""
+    return bool(limit_bytes and prediction.known and (prediction.low_bytes or 0) > limit_bytes)
+
+
+def fits(prediction: PeakPrediction, limit_bytes: int, margin: float) -> bool:
+    """Whether a trial is predicted to fit: the interval's high end under the limit less ``margin``."""
+    return prediction.known and (prediction.high_bytes or 0) <= limit_bytes * (1.0 - margin)
+
+
+def shrunk_to_fit(
+    rule: Any,
+    params: dict[str, Any],
+    predict: Callable[[dict[str, Any]], PeakPrediction],
+    limit_bytes: int,
+    margin: float,
+) -> tuple[dict[str, Any], PeakPrediction] | None:
+    """With ``on_oom=Shrink(...)``: the params, shrunk by the rule's own steps, of the largest size
+    predicted to fit (None when the start already fits or the model cannot say); the smallest
+    size when none is predicted to fit (the OOM recovery takes it from there)."""
+    from trainguard.runner.policy._oom import shrink_step
+
+    first = predict(params)
+    if not first.known or fits(first, limit_bytes, margin):
+        return None
+    current, prediction = params, first
+    for _ in range(64):
+        step = shrink_step(rule, current)
+        if step is None:
+            return (current, prediction) if current is not params else None
+        current = step.params
+        prediction = predict(current)
+        if not prediction.known:
+            return None
+        if fits(prediction, limit_bytes, margin):
+            return current, prediction
+    return None
+
+
+def pick_for_budget(predictions: Sequence[PeakPrediction], room_bytes: float) -> int:
+    """Which pending trial a worker starts under a memory budget, given each one's prediction
+    (in queue order) and the room left: the largest predicted peak that fits, so the budget is
+    packed; with none that fits, a trial the model cannot size (measured peaks size it, as
+    without a model), else the smallest (it waits for room)."""
+    known = [(p.high_bytes or 0, i) for i, p in enumerate(predictions) if p.known]
+    if not known:
+        return 0
+    fitting = [(size, -i) for size, i in known if size <= room_bytes]
+    if fitting:
+        return -max(fitting)[1]
+    unknown = [i for i, p in enumerate(predictions) if not p.known]
+    if unknown:
+        return unknown[0]
+    return min(known)[1]

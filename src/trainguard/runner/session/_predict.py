@@ -1,0 +1,254 @@
+"""One session's peak model: the observations it is fitted on, when it is refitted, and the
+prediction each pending trial gets (cached until the next refit).
+
+The statistics are :mod:`trainguard.runner.policy._peaks` (pure); this owner only keeps state:
+the ``(params it ran with, peak)`` of every ``ok`` trial (this run's and, from the store, earlier
+runs' of the same function's code), a refit when enough is new, and the latest model's words for
+``show`` and the events.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from trainguard.runner.policy._peaks import PeakFit, PeakPrediction, fit_peaks
+
+__all__ = ["PeakForecaster", "Predictions", "WINDOW"]
+
+#: the newest observations a model is fitted on (older ones describe an older sweep region)
+WINDOW = 1000
+#: refit when this fraction more observations are new (at least one; a fit costs 30-70 ms of CPU)
+REFIT_GROWTH = 0.05
+
+
+class PeakForecaster:
+    """Fitted peaks for one session (see the module docstring)."""
+
+    def __init__(self, prior: Sequence[tuple[Any, int]] = ()) -> None:
+        self._observations: deque[tuple[Any, int]] = deque(maxlen=WINDOW)
+        self._observations.extend(reversed(list(prior)[:WINDOW]))  # newest last
+        self.prior_count = min(len(prior), WINDOW)
+        self._fit: PeakFit | PeakPrediction | None = None
+        self._fitted_at = -1
+        self._seen = len(self._observations)
+        self.version = 0  # bumped at every refit: cached predictions older than it are stale
+        self._cache: dict[int, tuple[int, PeakPrediction]] = {}
+        self.surprises = 0
+
+    @property
+    def observations(self) -> int:
+        return len(self._observations)
+
+    def observe(self, params: Any, peak_bytes: int | None) -> None:
+        """An ``ok`` trial ran with ``params`` and peaked at ``peak_bytes``."""
+        if peak_bytes and peak_bytes > 0:
+            self._observations.append((params, int(peak_bytes)))
+            self._seen += 1
+
+    def observe_kill(self, params: Any, peak_bytes: int | None, predicted: PeakPrediction | None) -> str | None:
+        """A trial was killed for memory at ``peak_bytes`` (a floor of where it would have gone).
+
+        Returns a sentence when the model had predicted it to fit (the model is then refitted with
+        the kill's peak as an observation), else None."""
+        if not peak_bytes:
+            return None
+        self.observe(params, peak_bytes)
+        if predicted is None or not predicted.known or (predicted.high_bytes or 0) >= peak_bytes:
+            return None
+        self.surprises += 1
+        return (
+            f"the peak model predicted {predicted.peak_bytes} B (at most {predicted.high_bytes} B) and the trial "
+            f"was killed at {peak_bytes} B: refitting with the kill's peak"
+        )
+
+    def model(self) -> PeakFit | PeakPrediction:
+        """The current model (refitted when enough observations are new)."""
+        n = self._seen
+        stale = self._fit is None or n - self._fitted_at >= max(1.0, self._fitted_at * REFIT_GROWTH)
+        if stale:
+            self._fit = fit_peaks(list(self._observations))
+            self._fitted_at = n
+            self.version += 1
+            self._cache.clear()
+        assert self._fit is not None
+        return self._fit
+
+    def predict(self, params: Any, key: int | None = None) -> PeakPrediction:
+        """The prediction for ``params`` (``key``, a trial index, caches it until the next refit)."""
+        fit = self.model()
+        if key is not None:
+            cached = self._cache.get(key)
+            if cached is not None and cached[0] == self.version:
+                return cached[1]
+        prediction = fit.predict(params) if isinstance(fit, PeakFit) else fit
+        if key is not None:
+            self._cache[key] = (self.version, prediction)
+        return prediction
+
+    def forget(self, key: int) -> None:
+        """A trial's cached prediction is no longer needed (it started with other params)."""
+        self._cache.pop(key, None)
+
+    def describe(self) -> dict[str, Any]:
+        """The model as JSON for an event and ``show``."""
+        fit = self.model()
+        if isinstance(fit, PeakFit):
+            return {**fit.to_dict(), "prior_trials": self.prior_count}
+        return {"description": f"unknown: {fit.reason}", "trials": fit.trials, "prior_trials": self.prior_count}
+
+
+#: pending trials looked at when a worker picks its next one (the queue's head; a long grid is
+#: taken in windows so the choice costs the same at trial 10 and at trial 100,000)
+PICK_WINDOW = 64
+
+
+class Predictions:
+    """The session's peak predictions (``Policy(predict_peaks=...)``): which pending trial a worker
+    takes, trials not started or started smaller because of their prediction, what each attempt
+    records. Owns the :class:`PeakForecaster`; the loop owns the queue and asks."""
+
+    def __init__(self, *, policy: Any, recorder: Any, fn: Any) -> None:
+        self.policy = policy
+        self.recorder = recorder
+        self.fn = fn
+        self.forecaster: PeakForecaster | None = None
+        self._shape: Any = None
+        self.by_index: dict[int, PeakPrediction] = {}  # what each trial's latest attempt started with
+
+    def open(self) -> None:
+        """Fitted on this run's and earlier runs' ``ok`` trials of the same function's code."""
+        prior: list[tuple[Any, int]] = []
+        if self.recorder.persistent:
+            prior = self.recorder.store.peak_observations(self.fn.ref, self.fn.version)
+        self.forecaster = PeakForecaster(prior)
+
+    @property
+    def acting(self) -> bool:
+        return bool(self.policy.predict_peaks and self.forecaster is not None)
+
+    def predict(self, run: Any) -> PeakPrediction:
+        forecaster = self.forecaster
+        if forecaster is None:
+            return PeakPrediction.unknown("no model in this session")
+        return forecaster.predict(run.sent_params, key=None if run.attempt_params is not None else run.index)
+
+    def budget_bytes(self, run: Any) -> float | None:
+        """What ``run`` is expected to reach, for the memory budget: its interval's high end."""
+        if not self.acting:
+            return None
+        prediction = self.predict(run)
+        return float(prediction.high_bytes or 0) if prediction.known else None
+
+    def over_limit(self, window: Sequence[Any]) -> list[tuple[Any, PeakPrediction]]:
+        """The trials of ``window`` not to start: their whole interval over ``memory_limit`` (never
+        with ``on_oom``, which starts them smaller; never one already under way)."""
+        from trainguard.runner.policy._peaks import over_limit
+
+        if not self.acting or self.policy.on_oom is not None or not self.policy.memory_limit:
+            return []
+        self.say_model()
+        out = []
+        for run in window:
+            if run.attempt == 1 and run.attempt_params is None:
+                prediction = self.predict(run)
+                if over_limit(prediction, self.policy.memory_limit):
+                    out.append((run, prediction))
+        return out
+
+    def pick(self, window: Sequence[Any], room_bytes: float | None) -> Any:
+        """The trial of ``window`` a worker takes: under a budget (``room_bytes`` left), the largest
+        predicted that fits; else the first."""
+        from trainguard.runner.policy._peaks import pick_for_budget
+
+        if room_bytes is None or not self.acting:
+            return window[0]
+        self.say_model()
+        return window[pick_for_budget([self.predict(run) for run in window], room_bytes)]
+
+    def say_model(self) -> None:
+        """An event when the model's shape changes (first known, another set of params)."""
+        if self.forecaster is None:
+            return
+        described = self.forecaster.describe()
+        words = described.get("description")
+        shape = (tuple(described.get("features", ())), described.get("flat"), "unknown" in str(words))
+        if shape == self._shape:
+            return
+        self._shape = shape
+        ignored = described.get("ignored") or {}
+        note = "; ignored: " + ", ".join(f"{k} ({v})" for k, v in sorted(ignored.items())) if ignored else ""
+        self.recorder.event("peak_model", f"peak model: {words}{note}", data=described)
+
+    def skipped(self, run: Any, prediction: PeakPrediction) -> dict[str, Any]:
+        """Record a trial not started for its prediction; returns its failure."""
+        from trainguard.units import format_bytes
+
+        limit = self.policy.memory_limit
+        message = (
+            f"not started: predicted peak {format_bytes(prediction.peak_bytes)} "
+            f"(95 % interval {format_bytes(prediction.low_bytes)} to {format_bytes(prediction.high_bytes)}) "
+            f"is over memory_limit={format_bytes(limit)}; {prediction.reason}"
+        )
+        self.record(run, prediction, "skipped")
+        self.recorder.event(
+            "peak_skip",
+            f"trial {run.index} {message}",
+            data={**prediction.to_dict(), "limit_bytes": limit},
+            index=run.index,
+        )
+        return {"status": "predicted_over_limit", "message": message, "prediction": prediction.to_dict()}
+
+    def apply_size(self, run: Any) -> None:
+        """With ``on_oom=Shrink(...)``: start a trial predicted not to fit at the largest size of
+        the rule's steps that is predicted to."""
+        from trainguard.runner.policy._peaks import shrunk_to_fit
+
+        rule, limit = self.policy.on_oom, self.policy.memory_limit
+        forecaster = self.forecaster
+        if rule is None or not limit or not self.acting or forecaster is None:
+            return
+        if run.attempt != 1 or run.attempt_params is not None:
+            return  # a trial already under way (resumed, retried, shrunk after an OOM) keeps its size
+        found = shrunk_to_fit(rule, run.sent_params, forecaster.predict, limit, self.policy.predictive_margin)
+        if found is None:
+            return
+        params, prediction = found
+        before = run.sent_params.get(rule.key)
+        run.attempt_params = dict(params)
+        self.recorder.event(
+            "peak_start",
+            f"trial {run.index} starts at {rule.key}={params[rule.key]} instead of {before}: predicted peak "
+            f"{prediction.peak_bytes} B fits memory_limit={limit} B ({prediction.reason})",
+            data={"key": rule.key, "size": params[rule.key], "from": before, **prediction.to_dict()},
+            index=run.index,
+        )
+        run.predicted_size = True
+
+    def started(self, run: Any) -> None:
+        """An attempt started: its prediction is recorded with it."""
+        if self.forecaster is not None:
+            self.record(run, self.predict(run), "shrunk" if run.predicted_size else None)
+
+    def record(self, run: Any, prediction: PeakPrediction, acted: str | None) -> None:
+        self.by_index[run.index] = prediction
+        if self.recorder.run_id is not None and self.forecaster is not None:
+            self.recorder.store.record_prediction(
+                self.recorder.run_id, run.index, run.attempt, run.sent_params, prediction.to_dict(), acted
+            )
+
+    def predicted_peak_bytes(self, index: int) -> int | None:
+        prediction = self.by_index.get(index)
+        return prediction.peak_bytes if prediction is not None else None
+
+    def observe(self, run: Any, status: str, peak: int | None, worker: Any) -> None:
+        """Feed the model what a finished attempt measured; say so when a kill was not foreseen."""
+        if self.forecaster is None:
+            return
+        if status == "ok":
+            self.forecaster.observe(run.sent_params, peak)
+        elif status in ("killed_memory", "os_oom"):
+            surprise = self.forecaster.observe_kill(run.sent_params, peak, self.by_index.get(run.index))
+            if surprise is not None:
+                self.recorder.event("peak_wrong", f"trial {run.index}: {surprise}", worker=worker, index=run.index)

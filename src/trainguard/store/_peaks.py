@@ -1,0 +1,135 @@
+"""The store's peak-model table: the prediction each attempt started with, and the observations
+an earlier run of the same function's code leaves for the next one.
+
+A mixin of :class:`~trainguard.store.Store` (one table, one section): it uses the store's own
+connection helpers, so every write is the supervisor's, in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import AbstractContextManager
+from typing import Any
+
+__all__ = ["PeakRows", "PEAK_TABLE_DDL"]
+
+PEAK_TABLE_DDL = """
+-- The peak model's prediction for each attempt as it started (Policy(predict_peaks=True)), with
+-- the params it ran with (a shrunk size differs from the trial's own params).
+CREATE TABLE IF NOT EXISTS trial_predictions (
+    run_id      INTEGER NOT NULL REFERENCES runs(run_id),
+    idx         INTEGER NOT NULL,
+    attempt     INTEGER NOT NULL,
+    params_json TEXT NOT NULL,
+    peak_bytes  INTEGER,
+    low_bytes   INTEGER,
+    high_bytes  INTEGER,
+    reason      TEXT NOT NULL,
+    acted       TEXT,
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (run_id, idx, attempt)
+);
+"""
+
+
+class PeakRows:
+    """Rows of ``trial_predictions``; needs the store's ``_write()``/``_read()``."""
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:  # pragma: no cover - Store's
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:  # pragma: no cover - Store's
+        raise NotImplementedError
+
+    def record_prediction(
+        self,
+        run_id: int,
+        index: int,
+        attempt: int,
+        params: Any,
+        prediction: dict[str, Any],
+        acted: str | None = None,
+    ) -> None:
+        """The prediction ``attempt`` of trial ``index`` starts (or is skipped) with; ``acted`` says
+        what the session did with it (``"skipped"``, ``"shrunk"``, None)."""
+        row = (
+            run_id,
+            index,
+            attempt,
+            json.dumps(params, sort_keys=True, default=str),
+            prediction.get("peak_bytes"),
+            prediction.get("low_bytes"),
+            prediction.get("high_bytes"),
+            str(prediction.get("reason") or ""),
+            acted,
+            time.time(),
+        )
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO trial_predictions (run_id, idx, attempt, params_json, peak_bytes,"
+                " low_bytes, high_bytes, reason, acted, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+
+    def predictions(self, run_id: int) -> dict[int, dict[str, Any]]:
+        """``{index: prediction}`` of each trial's latest attempt (empty for a store without them)."""
+        rows = self._rows(
+            "SELECT idx, attempt, params_json, peak_bytes, low_bytes, high_bytes, reason, acted"
+            " FROM trial_predictions WHERE run_id=? ORDER BY idx, attempt",
+            (run_id,),
+        )
+        out: dict[int, dict[str, Any]] = {}
+        for idx, attempt, params, peak, low, high, reason, acted in rows:
+            out[int(idx)] = {
+                "attempt": int(attempt),
+                "params": json.loads(params),
+                "peak_bytes": peak,
+                "low_bytes": low,
+                "high_bytes": high,
+                "reason": reason,
+                "acted": acted,
+            }
+        return out
+
+    def peak_observations(self, fn_ref: str, fn_version: str | None, limit: int = 2000) -> list[tuple[Any, int]]:
+        """``(params it ran with, peak)`` of the ``ok`` trials of every run of ``fn_ref`` whose
+        function version is ``fn_version`` (the same code), newest first, at most ``limit``."""
+        rows = self._rows(
+            "SELECT t.params_json, p.params_json, t.peak_bytes, r.config_json FROM"
+            " (SELECT run_id, idx, params_json, peak_rss_bytes AS peak_bytes, attempts, finished_at FROM trials"
+            "  WHERE status='ok' AND peak_rss_bytes > 0) t"
+            " JOIN runs r ON r.run_id=t.run_id"
+            " LEFT JOIN trial_predictions p ON p.run_id=t.run_id AND p.idx=t.idx AND p.attempt=t.attempts"
+            " WHERE r.fn_ref=? ORDER BY t.finished_at DESC LIMIT ?",
+            (fn_ref, int(limit)),
+        )
+        out: list[tuple[Any, int]] = []
+        for trial_params, ran_with, peak, config in rows:
+            try:
+                version = json.loads(config or "{}").get("fn_version")
+            except ValueError:
+                version = None
+            if fn_version is not None and version not in (None, fn_version):
+                continue  # another version of the code: its peaks say nothing of this one's
+            out.append((json.loads(ran_with or trial_params), int(peak)))
+        return out
+
+    def _rows(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._read() as conn:
+            try:
+                return list(conn.execute(sql, args).fetchall())
+            except sqlite3.OperationalError as err:
+                if "no such table" in str(err):  # a store written before the table existed (reader)
+                    return self._rows_without_predictions(conn, sql, args)
+                raise
+
+    @staticmethod
+    def _rows_without_predictions(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        if "LEFT JOIN trial_predictions" not in sql:
+            return []
+        plain = sql.replace(
+            " LEFT JOIN trial_predictions p ON p.run_id=t.run_id AND p.idx=t.idx AND p.attempt=t.attempts", ""
+        ).replace("p.params_json", "NULL")
+        return list(conn.execute(plain, args).fetchall())
