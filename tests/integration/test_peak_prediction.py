@@ -3,6 +3,7 @@ shrunk), each trial records its prediction, and the store keeps the model for th
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def _status(result) -> str:
 
 
 @pytest.mark.slow
-def test_trials_predicted_over_the_limit_are_not_started(tmp_path: Path) -> None:
+def test_trials_predicted_over_the_limit_are_not_started(tmp_path: Path, capsys) -> None:
     store = tmp_path / "runs.db"
     grid = _grid(seed=0)
     runner = Runner(workers=1, policy=Policy(memory_limit="600MB"), store=store)
@@ -60,6 +61,20 @@ def test_trials_predicted_over_the_limit_are_not_started(tmp_path: Path) -> None
         kinds = [e.kind for e in s.events(run.run_id)]
     assert {i for i, p in predictions.items() if p["acted"] == "skipped"} == {r.index for r in skipped}
     assert "peak_model" in kinds and "peak_skip" in kinds
+    # show: each trial's prediction, and the model's story in its own table
+    from trainguard.cli import main
+
+    assert main(["show", "peaks", "--store", str(store), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert {int(k) for k, p in payload["predictions"].items() if p["acted"] == "skipped"} == {
+        r.index for r in skipped
+    }
+    assert not any(row["kind"].startswith("peak_") for row in payload["out_of_memory"])
+    assert main(["show", "peaks", "--store", str(store), "--max-trials", "100"]) == 0
+    text = capsys.readouterr().out
+    assert "peak model" in text and "(not run)" in text
+    models = [e["data"] for e in payload["peak_model"] if e["kind"] == "peak_model"]
+    assert models[-1]["ignored"]["seed"] == "does not explain the peaks"
     # a later runner on the same store answers for params not yet run
     answer = Runner(workers=1, store=store).predict_peak(FN, {"width": 256, "batch_size": 256, "seed": 0})
     assert answer.known and answer.low_bytes > 1.5e9

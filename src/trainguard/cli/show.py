@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         pool_events = store.events(info.run_id, kinds=POOL_EVENT_KINDS)
         pressure_events = store.events(info.run_id, kinds=list(EventKind.in_view("pressure")))
         attempts = store.attempts(info.run_id, args.trial)
+        predictions = store.predictions(info.run_id)
     assert summary is not None
     if args.trial is not None and not any(t.index == args.trial for t in trials):
         raise ConfigError(
@@ -67,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.cli._flight import attempt_rows, print_pressure, print_trial
 
     attempt_json = attempt_rows(attempts)
-    fragmentation, oom = memory_rows(memory_events)
+    peak_events = [e for e in memory_events if e.kind in PEAK_EVENT_KINDS]
+    fragmentation, oom = memory_rows([e for e in memory_events if e.kind not in PEAK_EVENT_KINDS])
     if args.json:
         payload: dict[str, Any] = {
             "run": dataclasses.asdict(summary),
@@ -79,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
             "fragmentation": fragmentation,
             "out_of_memory": oom,
             "pool": [dataclasses.asdict(e) for e in pool_events],
+            # the peak model: each trial's prediction as its last attempt started, and the model's events
+            "predictions": {str(k): v for k, v in predictions.items()},
+            "peak_model": [dataclasses.asdict(e) for e in peak_events],
             "memory": {
                 "samples": len(samples),
                 "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
@@ -97,11 +102,12 @@ def run(args: argparse.Namespace) -> int:
     if args.trial is not None:
         print_trial(args.trial, attempt_json, pressure_events)
         return 0
-    _print_text(args, info, summary, trials, workers, events, samples, trial_memory)
+    _print_text(args, info, summary, trials, workers, events, samples, trial_memory, predictions)
     from trainguard.cli._display import console
 
     print_pressure(console(pipe_width=160), pressure_events)
     _print_memory(fragmentation, oom)
+    _print_peaks(peak_events)
     _print_pool(pool_events)
     if stages:
         _print_stages(stages)
@@ -167,7 +173,9 @@ def _trial_outcome(trial) -> str:  # noqa: ANN001 - TrialRecord
     return markup_safe(short_value(trial.value, 60))
 
 
-def _print_text(args, info, summary, trials, workers, events, samples, trial_memory=None) -> None:
+def _print_text(
+    args, info, summary, trials, workers, events, samples, trial_memory=None, predictions=None
+) -> None:
     from rich.table import Table
 
     from trainguard.cli._display import console, short_value, sparkline, when
@@ -208,6 +216,9 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
         ("worker", "right"),
         ("duration", "right"),
     ]
+    predictions = predictions or {}
+    if predictions:
+        columns.insert(6, ("predicted", "right"))
     if seeded:
         columns.append(("seed", "right"))
     if trial_memory:
@@ -223,6 +234,7 @@ def _print_text(args, info, summary, trials, workers, events, samples, trial_mem
             _trial_outcome(t),
             str(t.attempts),
             format_bytes(t.peak_rss_bytes),
+            *([_predicted_text(predictions.get(t.index))] if predictions else []),
             "-" if t.worker_id is None else str(t.worker_id),
             format_duration(t.duration_s),
             *([str(t.seed) if t.seed is not None else "-"] if seeded else []),
@@ -289,6 +301,43 @@ def _print_pool(events) -> None:  # noqa: ANN001 - EventRecords
         table.add_column(name, no_wrap=name != "why")
     for e in events:
         table.add_row(when(e.time)[11:], escape(e.kind), escape(e.message))
+    console(pipe_width=160).print(table)
+
+
+#: The peak model's events (Policy(predict_peaks=...)): shown in their own table, not as OOM steps.
+PEAK_EVENT_KINDS = ("peak_model", "peak_skip", "peak_start", "peak_wrong")
+
+
+def _predicted_text(prediction: dict[str, Any] | None) -> str:
+    from trainguard.units import format_bytes
+
+    if not prediction or prediction.get("peak_bytes") is None:
+        return "-"
+    acted = {"skipped": " (not run)", "shrunk": " (shrunk)"}.get(str(prediction.get("acted")), "")
+    return f"{format_bytes(prediction['peak_bytes'])}{acted}"
+
+
+def _print_peaks(events) -> None:  # noqa: ANN001 - EventRecords
+    """The peak model's story: what it fitted (and which params it ignored, and why), the trials
+    it did not start or started smaller, and kills it did not see coming."""
+    if not events:
+        return
+    from rich.table import Table
+
+    from trainguard.cli._display import console
+    from trainguard.cli._display import markup_safe as escape
+
+    table = Table(title="peak model", title_justify="left")
+    for name in ("trial", "what", "message"):
+        table.add_column(name, no_wrap=name != "message")
+    words = {
+        "peak_model": "model",
+        "peak_skip": "not run",
+        "peak_start": "started smaller",
+        "peak_wrong": "missed",
+    }
+    for e in events[-50:]:
+        table.add_row("-" if e.index is None else str(e.index), words.get(e.kind, e.kind), escape(e.message))
     console(pipe_width=160).print(table)
 
 

@@ -93,7 +93,9 @@ class PeakRows:
             }
         return out
 
-    def peak_observations(self, fn_ref: str, fn_version: str | None, limit: int = 2000) -> list[tuple[Any, int]]:
+    def peak_observations(
+        self, fn_ref: str, fn_version: str | None, limit: int = 2000
+    ) -> list[tuple[Any, int]]:
         """``(params it ran with, peak)`` of the ``ok`` trials of every run of ``fn_ref`` whose
         function version is ``fn_version`` (the same code), newest first, at most ``limit``."""
         rows = self._rows(
@@ -126,7 +128,9 @@ class PeakRows:
                 raise
 
     @staticmethod
-    def _rows_without_predictions(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    def _rows_without_predictions(
+        conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]
+    ) -> list[tuple[Any, ...]]:
         if "LEFT JOIN trial_predictions" not in sql:
             return []
         plain = sql.replace(

@@ -47,7 +47,9 @@ class PeakForecaster:
             self._observations.append((params, int(peak_bytes)))
             self._seen += 1
 
-    def observe_kill(self, params: Any, peak_bytes: int | None, predicted: PeakPrediction | None) -> str | None:
+    def observe_kill(
+        self, params: Any, peak_bytes: int | None, predicted: PeakPrediction | None
+    ) -> str | None:
         """A trial was killed for memory at ``peak_bytes`` (a floor of where it would have gone).
 
         Returns a sentence when the model had predicted it to fit (the model is then refitted with
@@ -96,7 +98,11 @@ class PeakForecaster:
         fit = self.model()
         if isinstance(fit, PeakFit):
             return {**fit.to_dict(), "prior_trials": self.prior_count}
-        return {"description": f"unknown: {fit.reason}", "trials": fit.trials, "prior_trials": self.prior_count}
+        return {
+            "description": f"unknown: {fit.reason}",
+            "trials": fit.trials,
+            "prior_trials": self.prior_count,
+        }
 
 
 #: pending trials looked at when a worker picks its next one (the queue's head; a long grid is
@@ -251,4 +257,6 @@ class Predictions:
         elif status in ("killed_memory", "os_oom"):
             surprise = self.forecaster.observe_kill(run.sent_params, peak, self.by_index.get(run.index))
             if surprise is not None:
-                self.recorder.event("peak_wrong", f"trial {run.index}: {surprise}", worker=worker, index=run.index)
+                self.recorder.event(
+                    "peak_wrong", f"trial {run.index}: {surprise}", worker=worker, index=run.index
+                )
