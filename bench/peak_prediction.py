@@ -3,7 +3,7 @@ width x batch size (6 configs over the limit), without and with the peak model.
 
     .venv/bin/python bench/peak_prediction.py [--out bench/results/peak_prediction.json]
 
-Rows: memory kills and wall time under memory_limit=600MB (today's behaviour is
+Rows: memory kills and wall time under memory_limit=460MB (today's behaviour is
 predict_peaks=False); every trial ok with on_oom=Shrink; the median prediction error after the
 first ten trials; and under memory_budget=1.2GB with 2 workers, the wall time with per-trial
 admission against the history-based admission, and the highest sampled sum of the workers'
@@ -78,10 +78,10 @@ def main() -> None:
                 {
                     "seed": seed,
                     **one(
-                        f"limit 600MB, {tag}",
+                        f"limit 460MB, {tag}",
                         params,
                         workers=1,
-                        policy=Policy(memory_limit="600MB", predict_peaks=predict),
+                        policy=Policy(memory_limit="460MB", predict_peaks=predict),
                     ),
                 }
             )
@@ -89,11 +89,11 @@ def main() -> None:
                 {
                     "seed": seed,
                     **one(
-                        f"limit 600MB + Shrink, {tag}",
+                        f"limit 460MB + Shrink, {tag}",
                         params,
                         workers=1,
                         policy=Policy(
-                            memory_limit="600MB",
+                            memory_limit="460MB",
                             predict_peaks=predict,
                             on_oom=Shrink("batch_size", minimum=4),
                         ),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainguard.runner.policy._peaks import PeakFit, PeakPrediction, fit_peaks, numeric_params
+from trainguard.runner.policy._peak_fit import PeakFit, fit_peaks
+from trainguard.runner.policy._peaks import PeakPrediction, numeric_params
 
 MiB = 2**20
 

@@ -34,9 +34,9 @@ from trainguard.runner._protocol import MessageReader, ProtocolError
 from trainguard.runner.policy import EndCause, RecycleDecision, decide_recycle
 from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.runner.session._pool import Pool
-from trainguard.runner.session._predict import PICK_WINDOW, Predictions
+from trainguard.runner.session._predict import Predictions
 from trainguard.runner.session._recorder import Recorder
-from trainguard.runner.session._records import BUDGET_KILLS_PER_TRIAL, Attempt, WorkerRecord
+from trainguard.runner.session._records import Attempt, WorkerRecord
 from trainguard.runner.session._recovery import Recovery, device_key
 from trainguard.runner.session._results import (
     RunProgress,
@@ -47,7 +47,6 @@ from trainguard.runner.session._results import (
 )
 from trainguard.runner.session._sampling import TreeSampling
 from trainguard.runner.session._stages import Stages
-from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -365,25 +364,17 @@ class Session:
                 pass  # it died; the EOF on its pipe reports the death with this trial attached
 
     def _next_run(self, worker: WorkerRecord) -> Attempt | None:
-        """The pending trial ``worker`` takes (left in the queue): trials predicted over the memory
-        limit are ended here unstarted; under a budget the largest predicted to fit is taken."""
-        while self._queue:
-            window = [self._queue[i] for i in range(min(PICK_WINDOW, len(self._queue)))]
-            skipped = self.predictions.over_limit(window)
-            for run, prediction in skipped:
-                self._queue.remove(run)
-                error = self.predictions.skipped(run, prediction)
-                self._finish_trial(run, "failed", None, error, None, None, None)
-            if self._stop_result is not None:
-                return None
-            if skipped:
-                continue
-            room = None
-            if self.pool.planner.budgeted:
-                room = (self.pool.planner.budget_bytes or 0) - self.pool.reserved(exclude=worker)
-            picked: Attempt = self.predictions.pick(window, room)
-            return picked
-        return None
+        """The pending trial ``worker`` takes (left in the queue; see :meth:`Predictions.next_run`)."""
+        pool = self.pool
+        room = None
+        if pool.planner.budgeted:
+            room = (pool.planner.budget_bytes or 0) - pool.reserved(exclude=worker)
+        return self.predictions.next_run(self._queue, room, self._not_started)
+
+    def _not_started(self, run: Attempt, error: dict[str, Any]) -> bool:
+        """A trial ended unstarted (predicted over the limit); False once the run stops."""
+        self._finish_trial(run, "failed", None, error, None, None, None)
+        return self._stop_result is None
 
     def _poll(self, timeout: float) -> None:
         conns = {w.handle.inbox: w for w in self.pool.workers if w.state != "dead"}
@@ -565,42 +556,33 @@ class Session:
     ) -> None:
         """Store a trial's outcome and hand its result out (also for a trial never started: its
         ``attempts`` are then the ones before this session's)."""
-        final = "ok" if status == "ok" else "failed"
         started = error is None or error.get("status") != "predicted_over_limit"
-        attempts = run.attempt if started else run.attempt - 1
-        written = self.recorder.finish_trial(
-            run.index,
-            status=final,
-            value=value,
-            error=error,
-            attempts=attempts,
-            peak_rss_bytes=peak,
-            worker_id=worker_id,
-            duration_s=duration_s,
-        )
-        if written is False:  # already finished by an earlier session: never report it twice
-            return
+        fields: dict[str, Any] = {
+            "status": "ok" if status == "ok" else "failed",
+            "value": value,
+            "error": error,
+            "attempts": run.attempt if started else run.attempt - 1,
+            "peak_rss_bytes": peak,
+            "worker_id": worker_id,
+            "duration_s": duration_s,
+        }
+        if self.recorder.finish_trial(run.index, **fields) is False:
+            return  # already finished by an earlier session: never report it twice
         self.stages.trial_done(run.index)
         result = TrialResult(
-            run.index,
-            run.params,
-            final,
-            value,
-            error,
-            attempts,
-            peak,
-            worker_id,
-            duration_s,
-            run.attempt_params,
+            index=run.index,
+            params=run.params,
+            **fields,
+            ran_with=run.attempt_params,
             seed=self._seed_of(run.index),
             predicted_peak_bytes=self.predictions.predicted_peak_bytes(run.index),
         )
         with self._count_lock:
             self._done += 1
             self._done_this_session += 1
-            self._failed += final == "failed"
+            self._failed += not result.ok
         self._out.append(result)
-        if final == "failed" and self.policy.on_error == "stop" and self._stop_result is None:
+        if not result.ok and self.policy.on_error == "stop" and self._stop_result is None:
             self._stop_result = result
             self._queue.clear()
 
@@ -678,52 +660,9 @@ class Session:
         self._finish_attempt(worker, run, cause.attempt_status, error, None, peak, duration, flight=flight)
 
     def _after_budget_kill(self, worker: WorkerRecord, run: Attempt | None, cause: EndCause) -> None:
-        """A worker killed at the memory budget (recorded already): with fewer workers from now on,
-        its trial runs again, the pool's doing, not the trial's: no ``retries`` are used, up to
-        :data:`BUDGET_KILLS_PER_TRIAL` times; then the retry policy decides. A trial whose tree alone
-        crossed the budget in a fresh worker (its first trial: nothing else in it) stops the run, as
-        no concurrency can make it fit; in a worker grown by earlier trials it runs again in a fresh one."""
-        choice = worker.budget_kill
-        assert choice is not None
-        budget = self.pool.planner.budget_bytes or 0
-        duration = None if run is None else time.monotonic() - run.started_mono
-        peak = worker.trial_peak_rss or None
-        error = {"status": "killed_budget", "message": cause.message, **cause.detail}
-        flight = self.last.flight_record(worker.worker_id, "killed_budget") if run is not None else None
+        from trainguard.runner.session._budget_kill import after_budget_kill
 
-        def store_killed(run: Attempt) -> None:  # the attempt only: the trial stays unfinished
-            self.recorder.finish_attempt(
-                run.index,
-                run.attempt,
-                status="killed_budget",
-                error=error if flight is None else {**error, "flight_recorder": flight},
-                peak_rss_bytes=peak,
-                duration_s=duration,
-            )
-
-        if run is not None and choice.alone and worker.trials_done == 0:
-            store_killed(run)
-            message = (
-                f"memory_budget={format_bytes(budget)} is below one trial's measured peak: trial {run.index} "
-                f"alone reached {format_bytes(choice.values['tree_bytes'])} and was killed at the budget: "
-                "raise it above that (or make the trial smaller)"
-            )
-            self.recorder.event(
-                "budget_too_small", message, data=choice.values, worker=worker, index=run.index
-            )
-            raise ConfigError(message)
-        self.pool.after_budget_kill(worker, choice)
-        if run is None:
-            return
-        if run.budget_kills >= BUDGET_KILLS_PER_TRIAL:
-            self._finish_attempt(worker, run, "killed_budget", error, None, peak, duration, flight=flight)
-            return
-        store_killed(run)
-        self._queue.appendleft(
-            self.recovery.rerun_after_budget_kill(
-                worker, run, alone=choice.alone, workers=self.pool.planner.target
-            )
-        )
+        after_budget_kill(self, worker, run, cause)
 
     # -- shutdown ---------------------------------------------------------------------------------
 

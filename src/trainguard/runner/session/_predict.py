@@ -10,10 +10,13 @@ runs' of the same function's code), a refit when enough is new, and the latest m
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from trainguard.runner.policy._peaks import PeakFit, PeakPrediction, fit_peaks
+from trainguard.runner.policy._peaks import PeakPrediction
+
+if TYPE_CHECKING:
+    from trainguard.runner.policy._peak_fit import PeakFit
 
 __all__ = ["PeakForecaster", "Predictions", "WINDOW"]
 
@@ -70,6 +73,8 @@ class PeakForecaster:
         n = self._seen
         stale = self._fit is None or n - self._fitted_at >= max(1.0, self._fitted_at * REFIT_GROWTH)
         if stale:
+            from trainguard.runner.policy._peak_fit import fit_peaks  # numpy: only once a model is fitted
+
             self._fit = fit_peaks(list(self._observations))
             self._fitted_at = n
             self.version += 1
@@ -84,7 +89,7 @@ class PeakForecaster:
             cached = self._cache.get(key)
             if cached is not None and cached[0] == self.version:
                 return cached[1]
-        prediction = fit.predict(params) if isinstance(fit, PeakFit) else fit
+        prediction = fit if isinstance(fit, PeakPrediction) else fit.predict(params)
         if key is not None:
             self._cache[key] = (self.version, prediction)
         return prediction
@@ -96,13 +101,13 @@ class PeakForecaster:
     def describe(self) -> dict[str, Any]:
         """The model as JSON for an event and ``show``."""
         fit = self.model()
-        if isinstance(fit, PeakFit):
-            return {**fit.to_dict(), "prior_trials": self.prior_count}
-        return {
-            "description": f"unknown: {fit.reason}",
-            "trials": fit.trials,
-            "prior_trials": self.prior_count,
-        }
+        if isinstance(fit, PeakPrediction):
+            return {
+                "description": f"unknown: {fit.reason}",
+                "trials": fit.trials,
+                "prior_trials": self.prior_count,
+            }
+        return {**fit.to_dict(), "prior_trials": self.prior_count}
 
 
 #: pending trials looked at when a worker picks its next one (the queue's head; a long grid is
@@ -162,6 +167,24 @@ class Predictions:
                 if over_limit(prediction, self.policy.memory_limit):
                     out.append((run, prediction))
         return out
+
+    def next_run(
+        self, queue: Any, room_bytes: float | None, not_started: Callable[[Any, dict[str, Any]], bool]
+    ) -> Any | None:
+        """The pending trial a worker takes next, left in ``queue``: the trials of the queue's
+        head predicted over the memory limit are taken out and ended through ``not_started``
+        (which says whether the run goes on); under a budget (``room_bytes`` left) the largest
+        predicted to fit is taken, else the first. None when nothing is left to take."""
+        while queue:
+            window = [queue[i] for i in range(min(PICK_WINDOW, len(queue)))]
+            skipped = self.over_limit(window)
+            for run, prediction in skipped:
+                queue.remove(run)
+                if not not_started(run, self.skipped(run, prediction)):
+                    return None
+            if not skipped:
+                return self.pick(window, room_bytes)
+        return None
 
     def pick(self, window: Sequence[Any], room_bytes: float | None) -> Any:
         """The trial of ``window`` a worker takes: under a budget (``room_bytes`` left), the largest
