@@ -143,12 +143,21 @@ class _Pool:
         address = os.path.join(self._dir, "bridge")
         authkey = os.urandom(32)
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
-        self._slot_fn = SlotFunction(address, authkey, self._spec.kind, self._spec.payload, self._spec.ref)
+        self._slot_fn = self._slot_function(address, authkey)
         for target, name in ((self._accept_loop, "listener"), (self._drive, "driver")):
             thread = threading.Thread(target=target, name=f"trainguard-optuna-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
         self._started = True
+
+    def _slot_function(self, address: str, authkey: bytes) -> Any:
+        """The Runner's trial function: connects to the bridge at ``address`` (a hook for pools
+        that hand out other work than Optuna trials)."""
+        return SlotFunction(address, authkey, self._spec.kind, self._spec.payload, self._spec.ref)
+
+    def _resolve(self, job: _Job) -> None:
+        """``job`` has its result or its error: wake whoever waits for it."""
+        job.done.set()
 
     def submit(self, trial: Any) -> _Job:
         job = _Job(trial)
@@ -159,7 +168,7 @@ class _Pool:
                 )
             if self._fatal is not None:
                 job.error = self._fatal
-                job.done.set()
+                self._resolve(job)
                 return job
             if not self._started:
                 self._start()
@@ -202,7 +211,7 @@ class _Pool:
             self._assigned.clear()
         for job in stranded:
             job.error = ConfigError("the guarded objective was closed while this trial waited for a worker")
-            job.done.set()
+            self._resolve(job)
 
     def _kill_workers(self) -> None:
         from trainguard.process import kill_tree
@@ -238,7 +247,7 @@ class _Pool:
                 self._assigned.clear()
             for job in jobs:
                 job.error = err
-                job.done.set()
+                self._resolve(job)
 
     def _on_result(self, result: Any) -> None:
         slot = int(result.params["slot"])
@@ -248,7 +257,7 @@ class _Pool:
             job = self._assigned.pop(slot, None)
         if job is not None:
             job.result = result
-            job.done.set()
+            self._resolve(job)
 
     # -- bridge -----------------------------------------------------------------------------------
 
@@ -282,7 +291,7 @@ class _Pool:
                 send_json(conn, {"op": "stop"})
                 return
             try:
-                send_json(conn, {"op": "trial", "number": job.trial.number})
+                self._send_job(conn, job)
             except OSError:
                 self._give_back(slot, job)
                 return
@@ -310,6 +319,9 @@ class _Pool:
                     job.slot = slot
                     return job
                 self._cond.wait(0.5)
+
+    def _send_job(self, conn: Connection, job: _Job) -> None:
+        send_json(conn, {"op": "trial", "number": job.trial.number})
 
     def _give_back(self, slot: int, job: _Job) -> None:
         with self._cond:
