@@ -35,7 +35,9 @@ def _reply(outcome: str, value: Any) -> bytes:
     try:
         return _dumps((outcome, value))
     except Exception as err:  # noqa: BLE001 - any pickling failure is the task's result problem
-        what = f"the task's result ({type(value).__name__})" if outcome == "ok" else f"its exception {value!r}"
+        what = (
+            f"the task's result ({type(value).__name__})" if outcome == "ok" else f"its exception {value!r}"
+        )
         problem = RuntimeError(
             f"{what} cannot be sent back from the trainguard worker: {type(err).__name__}: {err}"
         )

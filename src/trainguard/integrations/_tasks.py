@@ -127,7 +127,9 @@ class TaskFuture:
             return None
         error = result.error or {}
         status = str(error.get("status", "failed"))
-        return TaskFailure(status, str(error.get("message") or status), result.peak_rss_bytes, result.worker_id)
+        return TaskFailure(
+            status, str(error.get("message") or status), result.peak_rss_bytes, result.worker_id
+        )
 
     def result(self, timeout: float | None = None) -> Any:
         """The task's return value; raises the task's own exception, or the failure's error."""
@@ -141,7 +143,9 @@ class TaskFuture:
             raise failure.error(task.what)
         task.replied.wait(_REPLY_WAIT_S)
         if task.reply is None:
-            raise WorkerError(f"{task.what}: the worker finished but its reply was lost", status="protocol_error")
+            raise WorkerError(
+                f"{task.what}: the worker finished but its reply was lost", status="protocol_error"
+            )
         outcome, value = pickle.loads(task.reply)
         if outcome == "raised":
             raise value

@@ -79,7 +79,9 @@ def plan_workers(
     per-task ``memory_limit`` it is the usable memory over that limit.
     """
     if n_jobs == 0:
-        raise ConfigError("n_jobs=0 has no meaning: give a number of jobs such as 2, or -1 for as many as memory allows")
+        raise ConfigError(
+            "n_jobs=0 has no meaning: give a number of jobs such as 2, or -1 for as many as memory allows"
+        )
     if workers is None and (n_jobs is None or n_jobs >= 1):
         count = int(n_jobs or 1)
         return count, max(2, count), None
@@ -128,9 +130,9 @@ def _default_gpus() -> list[str] | None:
 
 def _is_fit_and_score(func: Any) -> bool:
     inner = getattr(func, "function", func)
-    return getattr(inner, "__name__", "") == "_fit_and_score" and str(getattr(inner, "__module__", "")).startswith(
-        "sklearn."
-    )
+    return getattr(inner, "__name__", "") == "_fit_and_score" and str(
+        getattr(inner, "__module__", "")
+    ).startswith("sklearn.")
 
 
 def _raising_fit(error: BaseException) -> Any:
@@ -150,7 +152,9 @@ def _failing_estimator(estimator: Any, error: BaseException) -> Any:
     return out
 
 
-def failed_fits(items: list[tuple[Any, tuple[Any, ...], dict[str, Any]]], error: BaseException) -> list[Any] | None:
+def failed_fits(
+    items: list[tuple[Any, tuple[Any, ...], dict[str, Any]]], error: BaseException
+) -> list[Any] | None:
     """What a batch of scikit-learn fits returns when their worker was killed: each
     ``_fit_and_score`` called here with an estimator whose ``fit`` raises ``error``, so that
     scikit-learn applies ``error_score``. None when the batch holds other tasks."""
@@ -164,7 +168,9 @@ def failed_fits(items: list[tuple[Any, tuple[Any, ...], dict[str, Any]]], error:
 
 
 def _short(obj: Any) -> str:
-    return reprlib.Repr(maxstring=60, maxother=60).repr(obj)
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = 60
+    return short.repr(obj)
 
 
 def _unsendable(obj: Any) -> str | None:
@@ -194,7 +200,9 @@ def _on_gpu(obj: Any) -> str | None:
 def describe_unsendable(items: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> str | None:
     """One line naming the first object of a batch that cannot go to a worker, else None."""
     for func, args, kwargs in items:
-        named = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k}=", v) for k, v in kwargs.items()]
+        named = [(f"argument {i}", a) for i, a in enumerate(args)] + [
+            (f"argument {k}=", v) for k, v in kwargs.items()
+        ]
         for label, value in named:
             problem = _unsendable(value)
             if problem is None:
@@ -258,8 +266,10 @@ class TrainguardBackend(ParallelBackendBase):
         super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads)
         self.policy = make_policy(policy, memory_limit, timeout)
         self.memory_budget = parse_size(memory_budget, name="memory_budget", allow_none=True)
-        if workers is not None and workers != "auto" and (
-            isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+        if (
+            workers is not None
+            and workers != "auto"
+            and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1)
         ):
             raise ConfigError(f"workers={workers!r} must be a whole number >= 1 such as 2, or 'auto'")
         self.workers = workers
@@ -298,18 +308,20 @@ class TrainguardBackend(ParallelBackendBase):
         return workers, told
 
     def effective_n_jobs(self, n_jobs: int | None) -> int:
-        workers, _ = self._planned(n_jobs)
-        return workers if isinstance(workers, int) else _cores()
+        # at least 2, like configure(): joblib runs a one-job call (and scikit-learn's searches ask
+        # this, not configure) in the caller, and isolation is the point
+        _, told = self._planned(n_jobs)
+        return told
 
     def configure(
-        self, n_jobs: int | None = 1, parallel: Any = None, prefer: Any = None, require: Any = None, **kwargs: Any
+        self,
+        n_jobs: int | None = 1,
+        parallel: Any = None,
+        prefer: Any = None,
+        require: Any = None,
+        **kwargs: Any,
     ) -> int:
-        if require == "sharedmem":
-            raise ConfigError(
-                "this joblib call requires shared memory (require='sharedmem'): its tasks write to the "
-                "caller's objects, which a trainguard worker process cannot; run it outside "
-                "parallel_backend('trainguard')"
-            )
+        # require="sharedmem" never gets here: joblib gives such a call its threading backend
         workers, told = self._planned(n_jobs)
         self.parallel = parallel
         if self._pool is None:
@@ -344,7 +356,9 @@ class TrainguardBackend(ParallelBackendBase):
             payload = dumps_task(func, what)
         except ConfigError:
             line = describe_unsendable(items) or f"{what} cannot be sent to a trainguard worker process"
-            raise ConfigError(line + "; pass objects that pickle (module-level functions, no open locks or files)") from None
+            raise ConfigError(
+                line + "; pass objects that pickle (module-level functions, no open locks or files)"
+            ) from None
         where = describe_unsendable_gpu(items)
         if where is not None:
             raise ConfigError(where)
