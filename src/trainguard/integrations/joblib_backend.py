@@ -191,9 +191,9 @@ def _on_gpu(obj: Any) -> str | None:
         if callable(params) and type(candidate).__module__.startswith("torch"):
             for p in params():
                 if getattr(p, "is_cuda", False):
-                    return str(p.device)
+                    return str(getattr(p, "device", "cuda"))
         if getattr(candidate, "is_cuda", False) is True:
-            return str(candidate.device)
+            return str(getattr(candidate, "device", "cuda"))
     return None
 
 

@@ -57,10 +57,11 @@ class _RunTrial:
         self.kwargs = kwargs
 
     def __call__(self) -> Any:
-        if self.after is None:
+        after = self.after
+        if after is None:
             results = type(self.tuner).run_trial(self.tuner, self.trial, *self.args, **self.kwargs)
         else:
-            results = super(self.after, self.tuner).run_trial(self.trial, *self.args, **self.kwargs)
+            results = super(after, self.tuner).run_trial(self.trial, *self.args, **self.kwargs)  # type: ignore[arg-type]
         return _plain_results(results)
 
 
