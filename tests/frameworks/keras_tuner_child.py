@@ -53,7 +53,7 @@ def main(mode: str, directory: str) -> None:
         tuner = _tuner(directory, trials=10)
         trainguard.keras_tuner.search(tuner, x, y, **fit)
     elif mode == "killed":
-        tuner = _tuner(directory, build=models.build_hoarding, trials=2, cls=keras_tuner.GridSearch)
+        tuner = _tuner(directory, build=models.build_hoarding, trials=2)
         trainguard.keras_tuner.search(tuner, x, y, guard={"memory_limit": "1400MB"}, **fit)
     else:
 

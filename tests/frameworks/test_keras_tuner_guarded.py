@@ -42,17 +42,19 @@ def test_random_search_of_8_trials_guarded_equals_tuner_search_and_keeps_the_cal
     assert guarded["best"] == plain["best"]
     # get_best_models loads the weights the worker saved in the trial's folder
     assert guarded["best_model_params"] > 0
-    # no model was built in the caller, which grew by less than 150 MiB
-    assert guarded["build_rss"] == []
+    # no model was fitted in the caller (KerasTuner builds one there to list the search space,
+    # as tuner.search does), which grew by less than 150 MiB
+    assert len(guarded["build_rss"]) <= 1
     assert guarded["caller_peak_growth_bytes"] < 150 * MiB
     # tuner.search grows with every trial, clear_session() and gc.collect() notwithstanding
     rss = plain["build_rss"]
-    assert len(rss) == 8
+    assert len(rss) == 9  # the search space's build, then one per trial
+    rss = rss[1:]
     assert robust_slope(rss).slope > 2 * MiB, [b - rss[0] for b in rss]
     # resume: the same directory, 10 trials asked: only 2 more run
     resumed = _run("resume", tmp_path / "guarded")
     assert resumed["statuses"] == ["COMPLETED"] * 10
-    assert resumed["build_rss"] == []
+    assert len(resumed["build_rss"]) <= 1
 
 
 @pytest.mark.slow
@@ -62,4 +64,4 @@ def test_a_trial_killed_for_memory_ends_failed_with_its_cause_and_the_mixin_guar
     assert len(killed["messages"]) == 1 and "memory_limit" in killed["messages"][0]
     assert "peak" in killed["messages"][0]
     mixin = _run("mixin", tmp_path / "mixin")
-    assert mixin["statuses"] == ["COMPLETED", "COMPLETED"] and mixin["build_rss"] == []
+    assert mixin["statuses"] == ["COMPLETED", "COMPLETED"] and len(mixin["build_rss"]) <= 1
