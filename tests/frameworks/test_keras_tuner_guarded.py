@@ -48,8 +48,8 @@ def test_random_search_of_8_trials_guarded_equals_tuner_search_and_keeps_the_cal
     assert guarded["caller_peak_growth_bytes"] < 150 * MiB
     # tuner.search grows with every trial, clear_session() and gc.collect() notwithstanding
     rss = plain["build_rss"]
-    assert len(rss) == 9  # the search space's build, then one per trial
-    rss = rss[1:]
+    assert len(rss) >= 8  # one per trial (and the search space's build first)
+    rss = rss[-8:]
     assert robust_slope(rss).slope > 2 * MiB, [b - rss[0] for b in rss]
     # resume: the same directory, 10 trials asked: only 2 more run
     resumed = _run("resume", tmp_path / "guarded")

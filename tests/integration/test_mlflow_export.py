@@ -63,6 +63,7 @@ def test_a_4_trial_run_exports_as_4_child_runs_with_their_peaks(stored_run, tmp_
     assert row["held_mib"] > 0 and row["time_total_s"] == results[1].duration_s
 
 
+@pytest.mark.slow
 def test_the_cli_exports_and_names_a_missing_run(stored_run, tmp_path):
     db, _ = stored_run
     folder = tmp_path / "cli-mlruns"
