@@ -22,7 +22,7 @@ one per worker slot round robin, when there are several); ``store`` and ``name``
 tasks' history; any other :class:`trainguard.Runner` keyword (``keras_backend``, ``preload``...).
 
 Importing this module does not import joblib; :func:`register` without scikit-learn installed
-raises ``MissingDependencyError`` naming ``pip install 'trainguard[sklearn]'``.
+raises ``MissingDependencyError`` naming ``pip install -e '.[sklearn]'``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ killed for memory (or a timeout, or a crash) ends FAILED with the cause in its m
 retried only as the oracle's ``max_retries_per_trial`` says.
 
 Importing this module does not import keras_tuner; using it without keras-tuner installed raises
-``MissingDependencyError`` naming ``pip install 'trainguard[keras-tuner]'``.
+``MissingDependencyError`` naming ``pip install -e '.[keras-tuner]'``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 
 or ``trainguard export sweep1 --to mlflow --tracking-uri mlruns``. Importing this module does not
 import mlflow; exporting without it raises ``MissingDependencyError`` naming
-``pip install 'trainguard[mlflow]'``.
+``pip install -e '.[mlflow]'``.
 """
 
 from __future__ import annotations

@@ -136,5 +136,5 @@ def test_without_scikit_learn_register_names_the_extra():
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     ).stdout
-    assert out.startswith("MissingDependencyError") and "pip install 'trainguard[sklearn]'" in out
+    assert out.startswith("MissingDependencyError") and "scikit-learn" in out
     assert "pip install -e '.[sklearn]'" in out

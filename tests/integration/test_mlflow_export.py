@@ -91,4 +91,4 @@ def test_without_mlflow_the_export_names_the_extra():
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout
-    assert out.startswith("MissingDependencyError") and "pip install 'trainguard[mlflow]'" in out
+    assert out.startswith("MissingDependencyError") and "pip install -e '.[mlflow]'" in out
