@@ -73,9 +73,12 @@ def test_optimize_runs_each_trial_in_a_reused_worker_with_sqlite_storage(tmp_pat
         assert t.user_attrs["number_seen"] == t.number
         assert set(t.params) == {"x", "n", "kind", "lr"} and -10 <= t.params["x"] <= 10
         assert t.user_attrs["trainguard_peak_rss_bytes"] > 5 * MiB
+        assert t.user_attrs["trainguard_duration_s"] > 0
         assert t.value == pytest.approx(
             (t.params["x"] - 2) ** 2 + t.params["n"] + (t.params["kind"] == "b") + t.params["lr"]
         )
+    # a worker's later trials carry their growth against its previous one (the trackers' column)
+    assert sum("trainguard_growth_bytes" in t.user_attrs for t in trials) >= 8 - len(pids)
     # the same study, reloaded from its file: the parent wrote everything
     again = optuna.load_study(study_name="q", storage=f"sqlite:///{tmp_path / 'study.db'}")
     assert len(again.trials) == 8

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "demo": "demo",
     "doctor": "doctor",
+    "export": "export",
     "fit": "fit",
     "leakcheck": "leakcheck",
     "report": "report",

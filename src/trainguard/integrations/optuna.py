@@ -224,6 +224,7 @@ class IsolatedObjective:
             run_name,
         )
         self._lock = threading.Lock()
+        self._last_peak: dict[int | None, int] = {}
         self.retries_pending = 0
         self.fresh_started = 0
         self.calls = 0
@@ -245,13 +246,24 @@ class IsolatedObjective:
         if job.error is not None:
             raise job.error
         result = job.result
-        if result.peak_rss_bytes is not None:
-            trial.set_user_attr(ATTR_PREFIX + "peak_rss_bytes", int(result.peak_rss_bytes))
-        if result.worker_id is not None:
-            trial.set_user_attr(ATTR_PREFIX + "worker_id", int(result.worker_id))
+        self._set_memory_attrs(trial, result)
         if result.ok:
             return self._outcome(optuna, trial, result.value)
         return self._failed(trial, result, attempt)
+
+    def _set_memory_attrs(self, trial: Any, result: Any) -> None:
+        """``trainguard_peak_rss_bytes``, ``_growth_bytes``, ``_duration_s``, ``_worker_id``: the
+        columns every tracker export writes (one owner: :mod:`trainguard.integrations.columns`)."""
+        from trainguard.integrations.columns import memory_columns
+
+        with self._lock:
+            previous = self._last_peak.get(result.worker_id)
+            if result.worker_id is not None and result.peak_rss_bytes is not None:
+                self._last_peak[result.worker_id] = result.peak_rss_bytes
+        columns = memory_columns(result, previous)
+        for key in ("peak_rss_bytes", "growth_bytes", "duration_s", "worker_id"):
+            if columns.get(key) is not None:
+                trial.set_user_attr(ATTR_PREFIX + key, columns[key])
 
     def _outcome(self, optuna: Any, trial: Any, out: dict[str, Any]) -> Any:
         kind = out.get("kind")

@@ -1,0 +1,81 @@
+"""Worker side of the task pool: a Runner trial that runs one task the parent hands it.
+
+A *task* is any callable with no arguments (a joblib batch, a KerasTuner trial's build-and-fit).
+The slot connects to the parent's bridge (see :class:`trainguard.integrations._tasks.TaskPool`, on :class:`trainguard.guarded.CallPool`),
+receives the task as cloudpickle bytes, runs it, and sends back ``("ok", value)`` or
+``("raised", exception)`` as cloudpickle bytes; the Runner trial's own value is a small JSON
+summary. The task and what it returns are Python objects, as with joblib's loky workers: they
+travel over an authenticated private socket between this process and its own parent and are
+never stored (the store keeps only the JSON summary).
+
+Imports nothing heavy: the task itself imports what it needs when it is unpickled.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from multiprocessing.connection import Client
+from typing import Any
+
+from trainguard.guarded import recv_json, send_json
+
+__all__ = ["TaskSlot"]
+
+
+def _dumps(obj: Any) -> bytes:
+    import cloudpickle
+
+    return cloudpickle.dumps(obj)
+
+
+def _reply(outcome: str, value: Any) -> bytes:
+    """``(outcome, value)`` as bytes; a value that cannot be pickled becomes an error naming it."""
+    try:
+        return _dumps((outcome, value))
+    except Exception as err:  # noqa: BLE001 - any pickling failure is the task's result problem
+        what = (
+            f"the task's result ({type(value).__name__})" if outcome == "ok" else f"its exception {value!r}"
+        )
+        problem = RuntimeError(
+            f"{what} cannot be sent back from the trainguard worker: {type(err).__name__}: {err}"
+        )
+        return _dumps(("raised", problem))
+
+
+class TaskSlot:
+    """The Runner's trial function for a task pool: one call runs at most one task."""
+
+    def __init__(self, address: str, authkey: bytes) -> None:
+        self.address = address
+        self.authkey = authkey
+
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        slot = int(params["slot"])
+        conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+        try:
+            send_json(conn, {"op": "hello", "slot": slot, "pid": os.getpid()})
+            message = recv_json(conn)
+            if message.get("op") != "task":
+                return {"kind": "stop"}
+            payload = conn.recv_bytes()
+            start = time.perf_counter()
+            try:
+                task = pickle.loads(payload)
+                del payload
+                value = task()
+                reply = _reply("ok", value)
+                outcome = "ok"
+            except Exception as exc:  # noqa: BLE001 - the caller gets the task's own exception
+                reply = _reply("raised", exc)
+                outcome = "raised"
+            conn.send_bytes(reply)
+            return {
+                "kind": "task",
+                "outcome": outcome,
+                "reply_bytes": len(reply),
+                "task_s": round(time.perf_counter() - start, 6),
+            }
+        finally:
+            conn.close()

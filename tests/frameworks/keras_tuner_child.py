@@ -1,0 +1,89 @@
+"""Child process of test_keras_tuner_guarded: one KerasTuner search, plain or guarded; prints JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import keras_tuner  # noqa: E402
+import psutil  # noqa: E402
+import tuner_models as models  # noqa: E402
+
+import trainguard.keras_tuner  # noqa: E402
+
+
+def _tuner(directory: str, build=models.build, trials: int = 8, cls=keras_tuner.RandomSearch):
+    return cls(
+        build,
+        objective="val_loss",
+        max_trials=trials,
+        seed=7,
+        directory=directory,
+        project_name="search",
+        overwrite=False,
+    )
+
+
+def main(mode: str, directory: str) -> None:
+    x, y = models.data()
+    fit = {"epochs": 2, "validation_split": 0.25, "batch_size": 64, "verbose": 0}
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.1):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    threading.Thread(target=watch, daemon=True).start()
+    start = time.perf_counter()
+    if mode == "plain":
+        tuner = _tuner(directory)
+        tuner.search(x, y, **fit)
+    elif mode == "guarded":
+        tuner = _tuner(directory)
+        trainguard.keras_tuner.search(tuner, x, y, guard={"memory_limit": "3GB"}, **fit)
+    elif mode == "resume":
+        tuner = _tuner(directory, trials=10)
+        trainguard.keras_tuner.search(tuner, x, y, **fit)
+    elif mode == "killed":
+        tuner = _tuner(directory, build=models.build_hoarding, trials=2)
+        trainguard.keras_tuner.search(tuner, x, y, guard={"memory_limit": "1400MB"}, **fit)
+    else:
+
+        class Guarded(trainguard.keras_tuner.GuardedTunerMixin, keras_tuner.RandomSearch):
+            trainguard_options = {"memory_limit": "3GB"}
+
+        tuner = _tuner(directory, trials=2, cls=Guarded)
+        tuner.search(x, y, **fit)
+    wall = time.perf_counter() - start
+    done.set()
+    searched = list(models.BUILD_RSS)  # get_best_models below builds in the caller, as it should
+    trials = tuner.oracle.trials.values()
+    best = tuner.get_best_hyperparameters()[0].values if mode != "killed" else None
+    model = tuner.get_best_models()[0] if mode in ("guarded", "mixin") else None
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "statuses": sorted(t.status for t in trials),
+                "messages": [t.message for t in trials if t.message],
+                "best": best,
+                "best_model_params": model.count_params() if model is not None else None,
+                "caller_growth_bytes": proc.memory_info().rss - before,
+                "caller_peak_growth_bytes": peak[0] - before,
+                "build_rss": searched,
+                "wall_s": wall,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
