@@ -22,6 +22,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -1393,6 +1394,18 @@ class Store:
                     return {}
                 raise
         return {int(i): int(s) for i, s in rows}
+
+    def run_uuid(self, run_id: int) -> str:
+        """The run's UUID (made and recorded the first time it is asked for): what binds its
+        checkpoints to it."""
+        _check_int(run_id, "run_id")
+        with self._write() as conn:
+            row = conn.execute("SELECT uuid FROM run_uuids WHERE run_id=?", (run_id,)).fetchone()
+            if row is not None:
+                return str(row[0])
+            made = uuid.uuid4().hex
+            conn.execute("INSERT INTO run_uuids (run_id, uuid) VALUES (?, ?)", (run_id, made))
+            return made
 
     def add_stage(
         self,

@@ -103,6 +103,12 @@ class Recorder:
     def store_path(self) -> Any:
         return getattr(self.store, "path", None) if self.persistent else None
 
+    def run_uuid(self) -> str | None:
+        """The run's UUID in a persistent store (what binds its checkpoints to it), else None."""
+        if self.store_path() is None or self.run_id is None:
+            return None
+        return str(self.store.run_uuid(self.run_id))
+
     # -- events -----------------------------------------------------------------------------------
 
     def event(

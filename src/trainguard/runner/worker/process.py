@@ -381,6 +381,8 @@ def _make_context(fn: Any, msg: dict[str, Any], started: float) -> Any:
         checkpoint_root=msg.get("checkpoint_dir"),
         restart_reason=msg.get("restart_reason"),
         boundary=boundary,
+        checkpoint_levels=int(msg.get("checkpoint_levels") or 1),
+        run_uuid=msg.get("run_uuid"),
     )
 
 
