@@ -1,0 +1,14 @@
+"""Trial functions for the issue-23 tests (loaded by workers as a file ref)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def oom_scores(params):
+    """This worker's oom_score_adj and that of a process the trial starts."""
+    child = subprocess.run(["cat", "/proc/self/oom_score_adj"], capture_output=True, text=True, check=True)
+    with open("/proc/self/oom_score_adj") as fh:
+        return {"worker": int(fh.read()), "child": int(child.stdout), "pid": os.getpid(), "py": sys.version}
