@@ -12,3 +12,14 @@ def oom_scores(params):
     child = subprocess.run(["cat", "/proc/self/oom_score_adj"], capture_output=True, text=True, check=True)
     with open("/proc/self/oom_score_adj") as fh:
         return {"worker": int(fh.read()), "child": int(child.stdout), "pid": os.getpid(), "py": sys.version}
+
+
+def generator_draws(params):
+    """What numpy's recommended generator gives, unseeded and seeded by the trial itself."""
+    import numpy as np
+
+    return {
+        "first": float(np.random.default_rng().random()),
+        "second": float(np.random.default_rng().random()),
+        "explicit": float(np.random.default_rng(7).random()),
+    }

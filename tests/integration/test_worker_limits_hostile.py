@@ -29,3 +29,16 @@ def test_stderr_without_a_newline_does_not_grow_the_worker(tmp_path):
     assert result.ok, result.error
     # 300 MiB on one line: the worker holds at most a 64 KiB piece of it (it held all of it, twice)
     assert result.peak_rss_bytes < 150 << 20, result.peak_rss_bytes
+
+
+def test_the_run_seed_reaches_numpys_default_rng():
+    import numpy as np
+
+    fn = f"{HERE / 'hostile_trials.py'}:generator_draws"
+    with trainguard.Runner(workers=1, seed=3) as runner:
+        first = [r.value for r in runner.map(fn, [{}, {}])]
+    with trainguard.Runner(workers=2, seed=3, policy=trainguard.Policy(max_trials_per_worker=1)) as runner:
+        again = [r.value for r in runner.map(fn, [{}, {}])]
+    assert first == again  # the same draws in other workers, fresh or reused
+    assert first[0] != first[1] and first[0]["first"] != first[0]["second"]
+    assert first[0]["explicit"] == float(np.random.default_rng(7).random())  # a given seed is kept
