@@ -279,6 +279,8 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         error = {
             "status": status,
             "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            # its classes, most derived first: the supervisor rebuilds a type a `catch=` names
+            "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__[:-1]][:16],
             "message": f"{type(exc).__name__}: {exc}"[:2000],
             "traceback": "".join(traceback.format_exception(exc))[-20000:],
         }
