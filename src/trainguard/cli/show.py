@@ -55,11 +55,14 @@ def run(args: argparse.Namespace) -> int:
         trial_memory = _trial_memory(store.events(info.run_id, kinds=["trial_stats"]))
         memory_events = store.events(info.run_id, kinds=MEMORY_EVENT_KINDS)
         pool_events = store.events(info.run_id, kinds=POOL_EVENT_KINDS)
+        from trainguard.store import interrupted_note
+
+        note = interrupted_note(store.path, info.name, summary.status if summary else "")
     assert summary is not None
     fragmentation, oom = memory_rows(memory_events)
     if args.json:
         payload: dict[str, Any] = {
-            "run": dataclasses.asdict(summary),
+            "run": {**dataclasses.asdict(summary), "note": note},
             "config": info.config,
             "trials": [dataclasses.asdict(t) for t in trials],
             "workers": [{**dataclasses.asdict(w), "reason_text": w.reason_text} for w in workers],
@@ -80,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
         print(to_json(payload, indent=2))
         return 0
     _print_text(args, info, summary, trials, workers, events, samples, trial_memory)
+    if note:
+        from trainguard.cli._display import console
+        from trainguard.cli._display import markup_safe as escape
+
+        console().print(f"{escape(info.name)}: {escape(note)}")
     _print_memory(fragmentation, oom)
     _print_pool(pool_events)
     if stages:
