@@ -13,8 +13,8 @@ from trainguard import Runner
 from trainguard.exceptions import CheckpointError
 from trainguard.runner import Policy
 from trainguard.runner._checkpoint_safety import ensure_private_dirs, remove_private
-from trainguard.runner.worker.context import TrialContext
 from trainguard.runner.session._stages import CheckpointFolders, prepare_resume
+from trainguard.runner.worker.context import TrialContext
 from trainguard.store import Store
 
 HERE = Path(__file__).parent

@@ -113,7 +113,9 @@ def test_descendants_lists_each_pid_once(monkeypatch):
     # two threads of one parent both listing a child (it moved between them mid-read)
     import trainguard.process.tree
 
-    monkeypatch.setattr(trainguard.process.tree, "children", lambda pid: {1: [2, 3, 2], 2: [4], 3: [4]}.get(pid, []))
+    monkeypatch.setattr(
+        trainguard.process.tree, "children", lambda pid: {1: [2, 3, 2], 2: [4], 3: [4]}.get(pid, [])
+    )
     assert trainguard.process.tree.descendants(1) == [2, 3, 4]
 
 
