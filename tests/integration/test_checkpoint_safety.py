@@ -73,6 +73,19 @@ def test_checkpoint_folders_are_created_private(tmp_path):
     with Runner(store=tmp_path / "s.db", policy=Policy(max_stages_per_worker=1)) as runner:
         (result,) = runner.map(KEPT, [{"stages": 3}], name="k")
     assert result.ok and result.value == 3, result.error  # a kept ctx.checkpoint_path keeps working
+    with Store(tmp_path / "s.db", readonly=True) as store:
+        run_id = store.get_run("k").run_id
+        attempts = store.attempts(run_id, 0)
+        (row,) = store.trials(run_id)
+    assert [a.status for a in attempts] == [
+        "staged",
+        "staged",
+        "staged",
+        "ok",
+    ]  # it checkpoints its last stage too
+    # the trial's row: its whole time and peak over the three workers, not the last stage's
+    assert row.duration_s == pytest.approx(sum(a.duration_s for a in attempts))
+    assert row.peak_rss_bytes == max(a.peak_rss_bytes for a in attempts)
     trial = tmp_path / "t" / "run-u" / "trial-0"
     os.umask(old := os.umask(0o022))
     ensure_private_dirs(str(trial), 3)

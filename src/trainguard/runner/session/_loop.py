@@ -513,6 +513,7 @@ class Session:
             self._queue.appendleft(following)
             return
         final = "ok" if status == "ok" else "failed"
+        peak, duration_s = self.stages.whole_trial(run, peak, duration_s)
         written = self.recorder.finish_trial(
             run.index,
             status=final,

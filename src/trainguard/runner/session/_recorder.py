@@ -199,6 +199,10 @@ class Recorder:
                 duration_s=duration_s,
             )
 
+    def attempts(self, index: int) -> list[Any]:
+        """The recorded attempts of one trial (none without a store)."""
+        return list(self.store.attempts(self.run_id, index)) if self.run_id is not None else []
+
     def finish_trial(self, index: int, **fields: Any) -> bool | None:
         """Store a trial's outcome; False when an earlier session finished it already."""
         if self.run_id is None:

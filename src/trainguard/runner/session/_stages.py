@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from trainguard.runner.session._recorder import Recorder
     from trainguard.runner.session._records import WorkerRecord
 
-__all__ = ["CheckpointFolders", "prepare_resume", "data_message", "Stages"]
+__all__ = ["CheckpointFolders", "prepare_resume", "data_message", "whole_trial", "Stages"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,17 @@ def prepare_resume(
     return None, None
 
 
+def whole_trial(
+    peak: int | None, duration_s: float | None, attempts: list[Any]
+) -> tuple[int | None, float | None]:
+    """A staged trial's peak and duration over all its stages: the last stage's ``peak`` and
+    ``duration_s`` with those of the earlier attempts that left at a checkpoint (``staged``)."""
+    staged = [a for a in attempts if a.status == "staged"]
+    peaks = [p for p in [peak, *(a.peak_rss_bytes for a in staged)] if p is not None]
+    durations = [d for d in [duration_s, *(a.duration_s for a in staged)] if d is not None]
+    return (max(peaks) if peaks else None), (sum(durations) if durations else None)
+
+
 def data_message(data: Any) -> dict[str, Any] | None:
     """What a trial message says about the run's shared data (a path and names, never the arrays)."""
     if data is None:
@@ -127,6 +138,15 @@ class Stages:
         #: whether trials of this function can stage (not a command, not a Node function)
         self.staged_kind = staged_kind
         self.folders: CheckpointFolders | None = None
+
+    def whole_trial(
+        self, run: Attempt, peak: int | None, duration_s: float | None
+    ) -> tuple[int | None, float | None]:
+        """A finishing trial's peak and duration: over all its stages' workers when it was staged
+        (read only for a trial past its first attempt, so an unstaged trial costs nothing)."""
+        if run.attempt <= 1 or not self.staged_kind or self.recorder.run_id is None:
+            return peak, duration_s
+        return whole_trial(peak, duration_s, self.recorder.attempts(run.index))
 
     def open(self) -> None:
         self.folders = CheckpointFolders(self.recorder.store_path(), self.recorder.run_uuid())
