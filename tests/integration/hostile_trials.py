@@ -23,3 +23,13 @@ def generator_draws(params):
         "second": float(np.random.default_rng().random()),
         "explicit": float(np.random.default_rng(7).random()),
     }
+
+
+def wait_for_file(params):
+    """Returns at once, or (given 'wait_for') once that file exists (at most 60 s)."""
+    import time
+
+    deadline = time.monotonic() + 60
+    while params.get("wait_for") and not os.path.exists(params["wait_for"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return params.get("x")

@@ -20,11 +20,12 @@ from trainguard.store._schema import (
     WORKER_REASONS,
     describe_worker_end,
 )
-from trainguard.store._store import DEFAULT_STORE, Store
+from trainguard.store._store import DEFAULT_STORE, Store, settings_change_words
 from trainguard.store._store import _dumps as encode_json
 
 __all__ = [
     "interrupted_note",
+    "settings_change_words",
     "Store",
     "DEFAULT_STORE",
     "SCHEMA_VERSION",

@@ -38,6 +38,7 @@ from trainguard.store._records import (
     RunInfo,
     RunSummary,
     Sample,
+    SessionSettings,
     StageRecord,
     TrialRecord,
     WorkerRecord,
@@ -563,6 +564,7 @@ class Store:
             (name, fn_ref, params_json, config_json, len(trial_rows), now, now),
         )
         run_id = int(cur.lastrowid or 0)  # set by the INSERT just run
+        _record_session(conn, run_id, 1, config_json, now)
         conn.executemany(
             "INSERT INTO trials (run_id, idx, params_json) VALUES (?, ?, ?)",
             [(run_id, i, text) for i, text in enumerate(trial_rows)],
@@ -601,6 +603,9 @@ class Store:
         now: float,
     ) -> None:
         """Mark what the earlier session left open interrupted and the run running again."""
+        old = conn.execute(
+            "SELECT config_json, sessions, created_at FROM runs WHERE run_id=?", (run_id,)
+        ).fetchone()
         interrupted_workers = conn.execute(
             "UPDATE workers SET ended_at=?, reason='interrupted' WHERE run_id=? AND ended_at IS NULL",
             (now, run_id),
@@ -617,11 +622,17 @@ class Store:
             " config_json=? WHERE run_id=?",
             (now, config_json, run_id),
         )
-        data = {
+        data: dict[str, Any] = {
             "pending": pending,
             "interrupted_workers": interrupted_workers,
             "interrupted_attempts": interrupted_attempts,
         }
+        changed = _session_change(conn, run_id, old, config_json, now)
+        said = ""
+        if changed:
+            data["settings_changed"] = changed
+            said = ", with other settings: " + settings_change_words(changed) + " (each trial keeps its own)"
+            logger.warning("run %s resumed with other settings: %s", name, settings_change_words(changed))
         if old_fn_ref != fn_ref:
             data["old_fn_ref"] = old_fn_ref
             logger.warning("run %s was started with %s and is resumed with %s", name, old_fn_ref, fn_ref)
@@ -629,7 +640,7 @@ class Store:
             conn,
             run_id,
             "run_resumed",
-            f"run {name} resumed: {pending} of {trial_count} trials left",
+            f"run {name} resumed: {pending} of {trial_count} trials left{said}",
             data,
             None,
             None,
@@ -1407,6 +1418,22 @@ class Store:
             conn.execute("INSERT INTO run_uuids (run_id, uuid) VALUES (?, ?)", (run_id, made))
             return made
 
+    def session_settings(self, run_id: int) -> list[SessionSettings]:
+        """The settings each session of a run ran with, first session first (empty for a store
+        written before they were kept)."""
+        with self._read() as conn:
+            try:
+                rows = conn.execute(
+                    "SELECT run_id, session, config_json, started_at FROM session_settings WHERE run_id=?"
+                    " ORDER BY session",
+                    (run_id,),
+                ).fetchall()
+            except sqlite3.OperationalError as err:
+                if "no such table" in str(err):
+                    return []
+                raise
+        return [SessionSettings(int(r), int(s), json.loads(c), float(t)) for r, s, c, t in rows]
+
     def add_stage(
         self,
         run_id: int,
@@ -1456,6 +1483,43 @@ class Store:
                     return []
                 raise
         return [StageRecord(*row) for row in rows]
+
+
+def _record_session(
+    conn: sqlite3.Connection, run_id: int, session: int, config_json: str, now: float
+) -> None:
+    try:
+        conn.execute(
+            "INSERT OR REPLACE INTO session_settings (run_id, session, config_json, started_at) VALUES (?, ?, ?, ?)",
+            (run_id, session, config_json, now),
+        )
+    except sqlite3.OperationalError as err:  # pragma: no cover - the table is made with the schema
+        logger.warning("cannot record the session's settings: %s", err)
+
+
+def _session_change(
+    conn: sqlite3.Connection, run_id: int, old: tuple[Any, ...], config_json: str, now: float
+) -> dict[str, list[Any]]:
+    """Record the resumed session's settings (and the earlier session's, for a store written
+    before they were kept); what differs from the last session's, ``{key: [old, new]}``."""
+    old_json, sessions, created_at = old
+    known = conn.execute("SELECT count(*) FROM session_settings WHERE run_id=?", (run_id,)).fetchone()[0]
+    if not known:
+        _record_session(conn, run_id, int(sessions), old_json, float(created_at))
+    _record_session(conn, run_id, int(sessions) + 1, config_json, now)
+    before, after = json.loads(old_json), json.loads(config_json)
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return {}
+    return {
+        key: [before.get(key), after.get(key)]
+        for key in sorted(set(before) | set(after))
+        if _canonical(before.get(key)) != _canonical(after.get(key))
+    }
+
+
+def settings_change_words(changed: dict[str, list[Any]]) -> str:
+    """``workers 2 → 1, memory_limit 6GB → None``."""
+    return ", ".join(f"{key} {json.dumps(old)} → {json.dumps(new)}" for key, (old, new) in changed.items())
 
 
 _RUN_SELECT = (
