@@ -191,7 +191,10 @@ class Store:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._check_path()
-        self._conn = self._connect()
+        # another user's reader opens an idle store as immutable: no -wal/-shm files of theirs
+        self._conn = self._connect(
+            immutable=self._readonly and not self._owned_by_me() and self._can_read_immutable()
+        )
         try:
             self._init_schema()
         except StoreError:
@@ -285,7 +288,17 @@ class Store:
             wal_bytes = 0
         except OSError:
             return False
-        return wal_bytes == 0 and not os.access(self._path.absolute().parent, os.W_OK)
+        if wal_bytes:
+            return False
+        # a reader that is not the store's owner reads it as it is, creating no -wal/-shm files:
+        # in a shared (sticky) folder the owner could not delete those, and its next run would fail
+        return not os.access(self._path.absolute().parent, os.W_OK) or not self._owned_by_me()
+
+    def _owned_by_me(self) -> bool:
+        try:
+            return self._path.stat().st_uid == os.geteuid()
+        except OSError:
+            return True
 
     def _connect(self, *, immutable: bool = False) -> sqlite3.Connection:
         try:
