@@ -66,3 +66,13 @@ def prints(params):
     time.sleep(0.2)
     print("training step", params.get("x"), flush=True)
     return params.get("x")
+
+
+def step_exits():
+    """A leak-check step that calls sys.exit (as a script's step might)."""
+    sys.exit(4)
+
+
+def step_interrupts():
+    """A leak-check step that raises KeyboardInterrupt itself."""
+    raise KeyboardInterrupt

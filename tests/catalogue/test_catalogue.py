@@ -164,6 +164,8 @@ CLI_CASES: list[Cli] = [
     C("leakcheck-plot-gif", "leakcheck {t}:echo --plot {d}/x.gif", 2, r"\.png or \.svg"),
     C("leakcheck-plot-missing-folder", "leakcheck {t}:echo --plot {d}/no/x.png", 2, r"does not exist"),
     C("leakcheck-step-not-defined", "leakcheck {t}:nothere", 2, r"nothere"),
+    C("leakcheck-step-sys-exit", "leakcheck {t}:step_exits --json", 3, r'"verdict": "inconclusive".*SystemExit', "json"),
+    C("leakcheck-step-keyboard-interrupt", "leakcheck {t}:step_interrupts --json", 3, r'"verdict": "inconclusive".*KeyboardInterrupt', "json"),
     C("leakcheck-zero-iterations", "leakcheck {t}:echo --max-iterations 0", 2, r"max_iterations|iterations"),
     C("demo-one-trial", "demo --trials 1", 2, r"trials must be an int >= 2"),
     C("demo-junk-store", "demo --trials 2 --store {junk}", 4, r"not a trainguard store", "unchanged:{junk}"),

@@ -74,3 +74,21 @@ def returns(trial):
     if what == "raise":
         raise ValueError("bad batch size")
     return 0.5
+
+
+class BatchTooBig(Exception):
+    """A user-defined error with its own signature, as study code defines them."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"batch {size} does not fit")
+        self.size = size
+
+
+class HugeBatch(BatchTooBig):
+    pass
+
+
+def raises_custom(trial):
+    """Raises a user-defined exception (a subclass of it for the 'huge' choice)."""
+    kind = trial.suggest_categorical("kind", ["big", "huge"])
+    raise (HugeBatch if kind == "huge" else BatchTooBig)(512)

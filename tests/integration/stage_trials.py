@@ -65,3 +65,14 @@ def bad_checkpoint(params, ctx):
 def shared_shapes(params, ctx):
     """The shapes of the shared arrays as a worker reads them."""
     return {name: list(ctx.data[name].shape) for name in ("s", "f")}
+
+
+def kept_path(params, ctx):
+    """Keeps ``ctx.checkpoint_path`` in a variable once, as users do, and saves through it each stage."""
+    from pathlib import Path
+
+    folder = Path(ctx.checkpoint_path)
+    for stage in range(ctx.stage, params["stages"]):
+        (folder / "model.bin").write_bytes(bytes([stage + 1]) * 100)
+        ctx.checkpoint({"stage": stage + 1})
+    return ctx.stage

@@ -122,10 +122,13 @@ def test_a_deleted_checkpoint_starts_the_trial_over_and_says_so(tmp_path):
         run = store.get_run("d")
         # a later session of a run whose trial committed stage 2 and whose files were then deleted
         store.add_stage(run.run_id, 0, 1, 2, event="checkpoint", worker_id=0)
+        run_uuid = store.run_uuid(run.run_id)
+    from trainguard.runner._checkpoint_safety import ensure_private_dirs
     from trainguard.runner.session._stages import CheckpointFolders, prepare_resume
 
-    folders = CheckpointFolders(db, run.run_id)
-    os.makedirs(os.path.join(folders.trial_dir(0), "stage-2"))  # the folder without its files
+    folders = CheckpointFolders(db, run_uuid)
+    ensure_private_dirs(folders.trial_dir(0), folders.levels)
+    os.mkdir(os.path.join(folders.trial_dir(0), "stage-2"))  # the folder without its files
     assert prepare_resume(folders, 0, 2)[1].startswith("the checkpoint of stage 2 is unusable")
     assert prepare_resume(folders, 0, 2)[1].startswith("the checkpoint of stage 2 is gone")
 

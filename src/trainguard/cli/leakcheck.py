@@ -229,11 +229,11 @@ def run(args: argparse.Namespace) -> int:
         import os
 
         from trainguard.cli._display import say, visible
-        from trainguard.report import render_leak_html, write_html
+        from trainguard.report import render_leak_html, shown_output, write_html
 
         title = f"{args.target}" + (f" (setup {args.setup})" if args.setup else "")
         written = write_html(args.html, render_leak_html(report, title=title), flag="--html")
-        say(f"HTML report written to {visible(os.path.abspath(written))}", sys.stderr)
+        say(f"HTML report written to {visible(shown_output(written))}", sys.stderr)
     if args.json:
         from trainguard.cli._display import to_json
 

@@ -17,13 +17,20 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--output",
         default=None,
         metavar="FILE",
-        help="where to write the report (default: RUN.html in the current folder)",
+        help="where to write the report: a file (replaced atomically), a FIFO or device (written into), "
+        "or - for standard output (default: RUN.html in the current folder)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from trainguard.cli._display import say, visible
-    from trainguard.report import check_output_path, default_report_name, render_run_html, write_html
+    from trainguard.report import (
+        STDOUT,
+        check_output_path,
+        default_report_name,
+        render_run_html,
+        write_html,
+    )
     from trainguard.store import Store
     from trainguard.units import format_bytes
 
@@ -39,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
             "stopped without recording an end): the report shows what was recorded so far, marked in progress",
             sys.stderr,
         )
-    say(
-        f"wrote {visible(path)} ({format_bytes(path.stat().st_size)}): open it in any browser, it needs no network",
-        sys.stdout,
-    )
+    if str(path) == STDOUT:  # the page is the output: the note goes to stderr
+        say(f"wrote the report ({format_bytes(len(html.encode()))}) to standard output", sys.stderr)
+        return 0
+    size = format_bytes(path.stat().st_size) if path.is_file() else format_bytes(len(html.encode()))
+    say(f"wrote {visible(path)} ({size}): open it in any browser, it needs no network", sys.stdout)
     return 0

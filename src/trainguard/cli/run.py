@@ -557,4 +557,26 @@ def run(args: argparse.Namespace) -> int:
             f"(store {visible(args.store)}; `trainguard show {name}` for details)",
             sys.stderr,
         )
+    if reused and not args.quiet:
+        _say_settings_change(args.store, session_name)
     return 1 if failed or stopped is not None else 0
+
+
+def _say_settings_change(store_path: str, name: str) -> None:
+    """After a resume with other flags: which settings differ from the session before."""
+    from trainguard.cli._display import say, visible
+    from trainguard.store import Store, settings_change_words
+
+    try:
+        with Store(store_path, readonly=True) as store:
+            info = store.get_run(name)
+            events = store.events(info.run_id, kinds=["run_resumed"]) if info is not None else []
+    except Exception:  # noqa: BLE001 - a note after the run: never its outcome
+        return
+    changed = (events[-1].data or {}).get("settings_changed") if events else None
+    if changed:
+        say(
+            f"run {visible(name)} resumed with other settings: {visible(settings_change_words(changed))} "
+            f"(each trial keeps the settings it ran with: `trainguard show {visible(name)}` lists them)",
+            sys.stderr,
+        )

@@ -17,16 +17,16 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainguard.store import Store
+    from trainguard.store import Store, interrupted_note
 
     with Store(args.store, readonly=True) as store:
         summaries = store.list_runs()
+        notes = {s.name: interrupted_note(store.path, s.name, s.status) for s in summaries}
     if args.json:
         from trainguard.cli._display import to_json
 
-        print(
-            to_json({"store": str(args.store), "runs": [dataclasses.asdict(s) for s in summaries]}, indent=2)
-        )
+        rows = [{**dataclasses.asdict(s), "note": notes[s.name]} for s in summaries]
+        print(to_json({"store": str(args.store), "runs": rows}, indent=2))
         return 0
     from rich.table import Table
 
@@ -66,4 +66,7 @@ def run(args: argparse.Namespace) -> int:
             format_bytes(s.peak_rss_bytes),
         )
     out.print(table)
+    for s in summaries:
+        if notes[s.name]:
+            out.print(f"{escape(s.name)}: {escape(notes[s.name] or '')}")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from typing import Any, Literal
 
 from trainguard.outcomes import EventKind
@@ -60,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
         pressure_events = store.events(info.run_id, kinds=list(EventKind.in_view("pressure")))
         attempts = store.attempts(info.run_id, args.trial)
         predictions = store.predictions(info.run_id)
+        from trainguard.store import interrupted_note
+
+        note = interrupted_note(store.path, info.name, summary.status if summary else "")
+        sessions = store.session_settings(info.run_id)
+    trial_sessions = {t.index: _session_of(sessions, t.finished_at) for t in trials}
     assert summary is not None
     if args.trial is not None and not any(t.index == args.trial for t in trials):
         raise ConfigError(
@@ -72,9 +78,11 @@ def run(args: argparse.Namespace) -> int:
     fragmentation, oom = memory_rows([e for e in memory_events if e.kind not in PEAK_EVENT_KINDS])
     if args.json:
         payload: dict[str, Any] = {
-            "run": dataclasses.asdict(summary),
+            "run": {**dataclasses.asdict(summary), "note": note},
             "config": info.config,
-            "trials": [dataclasses.asdict(t) for t in trials],
+            "trials": [{**dataclasses.asdict(t), "session": trial_sessions[t.index]} for t in trials],
+            # the settings each session ran with; a trial ran with its "session"'s
+            "sessions": [dataclasses.asdict(s) for s in sessions],
             "workers": [{**dataclasses.asdict(w), "reason_text": w.reason_text} for w in workers],
             "events": [dataclasses.asdict(e) for e in events],
             "stages": [dataclasses.asdict(st) for st in stages],
@@ -103,8 +111,12 @@ def run(args: argparse.Namespace) -> int:
         print_trial(args.trial, attempt_json, pressure_events)
         return 0
     _print_text(args, info, summary, trials, workers, events, samples, trial_memory, predictions)
+    _print_sessions(sessions, trial_sessions)
     from trainguard.cli._display import console
+    from trainguard.cli._display import markup_safe as escape
 
+    if note:
+        console().print(f"{escape(info.name)}: {escape(note)}")
     print_pressure(console(pipe_width=160), pressure_events)
     _print_memory(fragmentation, oom)
     _print_peaks(peak_events)
@@ -431,3 +443,29 @@ def _print_stages(stages) -> None:  # noqa: ANN001 - StageRecords
             escape(st.note or ""),
         )
     out.print(table)
+
+
+def _session_of(sessions: list[Any], finished_at: float | None) -> int | None:
+    """The session a trial finished in (the last one started before it ended), or None."""
+    if finished_at is None:
+        return None
+    found = None
+    for session in sessions:
+        if session.started_at <= finished_at:
+            found = session.session
+    return found
+
+
+def _print_sessions(sessions: list[Any], trial_sessions: dict[int, int | None]) -> None:
+    """When a resume ran with other settings: each session's settings and its trials."""
+    if len({json.dumps(s.config, sort_keys=True, default=str) for s in sessions}) < 2:
+        return
+    from trainguard.cli._display import console, when
+    from trainguard.cli._display import markup_safe as escape
+
+    out = console()
+    out.print("settings per session (each trial ran with its session's):")
+    for s in sessions:
+        shown = ", ".join(f"{k} {json.dumps(v, default=str)}" for k, v in sorted(s.config.items()))
+        indexes = [i for i, n in trial_sessions.items() if n == s.session]
+        out.print(f"  session {s.session} ({when(s.started_at)}, {len(indexes)} trials): {escape(shown)}")

@@ -23,7 +23,6 @@ The Runner's protocol is unchanged: the Runner sees ordinary trials whose value 
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import logging
 import math
@@ -161,6 +160,9 @@ class IsolatedObjective:
             records it FAIL and goes on, whatever ``catch`` says) or ``"raise"`` the
             ``trainguard.WorkerError`` (Optuna goes on only if it is in ``catch``).
         slots: trials a Runner session takes at a time (a session that runs out starts another).
+        catch: the exception classes you pass to ``study.optimize(catch=...)``, when the
+            objective's exception types cannot be found by name in this process (a file ref such
+            as ``"objectives.py:objective"``); a type from a module imported here is found anyway.
         **runner_options: any other :class:`trainguard.Runner` keyword (``keras_backend``,
             ``preload``, ``threads``, ``env``, ``sample_interval``...).
 
@@ -179,9 +181,11 @@ class IsolatedObjective:
         name: str | None = None,
         on_failure: str = "nan",
         slots: int = _DROP_IN_SLOTS,
+        catch: tuple[type[BaseException], ...] = (),
         **runner_options: Any,
     ) -> None:
         _optuna()
+        self.catch = tuple(catch)
         from trainguard.runner import Runner
         from trainguard.runner import prepare_fn as prepare
 
@@ -315,7 +319,7 @@ class IsolatedObjective:
         if status == "exception" and not retrying:
             # the objective's own exception: as in-process, Optuna fails the trial and re-raises
             # it unless it is in `catch`
-            raise _rebuild_exception(error, trial.number)
+            raise _rebuild_exception(error, trial.number, self.catch)
         err = _ERRORS.get(status, WorkerError)(
             f"trial {trial.number}: {message}",
             status=status,
@@ -364,17 +368,23 @@ def _close_pool(pool: CallPool, runner: Any) -> None:
         runner.close()
 
 
-def _rebuild_exception(error: dict[str, Any], number: int) -> Exception:
+def _rebuild_exception(
+    error: dict[str, Any], number: int, catch: tuple[type[BaseException], ...] = ()
+) -> Exception:
+    """The objective's exception as Optuna's ``catch=`` sees it in-process: a builtin type, a type
+    of a module the supervisor has imported (the objective's own), or the ``catch`` class its
+    recorded classes name; else a :class:`TrialError` naming the type."""
+    from trainguard.integrations._optuna_errors import exception_class, instantiate
+
     qualified = str(error.get("type") or "")
-    module, _, name = qualified.rpartition(".")
     text = str(error.get("message") or qualified)
+    name = qualified.rpartition(".")[2]
     detail = text.partition(": ")[2] if text.startswith(f"{name}: ") else text
-    cls = getattr(builtins, name, None) if module == "builtins" else None
-    if isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == "builtins":
-        try:
-            return cls(f"{detail} (trial {number}, raised in a trainguard worker)")
-        except Exception:  # noqa: BLE001 - an exception type with another signature
-            pass
+    cls = exception_class(qualified, [str(n) for n in error.get("mro") or [qualified]], catch)
+    if cls is not None:
+        made = instantiate(cls, f"{detail} (trial {number}, raised in a trainguard worker)")
+        if made is not None:
+            return made
     return TrialError(f"trial {number} raised {text}", exc_type=qualified, traceback=error.get("traceback"))
 
 
@@ -444,6 +454,7 @@ def optimize(
         name=name,
         on_failure="raise",
         slots=slots,
+        catch=catch,
         **runner_options,
     ) as guarded:
         left = n_trials

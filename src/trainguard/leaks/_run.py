@@ -506,6 +506,14 @@ class _Loop(LoopBase):
         if self.dense:
             self.end_dense_if_due()
 
+    def step_errors(self) -> tuple[type[BaseException], ...]:
+        """What a step may raise and still get a report (``inconclusive``, the error named): any
+        exception, ``sys.exit()``, and in the isolated process a ``KeyboardInterrupt`` the step
+        raised itself (a Ctrl-C at the terminal is handled by the parent, which stops the check)."""
+        if self.isolated:
+            return (Exception, SystemExit, KeyboardInterrupt)
+        return (Exception, SystemExit)
+
     def call_block(self) -> bool:
         """Call the step ``k`` times; False when it raised (the error is kept)."""
         block = min(self.block_size(), 1) if self.dense else self.block_size()
@@ -513,7 +521,7 @@ class _Loop(LoopBase):
             t0 = time.perf_counter()
             try:
                 self.call()
-            except Exception as exc:
+            except self.step_errors() as exc:
                 self.error = StepError(
                     iteration=self.iterations + 1,
                     exc_type=type(exc).__name__,

@@ -16,9 +16,15 @@ not the package), so it imports nothing at the top but the standard library.
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from trainguard.report._output import (
+    STDOUT,
+    check_output_path,
+    default_report_name,
+    shown_output,
+    write_html,
+)
 
 if TYPE_CHECKING:
     from trainguard.comparison import Comparison
@@ -31,71 +37,11 @@ __all__ = [
     "write_comparison",
     "check_output_path",
     "write_html",
+    "shown_output",
+    "STDOUT",
+    "default_report_name",
     "find_run",
 ]
-
-
-def check_output_path(path: str | os.PathLike[str], *, flag: str = "-o") -> Path:
-    """Check, before any work, that a report can be written at ``path``.
-
-    Raises:
-        ConfigError: ``path`` is a folder, its folder does not exist or is not a folder, or the
-            folder is not writable (tried by creating and removing a temporary file in it).
-    """
-    from trainguard.exceptions import ConfigError
-
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise ConfigError(f"the report path must be a file path such as run.html, not {path!r}")
-    shown = os.fspath(path)
-    p = Path(shown).expanduser()
-    if p.is_dir():
-        raise ConfigError(
-            f"cannot write the report to {shown}: it is a folder: pass a file path such as "
-            f"{flag} {shown.rstrip('/')}/report.html"
-        )
-    parent = p.absolute().parent
-    if not parent.exists():
-        raise ConfigError(
-            f"cannot write the report to {shown}: the folder {parent} does not exist: create it "
-            f"(mkdir -p {parent}) or pass another {flag}"
-        )
-    if not parent.is_dir():
-        raise ConfigError(
-            f"cannot write the report to {shown}: {parent} is a file, not a folder: pass another {flag}"
-        )
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".trainguard-report-", suffix=".tmp", dir=parent)
-    except OSError as err:
-        raise ConfigError(
-            f"cannot write the report to {shown}: the folder {parent} is not writable ({err.strerror}): "
-            f"pass {flag} in a writable folder, e.g. {flag} ~/{p.name}"
-        ) from None
-    os.close(fd)
-    os.unlink(probe)
-    return p
-
-
-def write_html(path: str | os.PathLike[str], html: str, *, flag: str = "-o") -> Path:
-    """Write ``html`` to ``path`` atomically (a temporary file in the same folder, then a rename),
-    so a failed write never leaves half a report behind."""
-    from trainguard.exceptions import ConfigError
-
-    p = check_output_path(path, flag=flag)
-    fd, tmp = tempfile.mkstemp(prefix=".trainguard-report-", suffix=".tmp", dir=p.absolute().parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(html)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except OSError as err:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise ConfigError(
-            f"cannot write the report to {os.fspath(path)}: {err.strerror}: pass another {flag}"
-        ) from None
-    return p
 
 
 def find_run(store: Any, run: str | int) -> Any:
@@ -180,14 +126,6 @@ def report(
     if path is None:
         path = default_report_name(info.name)
     return str(write_html(path, html, flag="path="))
-
-
-def default_report_name(run_name: str) -> str:
-    """``<run name>.html`` with anything but letters, digits, ``.``, ``_`` and ``-`` replaced."""
-    import re
-
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_name).strip("._") or "run"
-    return f"{safe[:80]}.html"
 
 
 def render_leak_html(leak_report: Any, *, title: str | None = None) -> str:

@@ -17,6 +17,7 @@ __all__ = [
     "Sample",
     "FittedSize",
     "StageRecord",
+    "SessionSettings",
 ]
 
 
@@ -171,3 +172,15 @@ class StageRecord:
     peak_rss_bytes: int | None
     event: str
     note: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """The settings one session of a run ran with (session 1 started it, each resume adds one):
+    the Runner's config as ``begin_run`` received it. A trial ran with the settings of the session
+    its last attempt started in."""
+
+    run_id: int
+    session: int
+    config: dict[str, Any]
+    started_at: float

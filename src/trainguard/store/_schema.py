@@ -141,6 +141,20 @@ CREATE TABLE IF NOT EXISTS stages (
     note           TEXT
 );
 CREATE INDEX IF NOT EXISTS stages_by_trial ON stages (run_id, idx, stage_pk);
+-- Each run's UUID: its checkpoints are kept under ``run-<uuid>`` and their manifests name it, so a
+-- new store whose run ids restart at 1 never resumes another store's checkpoints.
+CREATE TABLE IF NOT EXISTS run_uuids (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(run_id),
+    uuid   TEXT NOT NULL UNIQUE
+);
+-- The settings of each session of a run (a resume with other flags adds a row, never rewrites one).
+CREATE TABLE IF NOT EXISTS session_settings (
+    run_id      INTEGER NOT NULL REFERENCES runs(run_id),
+    session     INTEGER NOT NULL,
+    config_json TEXT NOT NULL,
+    started_at  REAL NOT NULL,
+    PRIMARY KEY (run_id, session)
+);
 CREATE TABLE IF NOT EXISTS sample_series (
     run_id    INTEGER NOT NULL REFERENCES runs(run_id),
     worker_id INTEGER NOT NULL,
@@ -151,7 +165,7 @@ CREATE TABLE IF NOT EXISTS sample_series (
 
 #: Tables added after schema 1 without a version bump: a writer creates them in an older store of
 #: the same version, a reader treats them as empty when absent.
-ADDITIVE_TABLES = ("fitted_sizes", "trial_seeds", "stages", "trial_predictions")
+ADDITIVE_TABLES = ("fitted_sizes", "trial_seeds", "stages", "trial_predictions", "run_uuids", "session_settings")
 
 
 def describe_worker_end(reason: str | None, detail: dict[str, Any] | None = None) -> str:

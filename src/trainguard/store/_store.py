@@ -25,6 +25,7 @@ import sqlite3
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +43,7 @@ from trainguard.store._records import (
     RunInfo,
     RunSummary,
     Sample,
+    SessionSettings,
     StageRecord,
     TrialRecord,
     WorkerRecord,
@@ -229,7 +231,10 @@ class Store(PeakRows):
         self._conn: sqlite3.Connection | None = None
         self._check_path()
         self.journal = self._choose_journal(journal)
-        self._conn = self._connect()
+        # another user's reader opens an idle store as immutable: no -wal/-shm files of theirs
+        self._conn = self._connect(
+            immutable=self._readonly and not self._owned_by_me() and self._can_read_immutable()
+        )
         try:
             self._init_schema()
         except StoreError:
@@ -343,7 +348,17 @@ class Store(PeakRows):
             wal_bytes = 0
         except OSError:
             return False
-        return wal_bytes == 0 and not os.access(self._path.absolute().parent, os.W_OK)
+        if wal_bytes:
+            return False
+        # a reader that is not the store's owner reads it as it is, creating no -wal/-shm files:
+        # in a shared (sticky) folder the owner could not delete those, and its next run would fail
+        return not os.access(self._path.absolute().parent, os.W_OK) or not self._owned_by_me()
+
+    def _owned_by_me(self) -> bool:
+        try:
+            return self._path.stat().st_uid == os.geteuid()
+        except OSError:
+            return True
 
     def _connect(self, *, immutable: bool = False) -> sqlite3.Connection:
         try:
@@ -622,6 +637,7 @@ class Store(PeakRows):
             (name, fn_ref, params_json, config_json, len(trial_rows), now, now),
         )
         run_id = int(cur.lastrowid or 0)  # set by the INSERT just run
+        _record_session(conn, run_id, 1, config_json, now)
         conn.executemany(
             "INSERT INTO trials (run_id, idx, params_json) VALUES (?, ?, ?)",
             [(run_id, i, text) for i, text in enumerate(trial_rows)],
@@ -660,6 +676,9 @@ class Store(PeakRows):
         now: float,
     ) -> None:
         """Mark what the earlier session left open interrupted and the run running again."""
+        old = conn.execute(
+            "SELECT config_json, sessions, created_at FROM runs WHERE run_id=?", (run_id,)
+        ).fetchone()
         interrupted_workers = conn.execute(
             "UPDATE workers SET ended_at=?, reason='interrupted' WHERE run_id=? AND ended_at IS NULL",
             (now, run_id),
@@ -676,11 +695,17 @@ class Store(PeakRows):
             " config_json=? WHERE run_id=?",
             (now, config_json, run_id),
         )
-        data = {
+        data: dict[str, Any] = {
             "pending": pending,
             "interrupted_workers": interrupted_workers,
             "interrupted_attempts": interrupted_attempts,
         }
+        changed = _session_change(conn, run_id, old, config_json, now)
+        said = ""
+        if changed:
+            data["settings_changed"] = changed
+            said = ", with other settings: " + settings_change_words(changed) + " (each trial keeps its own)"
+            logger.warning("run %s resumed with other settings: %s", name, settings_change_words(changed))
         if old_fn_ref != fn_ref:
             data["old_fn_ref"] = old_fn_ref
             logger.warning("run %s was started with %s and is resumed with %s", name, old_fn_ref, fn_ref)
@@ -688,7 +713,7 @@ class Store(PeakRows):
             conn,
             run_id,
             "run_resumed",
-            f"run {name} resumed: {pending} of {trial_count} trials left",
+            f"run {name} resumed: {pending} of {trial_count} trials left{said}",
             data,
             None,
             None,
@@ -1456,6 +1481,34 @@ class Store(PeakRows):
                 raise
         return {int(i): int(s) for i, s in rows}
 
+    def run_uuid(self, run_id: int) -> str:
+        """The run's UUID (made and recorded the first time it is asked for): what binds its
+        checkpoints to it."""
+        _check_int(run_id, "run_id")
+        with self._write() as conn:
+            row = conn.execute("SELECT uuid FROM run_uuids WHERE run_id=?", (run_id,)).fetchone()
+            if row is not None:
+                return str(row[0])
+            made = uuid.uuid4().hex
+            conn.execute("INSERT INTO run_uuids (run_id, uuid) VALUES (?, ?)", (run_id, made))
+            return made
+
+    def session_settings(self, run_id: int) -> list[SessionSettings]:
+        """The settings each session of a run ran with, first session first (empty for a store
+        written before they were kept)."""
+        with self._read() as conn:
+            try:
+                rows = conn.execute(
+                    "SELECT run_id, session, config_json, started_at FROM session_settings WHERE run_id=?"
+                    " ORDER BY session",
+                    (run_id,),
+                ).fetchall()
+            except sqlite3.OperationalError as err:
+                if "no such table" in str(err):
+                    return []
+                raise
+        return [SessionSettings(int(r), int(s), json.loads(c), float(t)) for r, s, c, t in rows]
+
     def add_stage(
         self,
         run_id: int,
@@ -1505,6 +1558,43 @@ class Store(PeakRows):
                     return []
                 raise
         return [StageRecord(*row) for row in rows]
+
+
+def _record_session(
+    conn: sqlite3.Connection, run_id: int, session: int, config_json: str, now: float
+) -> None:
+    try:
+        conn.execute(
+            "INSERT OR REPLACE INTO session_settings (run_id, session, config_json, started_at) VALUES (?, ?, ?, ?)",
+            (run_id, session, config_json, now),
+        )
+    except sqlite3.OperationalError as err:  # pragma: no cover - the table is made with the schema
+        logger.warning("cannot record the session's settings: %s", err)
+
+
+def _session_change(
+    conn: sqlite3.Connection, run_id: int, old: tuple[Any, ...], config_json: str, now: float
+) -> dict[str, list[Any]]:
+    """Record the resumed session's settings (and the earlier session's, for a store written
+    before they were kept); what differs from the last session's, ``{key: [old, new]}``."""
+    old_json, sessions, created_at = old
+    known = conn.execute("SELECT count(*) FROM session_settings WHERE run_id=?", (run_id,)).fetchone()[0]
+    if not known:
+        _record_session(conn, run_id, int(sessions), old_json, float(created_at))
+    _record_session(conn, run_id, int(sessions) + 1, config_json, now)
+    before, after = json.loads(old_json), json.loads(config_json)
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return {}
+    return {
+        key: [before.get(key), after.get(key)]
+        for key in sorted(set(before) | set(after))
+        if _canonical(before.get(key)) != _canonical(after.get(key))
+    }
+
+
+def settings_change_words(changed: dict[str, list[Any]]) -> str:
+    """``workers 2 → 1, memory_limit 6GB → None``."""
+    return ", ".join(f"{key} {json.dumps(old)} → {json.dumps(new)}" for key, (old, new) in changed.items())
 
 
 _RUN_SELECT = (

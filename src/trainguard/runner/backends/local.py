@@ -18,6 +18,7 @@ from trainguard import process as proctree
 from trainguard.exceptions import ConfigError
 from trainguard.frameworks import min_log_level, replay_capture
 from trainguard.process import ProcessTree, TreeCgroup, popen_options, resolve_tracking, tier_tree
+from trainguard.process.oom_score import raise_oom_score
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
 from trainguard.runner.policy import EndCause, KillDecision, classify_end
@@ -236,6 +237,7 @@ def start_local_worker(spec: WorkerSpec, *, parent_pid: int | None = None) -> Lo
         **popen_options(tier),
     )
     pipes.close_child_ends()
+    raise_oom_score(proc.pid)  # the kernel's OOM killer takes this worker before its supervisor
     if spec.fn_kind == "node" and cgroup is not None and not cgroup.join(proc.pid):
         # a Python worker joins its cgroup itself before anything else; a Node worker is moved
         # here, while it starts (it forks nothing before its first trial)

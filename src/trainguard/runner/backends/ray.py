@@ -618,6 +618,8 @@ class RayBackend(BaseBackend):
         if address is not None and (not isinstance(address, str) or not address.strip()):
             raise ConfigError(f"address={address!r} must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
         self.address = address.strip() if address else None
+        if self.address not in (None, "auto"):
+            _split_address(self.address)  # a malformed address or port fails before any work
         self.resources = parse_resources(resources)
         self.connect_timeout_s = float(connect_timeout)
         self._ray: Any = None
@@ -640,14 +642,7 @@ class RayBackend(BaseBackend):
         address = self.address
         if address in (None, "auto"):
             return
-        hostport = address.removeprefix("ray://")
-        if ":" not in hostport:
-            raise ConfigError(f"address={address!r} is not 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
-        host, _, port = hostport.rpartition(":")
-        try:
-            port_n = int(port)
-        except ValueError:
-            raise ConfigError(f"address={address!r}: the port {port!r} is not a number") from None
+        host, port_n = _split_address(address)
         try:
             with socket.create_connection((host or "127.0.0.1", port_n), timeout=self.connect_timeout_s):
                 pass
@@ -657,6 +652,21 @@ class RayBackend(BaseBackend):
                 f"({err.strerror or err}); start one with `ray start --head` or give the head's HOST:PORT"
             ) from None
 
+    def _answers_as_a_head(self) -> None:
+        """Say within the connect timeout when what listens at a HOST:PORT address is not a Ray
+        head (a server that accepts and never answers, an HTTP server): ``ray.init`` would hang
+        there for minutes, or answer after half a minute with twenty lines of warnings."""
+        address = self._explicit_gcs_address()
+        if address is None:
+            return
+        code = _gcs_probe(address, self.connect_timeout_s)
+        if code in ("DEADLINE_EXCEEDED", "UNAVAILABLE"):
+            why = "did not answer" if code == "DEADLINE_EXCEEDED" else "did not answer as a Ray head (gRPC)"
+            raise ConfigError(
+                f"no Ray cluster at {address}: something accepted the connection but {why} within "
+                f"{self.connect_timeout_s:g} s; give the HOST:PORT that `ray start --head` printed"
+            )
+
     def connect(self) -> Any:
         """Connect to the cluster (once); the ``ray`` module."""
         ray = _import_ray()
@@ -665,6 +675,7 @@ class RayBackend(BaseBackend):
             self._same_cluster(ray)
             return ray
         self._tcp_check()
+        self._answers_as_a_head()
         self._token_auth()
         try:
             ray.init(
@@ -915,9 +926,31 @@ def _same_endpoint(a: str, b: str) -> bool:
 _GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 
 
-def _head_wants_token(address: str, timeout_s: float) -> bool | None:
-    """Whether the Ray head (GCS) at ``HOST:PORT`` refuses a call without a token; None when that
-    cannot be told (grpcio missing, another answer)."""
+def _split_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``HOST:PORT`` or ``ray://HOST:PORT`` address.
+
+    Raises:
+        ConfigError: no port, a port that is not a number, or one outside 1-65535.
+    """
+    hostport = address.removeprefix("ray://")
+    if ":" not in hostport:
+        raise ConfigError(f"address={address!r} is not 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
+    host, _, port = hostport.rpartition(":")
+    try:
+        port_n = int(port)
+    except ValueError:
+        raise ConfigError(f"address={address!r}: the port {port!r} is not a number") from None
+    if not 1 <= port_n <= 65535:
+        raise ConfigError(
+            f"address={address!r}: the port {port_n} is not a TCP port (1-65535); Ray's head listens on "
+            "6379 unless `ray start --head --port` said otherwise"
+        )
+    return host, port_n
+
+
+def _gcs_probe(address: str, timeout_s: float) -> str | None:
+    """One gRPC call to the Ray head (GCS) at ``HOST:PORT``: ``"OK"``, the status code's name it
+    failed with, or None when it cannot be made (grpcio missing)."""
     try:
         import grpc  # installed with ray[default] and ray[client]
     except ImportError:
@@ -926,12 +959,21 @@ def _head_wants_token(address: str, timeout_s: float) -> bool | None:
     try:
         call = channel.unary_unary(_GCS_PROBE, request_serializer=bytes, response_deserializer=bytes)
         call(b"", timeout=timeout_s)
-        return False
+        return "OK"
     except grpc.RpcError as err:
         code = err.code() if callable(getattr(err, "code", None)) else None
-        return True if code == grpc.StatusCode.UNAUTHENTICATED else None
+        return getattr(code, "name", None)
     finally:
         channel.close()
+
+
+def _head_wants_token(address: str, timeout_s: float) -> bool | None:
+    """Whether the Ray head (GCS) at ``HOST:PORT`` refuses a call without a token; None when that
+    cannot be told (grpcio missing, another answer)."""
+    code = _gcs_probe(address, timeout_s)
+    if code == "OK":
+        return False
+    return True if code == "UNAUTHENTICATED" else None
 
 
 def _enable_token_auth() -> bool:

@@ -557,6 +557,8 @@ class Session:
         """Store a trial's outcome and hand its result out (also for a trial never started: its
         ``attempts`` are then the ones before this session's)."""
         started = error is None or error.get("status") != "predicted_over_limit"
+        if started:
+            peak, duration_s = self.stages.whole_trial(run, peak, duration_s)
         fields: dict[str, Any] = {
             "status": "ok" if status == "ok" else "failed",
             "value": value,

@@ -103,6 +103,12 @@ class Recorder:
     def store_path(self) -> Any:
         return getattr(self.store, "path", None) if self.persistent else None
 
+    def run_uuid(self) -> str | None:
+        """The run's UUID in a persistent store (what binds its checkpoints to it), else None."""
+        if self.store_path() is None or self.run_id is None:
+            return None
+        return str(self.store.run_uuid(self.run_id))
+
     # -- events -----------------------------------------------------------------------------------
 
     def event(
@@ -192,6 +198,10 @@ class Recorder:
                 peak_rss_bytes=peak_rss_bytes,
                 duration_s=duration_s,
             )
+
+    def attempts(self, index: int) -> list[Any]:
+        """The recorded attempts of one trial (none without a store)."""
+        return list(self.store.attempts(self.run_id, index)) if self.run_id is not None else []
 
     def finish_trial(self, index: int, **fields: Any) -> bool | None:
         """Store a trial's outcome; False when an earlier session finished it already."""

@@ -11,9 +11,12 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainguard.exceptions import CheckpointError
+from trainguard.runner._checkpoint_safety import open_private_dirs, remove_private
 from trainguard.runner.policy import RecycleDecision, decide_stage, worker_history
 from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.runner.session._records import Attempt
@@ -25,30 +28,46 @@ if TYPE_CHECKING:
     from trainguard.runner.session._recorder import Recorder
     from trainguard.runner.session._records import WorkerRecord
 
-__all__ = ["CheckpointFolders", "prepare_resume", "data_message", "Stages"]
+__all__ = ["CheckpointFolders", "prepare_resume", "data_message", "whole_trial", "Stages"]
 
 
 logger = logging.getLogger(__name__)
 
 
 class CheckpointFolders:
-    """The checkpoint folders of one run: ``<store>.checkpoints/run-<id>/trial-<index>/`` next to
-    the store, or a temporary folder (removed at the end) for a run without a store."""
+    """The checkpoint folders of one run: ``<store>.checkpoints/run-<uuid>/trial-<index>/`` next to
+    the store, or a temporary folder (removed at the end) for a run without a store. Every level is
+    private to this user (see :mod:`trainguard.runner._checkpoint_safety`); ``levels`` is how many
+    components of a trial folder the runner owns."""
 
-    def __init__(self, store_path: Path | None, run_id: int | None) -> None:
-        if store_path is not None and run_id is not None:
+    def __init__(self, store_path: Path | None, run_uuid: str | None) -> None:
+        self.run_uuid = run_uuid or uuid.uuid4().hex
+        if store_path is not None and run_uuid is not None:
             self.base = str(store_path.with_name(store_path.name + ".checkpoints"))
-            self.root = os.path.join(self.base, f"run-{run_id}")
+            self.root = os.path.join(self.base, f"run-{run_uuid}")
             self._temporary = False
+            self.levels = 3
+            if os.path.lexists(self.base):  # planted before this run: refused before any work
+                with open_private_dirs(self.base, 1, create=False):
+                    pass
         else:
             self.base = self.root = tempfile.mkdtemp(prefix="trainguard-checkpoints-")
             self._temporary = True
+            self.levels = 2
 
     def trial_dir(self, index: int) -> str:
         return os.path.join(self.root, f"trial-{index}")
 
+    def message(self, index: int) -> dict[str, Any]:
+        """What a trial message says about its checkpoint folder."""
+        return {
+            "checkpoint_dir": self.trial_dir(index),
+            "checkpoint_levels": self.levels,
+            "run_uuid": self.run_uuid,
+        }
+
     def remove_trial(self, index: int) -> None:
-        shutil.rmtree(self.trial_dir(index), ignore_errors=True)
+        remove_private(self.trial_dir(index), self.levels)
 
     def close(self) -> None:
         """Remove what is left when nothing can resume from it: a temporary root always, the run's
@@ -58,7 +77,7 @@ class CheckpointFolders:
             return
         for folder in (self.root, self.base):
             try:
-                os.rmdir(folder)
+                os.rmdir(folder)  # never follows a link: a link is "not a directory"
             except OSError:
                 break  # not empty (an unfinished trial's checkpoint) or absent
 
@@ -69,13 +88,19 @@ def prepare_resume(
     """Before a trial is dispatched: ``(stage it resumes from or None, why it starts over or None)``.
 
     ``recorded_stage`` is the last checkpoint the store says this trial committed (since its last
-    start over). A committed stage folder whose files are missing or changed is removed, and the
-    trial starts over with the reason said; so does a recorded stage whose folder is gone.
+    start over). A committed stage folder whose files are missing or changed (size or content
+    hash), or that another run wrote, is removed, and the trial starts over with the reason said;
+    so does a recorded stage whose folder is gone. A folder that is not private to this user is
+    never read.
     """
     root = folders.trial_dir(index)
-    found = latest_stage(root)
+    try:
+        with open_private_dirs(root, folders.levels, create=False) as fd:
+            found = latest_stage(root) if fd is not None else None
+    except CheckpointError as err:
+        return None, str(err)
     if found is not None:
-        problem = verify_stage(found[1])
+        problem = verify_stage(found[1], folders.run_uuid)
         if problem is None:
             return found[0], None
         shutil.rmtree(found[1], ignore_errors=True)
@@ -86,6 +111,17 @@ def prepare_resume(
             f"the checkpoint of stage {recorded_stage} is gone: {root}/stage-{recorded_stage} was deleted",
         )
     return None, None
+
+
+def whole_trial(
+    peak: int | None, duration_s: float | None, attempts: list[Any]
+) -> tuple[int | None, float | None]:
+    """A staged trial's peak and duration over all its stages: the last stage's ``peak`` and
+    ``duration_s`` with those of the earlier attempts that left at a checkpoint (``staged``)."""
+    staged = [a for a in attempts if a.status == "staged"]
+    peaks = [p for p in [peak, *(a.peak_rss_bytes for a in staged)] if p is not None]
+    durations = [d for d in [duration_s, *(a.duration_s for a in staged)] if d is not None]
+    return (max(peaks) if peaks else None), (sum(durations) if durations else None)
 
 
 def data_message(data: Any) -> dict[str, Any] | None:
@@ -116,8 +152,17 @@ class Stages:
         self.staged_kind = staged_kind
         self.folders: CheckpointFolders | None = None
 
+    def whole_trial(
+        self, run: Attempt, peak: int | None, duration_s: float | None
+    ) -> tuple[int | None, float | None]:
+        """A finishing trial's peak and duration: over all its stages' workers when it was staged
+        (read only for a trial past its first attempt, so an unstaged trial costs nothing)."""
+        if run.attempt <= 1 or not self.staged_kind or self.recorder.run_id is None:
+            return peak, duration_s
+        return whole_trial(peak, duration_s, self.recorder.attempts(run.index))
+
     def open(self) -> None:
-        self.folders = CheckpointFolders(self.recorder.store_path(), self.recorder.run_id)
+        self.folders = CheckpointFolders(self.recorder.store_path(), self.recorder.run_uuid())
 
     def message(self, worker: WorkerRecord, run: Attempt, data: Any) -> dict[str, Any]:
         """The shared data and checkpoint folder a trial message carries; a staged trial's resume
@@ -125,7 +170,7 @@ class Stages:
         out: dict[str, Any] = {"data": data_message(data)}
         if not self.staged_kind or self.folders is None:
             return out
-        out["checkpoint_dir"] = self.folders.trial_dir(run.index)
+        out.update(self.folders.message(run.index))
         recorded = None
         for stage in self.recorder.stages(run.index):
             recorded = (

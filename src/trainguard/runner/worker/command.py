@@ -250,18 +250,9 @@ class _Output:
 
 
 def _pump_stderr(stream: Any, tail: deque[str]) -> None:
-    forwarded = 0
-    for raw in iter(stream.readline, b""):
-        text = raw.decode("utf-8", "replace").rstrip("\n")
-        if text.strip():
-            tail.append(text[:500])
-        if forwarded < FORWARD_CAP_BYTES:
-            try:
-                sys.stderr.buffer.write(raw)
-                sys.stderr.buffer.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
-            forwarded += len(raw)
+    from trainguard.runner.worker.stderr_pump import StderrPump
+
+    StderrPump(tail, FORWARD_CAP_BYTES).pump(stream)
 
 
 def _write_stdin(stream: Any, data: bytes) -> None:

@@ -107,9 +107,11 @@ def latest_stage(root: str) -> tuple[int, str] | None:
     return best
 
 
-def verify_stage(path: str) -> str | None:
-    """None when a committed stage folder holds every file its manifest lists with its size; else
-    what is missing, in words."""
+def verify_stage(path: str, run_uuid: str | None = None) -> str | None:
+    """None when a committed stage folder holds every file its manifest lists, with its size and
+    content hash, and (given ``run_uuid``) was written by that run; else what differs, in words."""
+    from trainguard.runner._checkpoint_safety import check_manifest
+
     try:
         with open(os.path.join(path, MANIFEST), encoding="utf-8") as fh:
             manifest = json.load(fh)
@@ -117,26 +119,9 @@ def verify_stage(path: str) -> str | None:
         return f"{path} has no {MANIFEST}" if os.path.isdir(path) else f"{path} does not exist"
     except (OSError, ValueError) as err:
         return f"{os.path.join(path, MANIFEST)} cannot be read: {err}"
-    for rel, size in manifest.get("files", {}).items():
-        full = os.path.join(path, rel)
-        try:
-            actual = os.path.getsize(full)
-        except OSError:
-            return f"{full} was deleted"
-        if actual != size:
-            return f"{full} changed size ({actual} bytes, {size} when written)"
-    return None
-
-
-def _manifest(folder: str) -> dict[str, int]:
-    files: dict[str, int] = {}
-    for base, _dirs, names in os.walk(folder):
-        for name in names:
-            full = os.path.join(base, name)
-            rel = os.path.relpath(full, folder)
-            if rel != MANIFEST:
-                files[rel] = os.path.getsize(full)
-    return files
+    if not isinstance(manifest, dict):
+        return f"{os.path.join(path, MANIFEST)} is not a manifest"
+    return check_manifest(path, manifest, run_uuid)
 
 
 class TrialContext:
@@ -163,6 +148,8 @@ class TrialContext:
         checkpoint_root: str | None = None,
         restart_reason: str | None = None,
         boundary: Callable[[int, int | None, bool], None] | None = None,
+        checkpoint_levels: int = 1,
+        run_uuid: str | None = None,
     ) -> None:
         self.index = index
         self.attempt = attempt
@@ -171,11 +158,14 @@ class TrialContext:
         self.restart_reason = restart_reason
         self._root = checkpoint_root
         self._boundary = boundary
+        self._run_uuid = run_uuid
         self._restore: tuple[int, str] | None = None
         if checkpoint_root is not None:
-            os.makedirs(checkpoint_root, exist_ok=True)
+            from trainguard.runner._checkpoint_safety import ensure_private_dirs
+
+            ensure_private_dirs(checkpoint_root, checkpoint_levels)
             found = latest_stage(checkpoint_root)
-            if found is not None and verify_stage(found[1]) is None:
+            if found is not None and verify_stage(found[1], run_uuid) is None:
                 self._restore = found
         self.stage = self._restore[0] if self._restore else 0
         self.resumed = self._restore is not None
@@ -227,12 +217,13 @@ class TrialContext:
     @property
     def checkpoint_path(self) -> str:
         """A folder to write the next checkpoint's files into (empty at the start of each stage);
-        ``ctx.checkpoint()`` commits it."""
+        ``ctx.checkpoint()`` commits it. The path stays the same from stage to stage, so it may be
+        kept in a variable."""
         root = self._require_root("checkpoint_path")
         if self._next is None:
             self._next = os.path.join(root, "next")
             shutil.rmtree(self._next, ignore_errors=True)
-            os.makedirs(self._next)
+            os.mkdir(self._next, 0o700)
         return self._next
 
     @property
@@ -267,13 +258,16 @@ class TrialContext:
                 ) from None
         else:
             payload = None
+        from trainguard.runner._checkpoint_safety import file_digests
+
         stage = self.stage + 1
         target = os.path.join(root, f"stage-{stage}")
         try:
             if payload is not None:
                 with open(os.path.join(folder, STATE_FILE), "wb") as fh:
                     fh.write(payload)
-            manifest = {"stage": stage, "files": _manifest(folder)}  # before the manifest file exists
+            # before the manifest file exists; the hashes let a resume tell altered files from good ones
+            manifest = {"stage": stage, "run_uuid": self._run_uuid, "files": file_digests(folder, MANIFEST)}
             with open(os.path.join(folder, MANIFEST), "w", encoding="utf-8") as fh:
                 json.dump(manifest, fh)
             shutil.rmtree(target, ignore_errors=True)
@@ -291,6 +285,7 @@ class TrialContext:
         self._restore = (stage, target)
         self.stage = stage
         self._next = None
+        self.checkpoint_path  # noqa: B018 - made again at once: a path kept from before still works
         if previous is not None and previous[1] != target:
             shutil.rmtree(previous[1], ignore_errors=True)
         if self._boundary is not None:

@@ -288,6 +288,8 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         error = {
             "status": status,
             "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            # its classes, most derived first: the supervisor rebuilds a type a `catch=` names
+            "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__[:-1]][:16],
             "message": f"{type(exc).__name__}: {exc}"[:2000],
             "traceback": "".join(traceback.format_exception(exc))[-20000:],
         }
@@ -398,6 +400,8 @@ def _make_context(fn: Any, msg: dict[str, Any], started: float) -> Any:
         checkpoint_root=msg.get("checkpoint_dir"),
         restart_reason=msg.get("restart_reason"),
         boundary=boundary,
+        checkpoint_levels=int(msg.get("checkpoint_levels") or 1),
+        run_uuid=msg.get("run_uuid"),
     )
 
 

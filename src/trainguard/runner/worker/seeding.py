@@ -156,6 +156,31 @@ class _SeedOnImport(importlib.abc.MetaPathFinder):
 _hook: _SeedOnImport | None = None
 
 
+#: the trial's seed and how many unseeded ``np.random.default_rng()`` calls it made so far
+_RNG_STATE: dict[str, Any] = {"seed": None, "calls": 0}
+
+
+def _seed_default_rng(np: Any, seed: int) -> None:
+    """Make ``np.random.default_rng()`` without a seed (numpy's recommended generator, which reads
+    OS entropy and ignores ``np.random.seed``) draw from the trial's seed: the n-th such call in a
+    trial gets the n-th child of ``SeedSequence(seed)``, so each call has its own stream and a
+    trial's draws are the same on every attempt. A seed passed explicitly is kept."""
+    if getattr(np.random.default_rng, "_trainguard_seeded", False):
+        return
+    original = np.random.default_rng
+
+    def default_rng(seed: Any = None) -> Any:
+        if seed is None and _RNG_STATE["seed"] is not None:
+            calls = _RNG_STATE["calls"]
+            _RNG_STATE["calls"] = calls + 1
+            seed = np.random.SeedSequence(_RNG_STATE["seed"], spawn_key=(calls,))
+        return original(seed)
+
+    default_rng._trainguard_seeded = True  # type: ignore[attr-defined]
+    default_rng.__doc__ = original.__doc__
+    np.random.default_rng = default_rng
+
+
 def seed_trial(seed: int | None) -> list[str]:
     """Seed everything a trial may draw from; return the names seeded now (others on import).
 
@@ -167,6 +192,7 @@ def seed_trial(seed: int | None) -> list[str]:
         _hook = _SeedOnImport()
         sys.meta_path.insert(0, _hook)
     _hook.seed = seed
+    _RNG_STATE["seed"], _RNG_STATE["calls"] = seed, 0
     if seed is None:
         return []
     seeded = ["random"]
@@ -177,6 +203,7 @@ def seed_trial(seed: int | None) -> list[str]:
         pass
     else:
         np.random.seed(seed)
+        _seed_default_rng(np, seed)
         seeded.append("numpy")
     # keras last: set_random_seed re-seeds the backend it runs on as well
     for name in ("torch", "tensorflow", "keras"):
