@@ -44,28 +44,8 @@ def run(args: argparse.Namespace) -> int:
     if args.trial is not None and args.trial < 0:
         raise ConfigError(f"--trial {args.trial} must be a trial index >= 0, e.g. --trial 0")
     with Store(args.store, readonly=True) as store:
-        info = _find_run(store, args)
-        summary = store.summary(info.run_id)
-        trials = store.trials(info.run_id)
-        workers = store.workers(info.run_id)
-        # the pool's events have their own table (and JSON key), each once: not among the recent ones
-        # the pressure events too: they have their own section, said once
-        events = store.events(
-            info.run_id, limit=args.events, exclude=(*POOL_EVENT_KINDS, *EventKind.in_view("pressure"))
-        )
-        samples = store.samples(info.run_id)
-        stages = store.stages(info.run_id)
-        trial_memory = _trial_memory(store.events(info.run_id, kinds=["trial_stats"]))
-        memory_events = store.events(info.run_id, kinds=MEMORY_EVENT_KINDS)
-        pool_events = store.events(info.run_id, kinds=POOL_EVENT_KINDS)
-        pressure_events = store.events(info.run_id, kinds=list(EventKind.in_view("pressure")))
-        attempts = store.attempts(info.run_id, args.trial)
-        predictions = store.predictions(info.run_id)
-        from trainguard.store import interrupted_note
-
-        note = interrupted_note(store.path, info.name, summary.status if summary else "")
-        sessions = store.session_settings(info.run_id)
-    trial_sessions = {t.index: _session_of(sessions, t.finished_at) for t in trials}
+        v = _read_run(store, args)
+    info, summary, trials = v["info"], v["summary"], v["trials"]
     assert summary is not None
     if args.trial is not None and not any(t.index == args.trial for t in trials):
         raise ConfigError(
@@ -73,40 +53,20 @@ def run(args: argparse.Namespace) -> int:
         )
     from trainguard.cli._flight import attempt_rows, print_pressure, print_trial
 
-    attempt_json = attempt_rows(attempts)
-    peak_events = [e for e in memory_events if e.kind in PEAK_EVENT_KINDS]
+    v["attempt_json"] = attempt_rows(v["attempts"])
+    memory_events = v["memory_events"]
+    v["peak_events"] = peak_events = [e for e in memory_events if e.kind in PEAK_EVENT_KINDS]
     fragmentation, oom = memory_rows([e for e in memory_events if e.kind not in PEAK_EVENT_KINDS])
+    v["fragmentation"], v["oom"] = fragmentation, oom
     if args.json:
-        payload: dict[str, Any] = {
-            "run": {**dataclasses.asdict(summary), "note": note},
-            "config": info.config,
-            "trials": [{**dataclasses.asdict(t), "session": trial_sessions[t.index]} for t in trials],
-            # the settings each session ran with; a trial ran with its "session"'s
-            "sessions": [dataclasses.asdict(s) for s in sessions],
-            "workers": [{**dataclasses.asdict(w), "reason_text": w.reason_text} for w in workers],
-            "events": [dataclasses.asdict(e) for e in events],
-            "stages": [dataclasses.asdict(st) for st in stages],
-            "fragmentation": fragmentation,
-            "out_of_memory": oom,
-            "pool": [dataclasses.asdict(e) for e in pool_events],
-            # the peak model: each trial's prediction as its last attempt started, and the model's events
-            "predictions": {str(k): v for k, v in predictions.items()},
-            "peak_model": [dataclasses.asdict(e) for e in peak_events],
-            "memory": {
-                "samples": len(samples),
-                "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
-            },
-            # per trial, what a Node worker read at the trial's end: tf.memory() and process.memoryUsage()
-            "trial_memory": {str(k): v for k, v in trial_memory.items()},
-            # every attempt (or trial N's with --trial), each with its "flight_recorder" (None when
-            # it ended without a kill, an OOM or a crash)
-            "attempts": attempt_json,
-            "pressure": [dataclasses.asdict(e) for e in pressure_events],
-        }
         from trainguard.cli._display import to_json
 
-        print(to_json(payload, indent=2))
+        print(to_json(_json_payload(v), indent=2))
         return 0
+    workers, events, samples, trial_memory = v["workers"], v["events"], v["samples"], v["trial_memory"]
+    attempt_json, pressure_events, stages = v["attempt_json"], v["pressure_events"], v["stages"]
+    sessions, trial_sessions, note, predictions = v["sessions"], v["trial_sessions"], v["note"], v["predictions"]
+    pool_events = v["pool_events"]
     if args.trial is not None:
         print_trial(args.trial, attempt_json, pressure_events)
         return 0
@@ -141,6 +101,69 @@ def _find_run(store: Any, args: argparse.Namespace) -> Any:
             f"no run named {args.run_name!r} in {args.store} ({hint}): `trainguard runs --store {args.store}` lists them"
         )
     return info
+
+
+def _read_run(store: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Everything ``show`` prints of one run, read in one pass over the store."""
+    from trainguard.store import interrupted_note
+
+    info = _find_run(store, args)
+    run_id = info.run_id
+    summary = store.summary(run_id)
+    trials = store.trials(run_id)
+    sessions = store.session_settings(run_id)
+    pressure = list(EventKind.in_view("pressure"))
+    return {
+        "info": info,
+        "summary": summary,
+        "trials": trials,
+        "workers": store.workers(run_id),
+        # the pool's events have their own table (and JSON key), each once: not among the recent
+        # ones; the pressure events too: they have their own section, said once
+        "events": store.events(run_id, limit=args.events, exclude=(*POOL_EVENT_KINDS, *pressure)),
+        "samples": store.samples(run_id),
+        "stages": store.stages(run_id),
+        "trial_memory": _trial_memory(store.events(run_id, kinds=["trial_stats"])),
+        "memory_events": store.events(run_id, kinds=MEMORY_EVENT_KINDS),
+        "pool_events": store.events(run_id, kinds=POOL_EVENT_KINDS),
+        "pressure_events": store.events(run_id, kinds=pressure),
+        "attempts": store.attempts(run_id, args.trial),
+        "predictions": store.predictions(run_id),
+        "note": interrupted_note(store.path, info.name, summary.status if summary else ""),
+        "sessions": sessions,
+        "trial_sessions": {t.index: _session_of(sessions, t.finished_at) for t in trials},
+    }
+
+
+def _json_payload(v: dict[str, Any]) -> dict[str, Any]:
+    """``show --json``: the fields as before, each section under its key."""
+    samples = v["samples"]
+    return {
+        "run": {**dataclasses.asdict(v["summary"]), "note": v["note"]},
+        "config": v["info"].config,
+        "trials": [{**dataclasses.asdict(t), "session": v["trial_sessions"][t.index]} for t in v["trials"]],
+        # the settings each session ran with; a trial ran with its "session"'s
+        "sessions": [dataclasses.asdict(s) for s in v["sessions"]],
+        "workers": [{**dataclasses.asdict(w), "reason_text": w.reason_text} for w in v["workers"]],
+        "events": [dataclasses.asdict(e) for e in v["events"]],
+        "stages": [dataclasses.asdict(st) for st in v["stages"]],
+        "fragmentation": v["fragmentation"],
+        "out_of_memory": v["oom"],
+        "pool": [dataclasses.asdict(e) for e in v["pool_events"]],
+        # the peak model: each trial's prediction as its last attempt started, and the model's events
+        "predictions": {str(k): p for k, p in v["predictions"].items()},
+        "peak_model": [dataclasses.asdict(e) for e in v["peak_events"]],
+        "memory": {
+            "samples": len(samples),
+            "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
+        },
+        # per trial, what a Node worker read at the trial's end: tf.memory() and process.memoryUsage()
+        "trial_memory": {str(k): m for k, m in v["trial_memory"].items()},
+        # every attempt (or trial N's with --trial), each with its "flight_recorder" (None when
+        # it ended without a kill, an OOM or a crash)
+        "attempts": v["attempt_json"],
+        "pressure": [dataclasses.asdict(e) for e in v["pressure_events"]],
+    }
 
 
 def _trial_memory(events: Any) -> dict[int, dict[str, Any]]:

@@ -285,24 +285,11 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         trial_status = getattr(exc, "trial_status", None)
         if trial_status in ("exception", "result_too_large"):
             status = str(trial_status)
-        error = {
-            "status": status,
-            "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-            # its classes, most derived first: the supervisor rebuilds a type a `catch=` names
-            "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__[:-1]][:16],
-            "message": f"{type(exc).__name__}: {exc}"[:2000],
-            "traceback": "".join(traceback.format_exception(exc))[-20000:],
-        }
-        if framework:
-            error["framework"] = framework
+        error = _exception_error(exc, status, framework)
         if framework == "torch":
             from trainguard.runner.device import dump_torch_memory_snapshot
 
             snapshot = dump_torch_memory_snapshot(_CAPTURE_DIR[0], msg["index"], msg["attempt"])
-        if getattr(exc, "trial_status", None) is not None:  # a command trial: its words, its stderr
-            error["message"] = str(exc)[:2000]
-            error["traceback"] = str(getattr(exc, "detail", "") or "")[-20000:]
-            error["type"] = "CommandFailed"
         del exc
     else:
         duration = time.perf_counter() - start
@@ -343,6 +330,25 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         "hwm_bytes": _peak(fn),
         "stats": stats,
     }
+
+
+def _exception_error(exc: BaseException, status: str, framework: str | None) -> dict[str, Any]:
+    """The error a trial's exception becomes (a command trial's carries its words and stderr)."""
+    error: dict[str, Any] = {
+        "status": status,
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        # its classes, most derived first: the supervisor rebuilds a type a `catch=` names
+        "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__[:-1]][:16],
+        "message": f"{type(exc).__name__}: {exc}"[:2000],
+        "traceback": "".join(traceback.format_exception(exc))[-20000:],
+    }
+    if framework:
+        error["framework"] = framework
+    if getattr(exc, "trial_status", None) is not None:  # a command trial: its words, its stderr
+        error["message"] = str(exc)[:2000]
+        error["traceback"] = str(getattr(exc, "detail", "") or "")[-20000:]
+        error["type"] = "CommandFailed"
+    return error
 
 
 def _after_trial(msg: dict[str, Any]) -> dict[str, Any]:
