@@ -98,3 +98,28 @@ def test_census_does_not_import_frameworks():
     had = {m for m in ("torch", "tensorflow", "jax", "keras") if m in sys.modules}
     census(frameworks=["torch", "tensorflow", "jax", "keras", "numpy"])
     assert {m for m in ("torch", "tensorflow", "jax", "keras") if m in sys.modules} == had
+
+
+_GLOBAL_ARRAY = np.zeros((47, 53))
+
+
+def test_exclude_reaches_what_a_kept_objects_functions_close_over_but_not_their_globals():
+    """``s.keep(model)`` listed a Keras model's traced graphs as survivors "held by: global model":
+    they hang off ``model.train_function``'s closure, and the walk stopped at functions."""
+
+    class Model:
+        pass
+
+    model = Model()
+    graph = np.zeros((47, 59))
+
+    def train_function():
+        return graph.sum() + _GLOBAL_ARRAY.sum()
+
+    model.train_function = train_function  # type: ignore[attr-defined]
+    reached = reachable_ids([model])
+    assert id(graph) in reached
+    assert id(_GLOBAL_ARRAY) not in reached
+    kept = _numpy_groups(census(frameworks=["numpy"], exclude=[model]))
+    assert ("ndarray", (47, 59)) not in kept
+    assert kept[("ndarray", (47, 53))][0] >= 1

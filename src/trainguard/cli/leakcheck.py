@@ -145,11 +145,7 @@ def _table(report: Any) -> None:
         "95% interval", f"{b(report.ci_low_bytes_per_iter)} .. {b(report.ci_high_bytes_per_iter)} /iter"
     )
     table.add_row("least squares", f"{b(report.least_squares_bytes_per_iter)}/iter")
-    table.add_row(
-        "iterations",
-        f"{report.iterations} ({report.warmup_iterations} warm-up, "
-        f"{report.calls_per_measurement} per reading, {report.measurements} readings)",
-    )
+    table.add_row("iterations", report.sampling_text())
     table.add_row(
         "time", f"{format_duration(report.elapsed_s)}, {format_duration(report.step_time_s)} per iteration"
     )
@@ -159,8 +155,8 @@ def _table(report: Any) -> None:
             table.add_row("  held by", markup_safe(g.holder))
     if report.bytes_note():
         table.add_row("bytes", markup_safe(report.bytes_note()))
-    if report.counts and report.counts.get("note"):
-        table.add_row("counts", markup_safe(report.counts["note"]))
+    if report.counts_note():
+        table.add_row("counts", markup_safe(report.counts_note()))
     if report.gpu:
         table.add_row("gpu", markup_safe(f"{report.gpu.get('verdict')}: {report.gpu.get('reason')}"))
     if report.retention:

@@ -172,7 +172,10 @@ class ContainerWatch:
     def label(self, index: int) -> str:
         c = self.containers[index]
         name = self.names.get(id(c))
-        return f"entries of {type(c).__name__} {name}" if name else f"entries of {type(c).__name__} #{index}"
+        if name:
+            return f"entries of {type(c).__name__} {name}"
+        # no module global names it: say what it held before the first call (a kind, not an id)
+        return f"entries of {type(c).__name__} (unnamed, {int(self.base[index]):,} before the first call)"
 
     def release(self) -> None:
         self.containers = []

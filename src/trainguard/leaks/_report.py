@@ -109,6 +109,35 @@ class LeakReport:
     def leaked(self) -> bool:
         return self.verdict is Verdict.LEAK
 
+    def sampling_text(self) -> str:
+        """How the calls were read, in words that add up: ``'15 calls (5 warm-up), 16 readings: a
+        baseline, then one after every call'``. The gaps come from the series itself (a check that
+        reads call by call while memory rises reads more often than its planned
+        ``calls_per_measurement``)."""
+        calls = (
+            f"{self.iterations} call{'s' if self.iterations != 1 else ''} ({self.warmup_iterations} warm-up)"
+        )
+        marks = [int(r["iteration"]) for r in self.series if isinstance(r.get("iteration"), (int, float))]
+        readings = len(marks) or self.measurements
+        text = f"{calls}, {readings} reading{'s' if readings != 1 else ''}"
+        gaps = sorted({b - a for a, b in zip(marks, marks[1:], strict=False) if b > a})
+        if not gaps:
+            return text
+        if gaps == [1]:
+            every = "one after every call"
+        elif len(gaps) == 1:
+            every = f"one every {gaps[0]} calls"
+        else:
+            every = f"one every {gaps[0]} to {gaps[-1]} calls"
+        return f"{text}: a baseline, then {every}" if marks[0] == 0 else f"{text}, {every}"
+
+    def counts_note(self) -> str:
+        """The census's note on counts, unless the reason or a hint already says it."""
+        note = str((self.counts or {}).get("note") or "")
+        if not note or note in self.reason or any(note in h for h in self.hints):
+            return ""
+        return note
+
     def bytes_note(self) -> str:
         """When the kinds that grow hold little of the memory growth: say where the rest is, rather
         than let a count with no bytes read as the whole answer."""
@@ -170,7 +199,7 @@ class LeakReport:
             lines.append(
                 f"growth: {b(self.slope_bytes_per_iter)}/iter "
                 f"(95% CI {b(self.ci_low_bytes_per_iter)} .. {b(self.ci_high_bytes_per_iter)}) of {self.metric}, "
-                f"{self.iterations} iterations ({self.warmup_iterations} warm-up), "
+                f"{self.sampling_text()}, "
                 f"{format_duration(self.step_time_s)} per iteration"
             )
         for g in self.growth_by_kind[:8]:
@@ -179,8 +208,8 @@ class LeakReport:
                 lines.append(f"    held by: {g.holder}")
         if self.bytes_note():
             lines.append(f"bytes: {self.bytes_note()}")
-        if self.counts and self.counts.get("note"):
-            lines.append(f"counts: {self.counts['note']}")
+        if self.counts_note():
+            lines.append(f"counts: {self.counts_note()}")
         if self.gpu:
             lines.append(f"gpu: {self.gpu.get('verdict')} -- {self.gpu.get('reason')}")
         if self.retention and self.retention.get("note"):

@@ -607,6 +607,19 @@ def _count_ndarrays(found: dict[int, Any], ndarray: type[Any] | None, acc: dict[
 _NO_DESCEND = (type, type(sys), type(len), type(_type_module), type(_type_module.__code__))
 
 
+_FUNCTION = type(_type_module)
+
+
+def _function_state(fn: Any) -> list[Any]:
+    """What a Python function holds of its own: closure cells, defaults and attributes (not its
+    globals or code)."""
+    out: list[Any] = [c for c in (fn.__closure__ or ())]
+    for extra in (fn.__defaults__, fn.__kwdefaults__, getattr(fn, "__dict__", None)):
+        if extra:
+            out.append(extra)
+    return out
+
+
 def reachable_ids(objects: Iterable[object] | object, *, limit: int = 1_000_000) -> frozenset[int]:
     """The ids of ``objects`` and of everything they reference, transitively.
 
@@ -628,6 +641,11 @@ def reachable_ids(objects: Iterable[object] | object, *, limit: int = 1_000_000)
             continue
         seen.add(oid)
         t = type(obj)
+        if t is _FUNCTION:
+            # what a kept object's function attributes close over is kept too (a Keras model's
+            # train_function holds its traced graphs); the function's module globals are not
+            stack.extend(_function_state(obj))
+            continue
         if issubclass(t, _NO_DESCEND):
             continue
         try:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from trainguard.exceptions import FAILURE_ERRORS, ConfigError, TrialError, WorkerCrashedError
 from trainguard.runner._protocol import MessageReader, ProtocolError
 from trainguard.runner.policy import EndCause, RecycleDecision, decide_recycle
+from trainguard.runner.session._eta import eta_seconds
 from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.runner.session._pool import Pool
 from trainguard.runner.session._predict import Predictions
@@ -131,6 +132,7 @@ class Session:
         self._failed = 0
         self._done_this_session = 0
         self._started_mono = time.monotonic()
+        self._last_done_mono: float | None = None
         self._stop_result: TrialResult | None = None
         self._closed = False
         self._tmpdir: str | None = None
@@ -190,13 +192,16 @@ class Session:
         workers, recycles = self.pool.progress()
         with self._count_lock:
             done, failed, this_session = self._done, self._failed, self._done_this_session
-        elapsed = time.monotonic() - self._started_mono
-        remaining = len(self.params) - done
-        eta = None
-        if this_session and remaining:
-            eta = elapsed / this_session * remaining
-        elif not remaining:
-            eta = 0.0
+            last_done = self._last_done_mono
+        now = time.monotonic()
+        elapsed = now - self._started_mono
+        eta = eta_seconds(
+            started=self._started_mono,
+            last_done=last_done,
+            done=this_session,
+            remaining=len(self.params) - done,
+            now=now,
+        )
         return RunProgress(
             self.name,
             len(self.params),
@@ -582,6 +587,7 @@ class Session:
         with self._count_lock:
             self._done += 1
             self._done_this_session += 1
+            self._last_done_mono = time.monotonic()
             self._failed += not result.ok
         self._out.append(result)
         if not result.ok and self.policy.on_error == "stop" and self._stop_result is None:
