@@ -446,3 +446,47 @@ def test_run_in_progress_is_reported_and_marked(tmp_path: Path, capsys) -> None:
     assert page.count('class="series gpu"') == 1
     rows = _data(out)["tables"]["trials"]["rows"]
     assert [r[1] for r in rows] == ["running", "pending"]
+
+
+@pytest.mark.slow
+def test_run_report_axes_fit_the_data_and_cut_a_resume_gap(browser, tmp_path: Path) -> None:
+    """A run far under its memory limit, resumed after a pause: its memory line fills the chart
+    (the 8 GB limit is not the axis, nor drawn) and the pause is cut from the time axis (one gap
+    marker; the two sessions' trials sit side by side, not at the two ends of the chart)."""
+    import time
+
+    db = tmp_path / "runs.db"
+    grid = [{"kind": "leak", "mb": 8, "sleep_s": 0.1, "i": i} for i in range(3)]
+    policy = trainguard.Policy(memory_limit="8GB", peak_ratio=None)
+    with trainguard.Runner(workers=1, policy=policy, store=str(db)) as runner:
+        for done, _ in enumerate(runner.imap(TRIALS, grid, name="paused"), 1):
+            if done == 2:
+                break  # the session ends with a trial left: the run is resumed below
+    time.sleep(12)  # longer than the axis's idle gap (report._axes.GAP_S)
+    with trainguard.Runner(workers=1, policy=policy, store=str(db)) as runner:
+        assert [r.status for r in runner.map(TRIALS, grid, name="paused")] == ["ok"] * 3
+    out = tmp_path / "paused.html"
+    assert main(["report", "paused", "--store", str(db), "-o", str(out)]) == 0
+    opened = open_file(browser, out)
+    page = opened.page
+    assert opened.errors == []
+    assert page.locator("svg[id^='slot-'] g.limit").count() == 0
+    assert page.locator("svg[id^='slot-'] g.marker.gap").count() == 1
+    page.screenshot(path=str(tmp_path / "paused.png"), full_page=True)
+    if os.environ.get("TRAINGUARD_SCREENSHOT_DIR"):
+        page.screenshot(
+            path=str(Path(os.environ["TRAINGUARD_SCREENSHOT_DIR"]) / "paused.png"), full_page=True
+        )
+    # the RSS line (it grows 8 MiB a trial) spans most of the plot's height, not a flat sliver
+    line = page.eval_on_selector("path.series.rss", "p => p.getBBox().height")
+    plot = page.eval_on_selector("svg[id^='slot-']", "s => s.getBBox().height")
+    assert line > 0.4 * plot, (line, plot)
+    # the trials of both sessions take most of the chart's width: the 12 s pause is not drawn
+    xs = page.eval_on_selector_all(
+        "rect.trial", "rs => rs.map(r => [r.x.baseVal.value, r.width.baseVal.value])"
+    )
+    width = page.eval_on_selector("svg[id^='slot-']", "s => s.getBBox().width")
+    assert len(xs) == 3
+    busy = sum(w for _, w in xs)
+    assert busy > 0.3 * width, (xs, width)
+    page.context.close()

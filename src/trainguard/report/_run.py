@@ -12,6 +12,7 @@ from typing import Any
 
 from trainguard.outcomes import ATTEMPT_WORDS, WorkerReason
 from trainguard.report import _svg
+from trainguard.report._axes import idle_gaps, memory_axis
 from trainguard.report._flight import flight_section
 from trainguard.report._html import clean, fmt_bytes, fmt_seconds, kv_table, page, text
 
@@ -173,11 +174,27 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
     rss_all = [s.rss_bytes for s in samples if s.rss_bytes > 0]
     gpu_all = [s.gpu_bytes for s in samples if s.gpu_bytes]
     peak_candidates = [p for p in [summary.peak_rss_bytes if summary else None, *rss_all, *gpu_all] if p]
-    top = max(peak_candidates + [limit or 0, 1])
-    bottom = min(rss_all) if rss_all else 0
-    y_lo = 0.0 if limit else max(0.0, bottom - (top - bottom) * 0.15)
-    y_range = (y_lo, top * 1.06)
-    x_range = (0.0, max(1.0, t_end - t0))
+    y_range, show_limit = memory_axis([float(v) for v in peak_candidates], limit)
+    cuts = idle_gaps(
+        [(s.time - t0, s.time - t0) for s in samples]
+        + [(a.started_at - t0, (a.finished_at or t_end) - t0) for a in attempts]
+        + [(0.0, 0.0), (t_end - t0, t_end - t0)]
+    )
+
+    def rel(t: float) -> float:
+        return cuts.at(t - t0)
+
+    x_range = (0.0, max(1.0, rel(t_end)))
+    gap_markers = [
+        _svg.VMarker(
+            cuts.at(start),
+            "gap",
+            f"{fmt_seconds(end - start)} with no trial running and no reading (between sessions), cut from the time axis",
+            symbol="⋯",
+            css_class="marker gap",
+        )
+        for start, end in cuts.gaps
+    ]
     charts = []
     recycles = kills = 0
     for slot in sorted(slots):
@@ -186,11 +203,11 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
         ids = [w.worker_id for w in slot_workers] or [slot]
         for wid in ids:
             rows = by_worker.get(wid, [])
-            rss_segments.append([(s.time - t0, float(s.rss_bytes)) for s in rows if s.rss_bytes > 0])
-            uss = [(s.time - t0, float(s.uss_bytes)) for s in rows if s.uss_bytes is not None]
+            rss_segments.append([(rel(s.time), float(s.rss_bytes)) for s in rows if s.rss_bytes > 0])
+            uss = [(rel(s.time), float(s.uss_bytes)) for s in rows if s.uss_bytes is not None]
             if uss:
                 uss_segments.append(uss)
-            gpu = [(s.time - t0, float(s.gpu_bytes)) for s in rows if s.gpu_bytes is not None]
+            gpu = [(rel(s.time), float(s.gpu_bytes)) for s in rows if s.gpu_bytes is not None]
             if gpu and any(v for _, v in gpu):
                 gpu_segments.append(gpu)
         lines = [
@@ -208,7 +225,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
             lines.append(
                 _svg.Line("GPU memory (NVML, by pid)", gpu_segments, colour="#009E73", css_class="series gpu")
             )
-        markers = []
+        markers = list(gap_markers)
         for w in slot_workers:
             if w.ended_at is None:
                 continue
@@ -218,7 +235,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
                 rule = detail.get("rule")
                 markers.append(
                     _svg.VMarker(
-                        w.ended_at - t0,
+                        rel(w.ended_at),
                         "recycle",
                         f"worker {w.worker_id} {w.reason_text}" + (f" [rule: {rule}]" if rule else ""),
                         colour="#5d6b82",
@@ -230,7 +247,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
                 kills += 1
                 markers.append(
                     _svg.VMarker(
-                        w.ended_at - t0,
+                        rel(w.ended_at),
                         "kill",
                         f"worker {w.worker_id} {w.reason_text}",
                         colour=_svg.RED,
@@ -260,8 +277,8 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
                 tip += f"; params {_short(trial.params, 120)}"
             spans.append(
                 _svg.Span(
-                    a.started_at - t0,
-                    max(end, a.started_at) - t0,
+                    rel(a.started_at),
+                    rel(max(end, a.started_at)),
                     colour,
                     tip,
                     label=f"trial {a.index}",
@@ -269,9 +286,9 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
                 )
             )
         hlines = []
-        if limit:
+        if limit and show_limit:
             hlines.append(_svg.HLine(float(limit), f"memory limit {fmt_bytes(limit)}"))
-        if gpu_limit and gpu_segments:
+        if gpu_limit and gpu_segments and gpu_limit <= y_range[1]:
             hlines.append(
                 _svg.HLine(float(gpu_limit), f"GPU memory limit {fmt_bytes(gpu_limit)}", colour="#00695c")
             )
@@ -283,7 +300,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
             spans=spans,
             x_range=x_range,
             y_range=y_range,
-            x_label="time since the run started",
+            x_label="time since the run started" + (", idle gaps cut" if cuts.gaps else ""),
             title=f"memory of worker slot {slot}",
             chart_id=f"slot-{slot}",
             height=210,
