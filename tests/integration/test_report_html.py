@@ -224,6 +224,18 @@ def test_leak_report_in_chromium(browser, tmp_path: Path) -> None:
     rows = page.locator("[data-table='attribution'] tbody tr")
     assert rows.count() == len(report.growth_by_kind) >= 1
     assert "numpy" in rows.first.inner_text()
+    # the layout holds whatever "what grows" says: two columns of about the same width (a 90 px
+    # verdict column wrapped its text a letter a line into a 5,650 px page) and a page of sane height
+    page.set_viewport_size({"width": 1280, "height": 900})
+    widths = page.eval_on_selector_all(
+        ".cols > section", "ss => ss.map(s => s.getBoundingClientRect().width)"
+    )
+    assert len(widths) == 2 and min(widths) > 0.8 * max(widths) and min(widths) > 400, widths
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert height < 3000, height
+    page.screenshot(path=str(tmp_path / "leak.png"), full_page=True)
+    if os.environ.get("TRAINGUARD_SCREENSHOT_DIR"):
+        page.screenshot(path=str(Path(os.environ["TRAINGUARD_SCREENSHOT_DIR"]) / "leak.png"), full_page=True)
     page.context.close()
 
 

@@ -170,7 +170,7 @@ vertical-align:middle;margin-left:8px;background:#e8edf5;color:#33415c}
 .card .l{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.05em}
 .card .s{color:var(--muted);font-size:12px}
 svg.meter{display:block;width:100%;height:6px;margin-top:6px}
-.cols{display:grid;grid-template-columns:1fr 1fr;gap:18px}
+.cols{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:18px}.cols>section{min-width:0;overflow-x:auto}
 @media (max-width:900px){.cols{grid-template-columns:1fr}}
 table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
 table.kv th{text-align:left;font-weight:500;color:var(--muted);width:34%;padding:3px 10px 3px 0;vertical-align:top}
