@@ -115,3 +115,27 @@ def test_raise_action_and_logs_in_process():
     assert batches.events == []  # read every 2 batches only
     batches.on_train_batch_end(1, {})
     assert batches.stopped_epoch == 0 and "(epoch 0, batch 1)" in batches.events[0][2]
+
+
+def test_growth_lines_up_with_epochs_and_the_stop_message_tells_size_and_limit_apart():
+    """Keras' History lists a key only from the first epoch that logs it: the growth estimate,
+    made from the third epoch on, read as epoch 0's. And a predicted crossing printed the size and
+    the limit rounded to the same figure ("at 1.9 GiB ... cross the limit 1.9 GiB")."""
+    import trainguard.keras
+
+    GiB = 2**30
+    callback = trainguard.keras.MemoryCallback(limit=int(1.94 * GiB), action="stop", count_tensors=False)
+    readings = iter([1.80 * GiB, 1.85 * GiB, 1.90 * GiB, 1.92 * GiB])
+    callback._rss = lambda: int(next(readings))
+    callback.on_train_begin()
+    logged = []
+    for epoch in range(3):
+        logs: dict = {}
+        callback.on_epoch_end(epoch, logs)
+        logged.append(logs["memory_growth_bytes_per_epoch"])
+    assert [h["epoch"] for h in callback.history] == [0, 1, 2]
+    assert [h["growth_bytes_per_epoch"] is None for h in callback.history] == [True, True, False]
+    assert logged[0] != logged[0] and logged[1] != logged[1] and logged[2] > 0  # NaN, NaN, the estimate
+    assert callback.events and callback.events[0][1] == "predicted"
+    message = callback.events[0][2]
+    assert "at 1.90 GiB after epoch 2" in message and "cross the limit 1.94 GiB" in message, message

@@ -86,7 +86,8 @@ class MemoryCallback(_keras.callbacks.Callback):
         prefix: the prefix of the log keys.
 
     Attributes:
-        history: the per-epoch readings (``dict`` per epoch, the keys above without prefix).
+        history: the per-epoch readings (``dict`` per epoch, the keys above without prefix, and
+            ``epoch``; ``growth_bytes_per_epoch`` is None, NaN in the logs, before ``min_epochs``).
         events: what was acted on, as ``(epoch, cause, message)``.
         stopped_epoch: the epoch after which ``"stop"`` stopped training (None if it did not).
 
@@ -234,11 +235,13 @@ class MemoryCallback(_keras.callbacks.Callback):
                 reading["live_tensors"] = tensors
         self.history.append(reading)
         estimate = self._growth()
-        if estimate is not None:
-            reading["growth_bytes_per_epoch"] = estimate.slope
+        # every epoch carries the growth key (None here, NaN in the logs, before there is an
+        # estimate), so Keras' History lists it epoch by epoch instead of shifted to the first ones
+        reading["growth_bytes_per_epoch"] = estimate.slope if estimate is not None else None
         if logs is not None:
             for key, value in reading.items():
-                logs[self.prefix + key] = float(value)
+                logs[self.prefix + key] = float("nan") if value is None else float(value)
+        reading["epoch"] = epoch
         self._check(epoch, reading, estimate)
         if self.action == "checkpoint":
             self._checkpoint_if_pressed(epoch)
@@ -338,13 +341,14 @@ class MemoryCallback(_keras.callbacks.Callback):
                 ahead = rss + estimate.slope * self.horizon_epochs
                 if ahead > self.limit_bytes:
                     epochs_left = (self.limit_bytes - rss) / estimate.slope
+                    now, cap = format_bytes_apart(rss, self.limit_bytes)  # never "1.9 GiB ... 1.9 GiB"
                     self._act(
                         epoch,
                         "predicted",
                         f"RSS grows {format_bytes(estimate.slope)}/epoch "
                         f"(95% CI {format_bytes(estimate.ci_low)} .. {format_bytes(estimate.ci_high)}); at "
-                        f"{format_bytes(rss)} after epoch {epoch} it is predicted to cross the limit "
-                        f"{format_bytes(self.limit_bytes)} in {max(epochs_left, 0):.1f} epochs",
+                        f"{now} after epoch {epoch} it is predicted to cross the limit {cap} "
+                        f"in {max(epochs_left, 0):.1f} epochs",
                     )
                     return
         gpu = reading.get("gpu_bytes")
@@ -352,8 +356,10 @@ class MemoryCallback(_keras.callbacks.Callback):
             self._act(
                 epoch,
                 "gpu_limit",
-                f"GPU memory in use {format_bytes(gpu)} is past the limit {format_bytes(self.gpu_limit_bytes)} "
-                f"after epoch {epoch}",
+                "GPU memory in use {} is past the limit {} ".format(
+                    *format_bytes_apart(gpu, self.gpu_limit_bytes)
+                )
+                + f"after epoch {epoch}",
             )
 
     def _act(self, epoch: int, cause: str, message: str) -> None:
