@@ -95,3 +95,24 @@ def test_node_command_trial_reads_params_and_prints_its_result_with_the_helpers(
     with trainguard.Runner(workers=1, store=tmp_path / "c.db") as runner:
         results = runner.map(command, [{"x": 1}, {"x": 5}], name="node-cmd")
     assert [r.value for r in results] == [{"doubled": 2, "tfjs": None}, {"doubled": 10, "tfjs": None}]
+
+
+def test_a_node_command_trial_does_not_print_the_tfjs_banner_but_its_own_warnings(tmp_path, capfd):
+    """``--cmd "node train.js"`` printed TF.js's start-up banner (and its rules) on every trial."""
+    from tfjs_support import JS_DIR
+
+    script = tmp_path / "train.js"
+    script.write_text(
+        f"const tf = require({json.dumps(str(JS_DIR / 'node_modules' / '@tensorflow' / 'tfjs'))});\n"
+        "const x = tf.tensor([1, 2, 3]).sum().dataSync()[0];\n"
+        "console.warn('own warning ' + x);\n"
+        "console.warn('==========');\n"
+        "console.log('TRAINGUARD_RESULT ' + JSON.stringify({sum: x}));\n"
+    )
+    capfd.readouterr()
+    with trainguard.Runner(workers=1, store=tmp_path / "b.db") as runner:
+        results = runner.map(trainguard.Command(["node", str(script)]), [{"i": 0}, {"i": 1}], name="banner")
+    assert [r.value for r in results] == [{"sum": 6}, {"sum": 6}]
+    err = capfd.readouterr().err
+    assert "TensorFlow.js in Node.js" not in err
+    assert err.count("own warning 6") == 2 and err.count("==========\n") == 2  # a rule of its own stays

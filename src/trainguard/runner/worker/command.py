@@ -249,10 +249,48 @@ class _Output:
             self.too_large = max(self.too_large or 0, self._skipping)
 
 
+#: TF.js's start-up banner in Node (one console.warn between two rules of "="), which every
+#: ``node`` trial printed; dropped from a command's stderr as js/trainguard/lib/quiet.js drops it in
+#: trainguard's own Node processes. Everything else the program writes comes through.
+TFJS_BANNER = b"looks like you are running TensorFlow.js in Node.js"
+
+
+class _BannerFilter:
+    """Drops TF.js's banner and the rules around it from a stream of lines: a rule line waits for
+    the next line, and is passed on unless that line is the banner."""
+
+    def __init__(self) -> None:
+        self._rule: bytes | None = None
+        self._after_banner = False
+
+    @staticmethod
+    def _is_rule(raw: bytes) -> bool:
+        body = raw.strip()
+        return len(body) >= 8 and set(body) == {ord("=")}
+
+    def feed(self, raw: bytes) -> list[bytes]:
+        if TFJS_BANNER in raw:
+            self._rule, self._after_banner = None, True
+            return []
+        if self._is_rule(raw):
+            if self._after_banner:
+                self._after_banner = False
+                return []
+            held, self._rule = self._rule, raw
+            return [held] if held is not None else []
+        self._after_banner = False
+        held, self._rule = self._rule, None
+        return [held, raw] if held is not None else [raw]
+
+    def flush(self) -> list[bytes]:
+        held, self._rule = self._rule, None
+        return [held] if held is not None else []
+
+
 def _pump_stderr(stream: Any, tail: deque[str]) -> None:
     from trainguard.runner.worker.stderr_pump import StderrPump
 
-    StderrPump(tail, FORWARD_CAP_BYTES).pump(stream)
+    StderrPump(tail, FORWARD_CAP_BYTES, lines=_BannerFilter()).pump(stream)
 
 
 def _write_stdin(stream: Any, data: bytes) -> None:
