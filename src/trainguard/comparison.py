@@ -440,7 +440,25 @@ def _recommend(results: Sequence[ConfigurationResult], baseline: ConfigurationRe
         lines.append(f"Recommendation: keep {best.label} ({why}).")
     else:
         lines.append(f"Recommendation: {best.label} ({why}).")
+        lines.extend(_runner_caveat(baseline, best))
     return "\n".join(lines)
+
+
+def _runner_caveat(baseline: ConfigurationResult, best: ConfigurationResult) -> list[str]:
+    """When a switch away from a growing TensorFlow backend is recommended: say that compare keeps
+    what the Runner's workers release (TensorFlow's custom-gradient graphs) and never recycles, so
+    the growth it measured may already be gone under the Runner."""
+    if not baseline.growing:
+        return []
+    backend = baseline.configuration.get("keras_backend") or "tensorflow"
+    if backend != "tensorflow" or (best.configuration.get("keras_backend") or "tensorflow") == backend:
+        return []
+    return [
+        f"Note: this growth was measured the way a plain loop grows, with TensorFlow's custom-gradient "
+        f"graphs kept and no recycling; trainguard's Runner workers release those graphs and recycle "
+        f"by default, so under the Runner {baseline.label} may not grow at all: run the trial there "
+        f"(trainguard run, or trainguard.Runner) before switching backend."
+    ]
 
 
 def _secs(value: float | None) -> str:
