@@ -155,8 +155,10 @@ def test_progress_snapshot_is_available_while_running(tmp_path):
     with Runner(workers=1, store=None) as runner:
         iterator = runner.imap(f"{TRIALS}:echo", [{"x": i, "sleep_s": 0.2} for i in range(4)])
 
-        def watch():
-            for _ in range(40):
+        finished = threading.Event()
+
+        def watch():  # until the run ends: a loaded machine starts the worker in more than 2 s
+            while not finished.is_set():
                 p = runner.progress()
                 if p is not None:
                     seen.append(p)
@@ -164,11 +166,17 @@ def test_progress_snapshot_is_available_while_running(tmp_path):
 
         t = threading.Thread(target=watch)
         t.start()
-        results = list(iterator)
-        t.join()
+        try:
+            results = list(iterator)
+        finally:
+            finished.set()
+            t.join()
     assert len(results) == 4
     assert any(p.workers and p.workers[0].rss_bytes for p in seen)
     assert any(p.done >= 1 and p.eta_s is not None for p in seen)
+    # the ETA counts down between finishes (it equalled, and rose with, the elapsed time)
+    after_first = [p for p in seen if p.done == 1 and p.eta_s is not None]
+    assert len(after_first) < 2 or after_first[-1].eta_s < after_first[0].eta_s
     assert os.getpid() not in [w.pid for p in seen for w in p.workers]
 
 
