@@ -193,22 +193,16 @@ class Session:
         with self._count_lock:
             done, failed, this_session = self._done, self._failed, self._done_this_session
             last_done = self._last_done_mono
-        now = time.monotonic()
-        elapsed = now - self._started_mono
-        eta = eta_seconds(
-            started=self._started_mono,
-            last_done=last_done,
-            done=this_session,
-            remaining=len(self.params) - done,
-            now=now,
-        )
+        now, started = time.monotonic(), self._started_mono
+        left = len(self.params) - done
+        eta = eta_seconds(started=started, last_done=last_done, done=this_session, remaining=left, now=now)
         return RunProgress(
             self.name,
             len(self.params),
             done,
             failed,
             sum(1 for w in workers if w.state == "busy"),
-            elapsed,
+            now - started,
             eta,
             workers,
             recycles,
