@@ -167,6 +167,11 @@ def _table(report: Any) -> None:
         table.add_row(
             "allocator", markup_safe(report.retention.get("note") or report.retention.get("text", ""))
         )
+    alloc = getattr(report, "allocator", None)
+    if alloc:
+        for line in (alloc.get("text"), alloc.get("note")):
+            if line:
+                table.add_row("bytes in use", markup_safe(line))
     for h in report.hints:
         table.add_row("hint", markup_safe(h))
     if report.error is not None:

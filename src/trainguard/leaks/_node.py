@@ -23,8 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from trainguard.exceptions import ConfigError
 from trainguard.leaks import _plan, stats
 from trainguard.leaks._loop import LoopBase, analysis_dict, settled_slope
@@ -268,6 +266,8 @@ class _NodeLoop(LoopBase):
             iterations=self.iterations,
             readings=len(self.series),
             step_times=self.step_times,
+            elapsed_s=elapsed,
+            tolerance=tolerance,
         )
         if reason.startswith(_GPU_WORDS):  # the second series is TF.js's tensors here, not a GPU
             reason = "TF.js tensors (tf.memory().numBytes): " + reason[len(_GPU_WORDS) :]
@@ -285,7 +285,7 @@ class _NodeLoop(LoopBase):
             calls_per_measurement=plan.calls_per_measurement if plan else 1,
             tolerance_bytes_per_iter=float(tolerance),
             elapsed_s=elapsed,
-            step_time_s=float(np.median(self.step_times)) if self.step_times else None,
+            step_time_s=self.step_times.median() if self.step_times else None,
             series=tuple(self.series),
             growth_by_kind=growth,
             hints=hints,
