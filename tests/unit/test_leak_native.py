@@ -92,7 +92,7 @@ def test_allocator_series_subtracts_what_the_check_keeps():
 
 def _rows(values, xs=None):
     xs = xs if xs is not None else range(len(values))
-    return [{"iteration": int(x), _native.KEY: int(v)} for x, v in zip(xs, values)]
+    return [{"iteration": int(x), _native.KEY: int(v)} for x, v in zip(xs, values, strict=True)]
 
 
 def test_a_kept_buffer_per_call_supports_a_leak_a_filling_pool_does_not():
@@ -151,7 +151,9 @@ def test_retention_note_when_rss_grows_and_bytes_in_use_do_not():
     assert got["available"] and _native.RETENTION_NOTE in got["note"]
     assert "step process's only" in got["note"]
     leak = [{"iteration": i, _native.KEY: 10_000_000 + i * 500_000, "bytes": 0} for i in range(30)]
-    got = _native.report_dict(meter, leak, warm_iter=0, rss_slope=500_000.0, tolerance=2048, last=None, children=False)
+    got = _native.report_dict(
+        meter, leak, warm_iter=0, rss_slope=500_000.0, tolerance=2048, last=None, children=False
+    )
     assert got["note"] == "" and got["slope_bytes_per_iter"] == pytest.approx(500_000)
 
 

@@ -73,9 +73,10 @@ class _Mallinfo2(ctypes.Structure):
 def _process_symbol(name: str) -> object | None:
     """``name`` as the dynamic linker resolves it in this process (a preloaded library first)."""
     try:
-        return getattr(ctypes.CDLL(None), name)
+        func: object = getattr(ctypes.CDLL(None), name)
     except (AttributeError, OSError):
         return None
+    return func
 
 
 class AllocatorProbe:
@@ -94,7 +95,11 @@ class AllocatorProbe:
         self.available = self._read is not None
 
     def _bind(self) -> object | None:
-        binders = {"glibc": self._bind_glibc, "jemalloc": self._bind_jemalloc, "tcmalloc": self._bind_tcmalloc}
+        binders = {
+            "glibc": self._bind_glibc,
+            "jemalloc": self._bind_jemalloc,
+            "tcmalloc": self._bind_tcmalloc,
+        }
         binder = binders.get(self.name)
         if binder is None:
             where = "this platform's" if self.name == "system" else f"the {self.name}"
@@ -138,7 +143,9 @@ class AllocatorProbe:
             # stats are cached until the epoch is bumped
             mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(8))  # type: ignore[operator]
             size.value = ctypes.sizeof(value)
-            rc = mallctl(b"stats.allocated", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0))  # type: ignore[operator]
+            rc = mallctl(
+                b"stats.allocated", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)
+            )  # type: ignore[operator]
             if rc != 0:
                 raise OSError(rc, "mallctl('stats.allocated') failed (jemalloc built without stats?)")
             return int(value.value)
