@@ -21,7 +21,6 @@ from trainguard.probes.allocator import detect_allocator
 __all__ = ["DoctorReport", "diagnose", "THREAD_VARIABLES", "MEMORY_VARIABLES", "detect_allocator"]
 
 
-
 @dataclass(frozen=True, slots=True)
 class DoctorReport:
     """What :func:`diagnose` found. ``to_dict()`` is what ``trainguard doctor --json`` prints."""

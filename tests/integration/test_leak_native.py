@@ -68,7 +68,15 @@ def test_max_iterations_3_gives_no_verdict():
 def _cli(env_extra: dict[str, str], step: str, *extra: str) -> dict:
     env = dict(os.environ, **env_extra)
     out = subprocess.run(
-        [sys.executable, "-m", "trainguard", "leakcheck", f"{HERE / 'native_steps.py'}:{step}", "--json", *extra],
+        [
+            sys.executable,
+            "-m",
+            "trainguard",
+            "leakcheck",
+            f"{HERE / 'native_steps.py'}:{step}",
+            "--json",
+            *extra,
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -184,12 +184,15 @@ class LoopBase:
         return decision, second, tolerance, alpha
 
 
-def settled_slope(series: list[dict[str, Any]], decision: stats.Decision) -> tuple[int, dict[str, Any]]:
+def settled_slope(
+    series: list[dict[str, Any]], decision: stats.Decision, key: str = "bytes"
+) -> tuple[int, dict[str, Any]]:
     """The index where the settled part of ``series`` starts (after the decision's warm-up) and
     the report's slope fields: the robust slope with its interval, the least-squares slope over
-    the settled part, and the warm-up in calls."""
-    xs = np.array([r["iteration"] for r in series], dtype=float)
-    ys = np.array([r["bytes"] for r in series], dtype=float)
+    the settled part, and the warm-up in calls. ``key``: the series ``decision`` was made on."""
+    rows = [r for r in series if r.get(key) is not None]
+    xs = np.array([r["iteration"] for r in rows], dtype=float)
+    ys = np.array([r[key] for r in rows], dtype=float)
     slope = decision.slope
     warm = decision.warmup_index if slope is not None else 0
     return warm, {

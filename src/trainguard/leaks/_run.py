@@ -62,6 +62,7 @@ class LeakCheckConfig:
     min_measurements: int
     max_growth_bytes: int | None = None
     tracemalloc_full_stack: bool = False
+    allocator_evidence: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -157,6 +158,7 @@ def make_config(**settings: Any) -> LeakCheckConfig:
         min_measurements=10,
         max_growth_bytes=int(growth_cap),
         tracemalloc_full_stack=bool(s["tracemalloc_full_stack"]),
+        allocator_evidence=bool(s["allocator_evidence"]),
     )
 
 
@@ -205,7 +207,7 @@ def call_plan(step: Callable[..., Any], setup_value: Any, has_setup: bool) -> bo
 class _Meter:
     """Reads the host metric over this process tree, GPU bytes, and the pre-trim value."""
 
-    def __init__(self, metric: str, trim: bool) -> None:
+    def __init__(self, metric: str, trim: bool, allocator_evidence: bool = True) -> None:
         from trainguard.frameworks import malloc_trim
 
         self.metric = metric
@@ -218,7 +220,7 @@ class _Meter:
         self.children_seen = False
         #: the tree had more than one process at some reading (the allocator figure is ours only)
         self.tree_seen = False
-        self.native = _native.AllocatorSeries()
+        self.native = _native.AllocatorSeries(enabled=allocator_evidence)
         self._pss_readable = True
 
     def _host(self, *, extra: bool = False) -> tuple[int, tuple[int, ...], int | None]:
@@ -490,7 +492,7 @@ class _Loop(LoopBase):
         super().__init__(config, progress, [])
         self.call = call
         self.isolated, self.on_reading = isolated, on_reading
-        self.meter = _Meter(config.metric, config.trim)
+        self.meter = _Meter(config.metric, config.trim, config.allocator_evidence)
         self.probe = (
             TracemallocProbe(full_stack=config.tracemalloc_full_stack) if config.tracemalloc else None
         )
@@ -675,6 +677,11 @@ class _Loop(LoopBase):
         if verdict is not Verdict.LEAK:
             return ""
         native = self.native_reason()
+        if native and counts.support is not None and counts.support.found_nothing and not counts.fallback:
+            native += (
+                "; counts found no growing kind of Python-visible object: the growth is in native "
+                "memory (e.g. held by a C extension)"
+            )
         if native or not counts.enabled:
             return native + (f"; {counts.fallback}" if counts.fallback else "")
         if counts.fallback:
