@@ -133,9 +133,11 @@ def support(series: list[dict[str, Any]], *, alpha: float, tolerance: float) -> 
     return NativeSupport(trend.status, trend.count_per_iter, trend.run_readings, trend.run_calls)
 
 
-def rising(series: list[dict[str, Any]], *, readings: int = 3, min_bytes: float = 1024.0) -> bool:
+def rising(series: list[dict[str, Any]], *, readings: int = 3, min_bytes: float = 4096.0) -> bool:
     """Bytes in use rose by at least ``min_bytes`` at each of the last ``readings`` readings (the
-    loop keeps reading call by call while they do, as it does for rising counts)."""
+    loop keeps reading call by call while they do, as it does for rising counts). 4 KiB: a
+    reading call by call costs the check its bookkeeping per call, so small rises (the arena's
+    own) must not keep a flat fast step in that phase."""
     _, ys = _pairs(series)
     if len(ys) <= readings:
         return bool(ys) and len(ys) < 2
