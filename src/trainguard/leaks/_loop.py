@@ -101,6 +101,10 @@ class LoopBase:
         """Whether object counts support a leak at this look."""
         return False
 
+    def flat_support(self) -> bool:
+        """Whether exact counts say nothing that could hold memory rose (asked after count_support)."""
+        return False
+
     # -- shared ----------------------------------------------------------------------------------
 
     def loop(self) -> None:
@@ -155,6 +159,7 @@ class LoopBase:
             final=final,
             key=key,
             count_support=self.count_support(key),
+            flat_support=self.flat_support(),
         )
         return self.last_look.stop
 

@@ -392,6 +392,50 @@ def decide_series(
     return d
 
 
+#: Of the tolerance, what bytes in use may rise per call (their interval's upper bound) for exact
+#: evidence to support ``no_leak``: Python objects kept in pymalloc's arenas show in bytes in use
+#: only through the pointer arrays of the containers holding them (8 of a float's 32 bytes).
+FLAT_ALLOCATOR_SHARE = 0.25
+
+
+def flat_decision(
+    series: list[dict[str, Any]], key: str, memory: stats.Decision, *, alpha: float, tolerance: float
+) -> stats.Decision | None:
+    """``no_leak`` from exact evidence, for a step too slow for RSS's noise to settle (a Keras fit
+    of seconds swings RSS by tens of MB): the census counts found nothing that could hold memory
+    rising (the caller's ``flat_support``), the allocator's bytes in use have an interval under
+    :data:`FLAT_ALLOCATOR_SHARE` of the tolerance over 8 settled readings, and RSS itself shows
+    no significant growth at this look's level. None when that evidence is not there."""
+    from trainguard.leaks._native import KEY
+
+    est = memory.slope
+    if est is None or est.p_increase < alpha:
+        return None
+    in_use = decide_series(
+        series, KEY, alpha, FLAT_ALLOCATOR_SHARE * tolerance, False, True, min_points=COUNT_CONFIRM_POINTS
+    )
+    if in_use.verdict is not Verdict.NO_LEAK or in_use.slope is None:
+        return None
+    from trainguard.units import format_bytes
+
+    def fmt(value: float, _unit: str) -> str:
+        return format_bytes(value, signed=True)
+
+    return stats.Decision(
+        Verdict.NO_LEAK,
+        f"no significant growth ({fmt(est.slope, 'B')}/iter, CI {fmt(est.ci_low, 'B')} .. {fmt(est.ci_high, 'B')}), "
+        f"and exact evidence says none: no counted kind that could hold memory rose, and the allocator's "
+        f"bytes in use grow {fmt(in_use.slope.slope, 'B')}/iter (CI up to {fmt(in_use.slope.ci_high, 'B')}), "
+        f"under a quarter of the tolerance {fmt(tolerance, 'B')}/iter",
+        memory.warmup_index,
+        est,
+        memory.recent_slope,
+        memory.step_indices,
+        memory.noise_bytes,
+        memory.alpha,
+    )
+
+
 def look(
     config: Any,
     plan: Plan,
@@ -403,6 +447,7 @@ def look(
     final: bool,
     key: str,
     count_support: bool = False,
+    flat_support: bool = False,
 ) -> LookResult:
     """One look of the sequential test at the readings so far.
 
@@ -431,6 +476,14 @@ def look(
         )
         if confirm.verdict is Verdict.LEAK:
             decision = confirm
+    if (
+        flat_support
+        and not count_support
+        and decision.verdict is None
+        and not final
+        and iterations >= base_gate
+    ):
+        decision = flat_decision(series, key, decision, alpha=alpha, tolerance=tol) or decision
     gpu_decision = None
     if plan.gpu_key is not None:
         gpu_decision = decide_series(series, plan.gpu_key, alpha, tol, final, *gates)

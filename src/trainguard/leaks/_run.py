@@ -618,6 +618,14 @@ class _Loop(LoopBase):
         )
         return counted or self.native_support.supports
 
+    def flat_support(self) -> bool:
+        """The censuses (at least 3, over at least 8 calls) found nothing that could hold memory
+        rising, and bytes in use are read in this process alone (no child processes)."""
+        support, points = self.counts.support, self.counts.points
+        if support is None or not support.found_nothing or self.counts.fallback or self.meter.tree_seen:
+            return False
+        return len(points) >= 3 and points[-1].iteration - points[0].iteration >= 8
+
     # -- the end -------------------------------------------------------------------------------
 
     def reported_series(self) -> tuple[str, list[dict[str, Any]]]:
