@@ -274,3 +274,56 @@ def test_slow_flat_step_is_no_leak_within_about_20_calls_on_exact_evidence():
     rising_in_use = 300_000_000 + 65536 * np.arange(n)
     decision, _ = _slow_step_looks(rss, rising_in_use, flat_support=True)
     assert decision.verdict is not stats.Verdict.NO_LEAK
+
+
+def test_allocator_rise_held_by_counted_arrays_is_the_counts_to_judge():
+    from trainguard.leaks._evidence import KindEvidence
+
+    native = _native.NativeSupport("grows", 512 * 1024.0, 16, 15)
+    arrays = stats.CountTrend("filling", 1.0, 512 * 1024.0, 16, 15, 15, 1e-13)
+    seen = [KindEvidence("numpy.ndarray", arrays, 1.0, True)]
+    assert _native.visible_share(native, seen) >= _native.VISIBLE_SHARE
+    assert _native.visible_share(native, []) == 0.0
+    few = [
+        KindEvidence(
+            "numpy.ndarray", stats.CountTrend("filling", 1.0, 4096.0, 16, 15, 15, 1e-13), 0.01, False
+        )
+    ]
+    assert _native.visible_share(native, few) < _native.VISIBLE_SHARE
+
+
+_LRU_CHILD = r"""
+import functools, gc, json
+import numpy as np
+from trainguard.leaks._evidence import ContainerWatch, take_counts
+
+@functools.lru_cache(maxsize=64)
+def embed(i):
+    return np.full(65536, float(i))
+
+watch = ContainerWatch()
+gc.freeze()
+for i in range(10):
+    embed(i)
+point = take_counts(10, watch)
+label = [k for k in point.kinds if k.startswith("entries of lru_cache")]
+print(json.dumps({"label": label, "arrays": point.kinds.get("numpy.ndarray"),
+                  "bound": point.holders[label[0]].bound if label else None}))
+"""
+
+
+def test_census_sees_the_results_of_an_lru_cache_built_before_the_check():
+    # the wrapper is frozen with everything before the first call: its results (untracked arrays)
+    # are found only because the watch makes a grown cache a census root
+    import json
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    out = subprocess.run(
+        [sys.executable, "-c", _LRU_CHILD], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data["label"] == ["entries of lru_cache embed"]
+    assert data["bound"] == 64
+    count, nbytes = data["arrays"]
+    assert count >= 10 and nbytes >= 10 * 65536 * 8

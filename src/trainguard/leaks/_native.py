@@ -35,7 +35,16 @@ import numpy as np
 from trainguard.leaks import stats
 from trainguard.units import format_bytes
 
-__all__ = ["KEY", "AllocatorSeries", "NativeSupport", "support", "report_dict", "RETENTION_NOTE"]
+__all__ = [
+    "KEY",
+    "AllocatorSeries",
+    "NativeSupport",
+    "support",
+    "visible_share",
+    "report_dict",
+    "RETENTION_NOTE",
+    "VISIBLE_SHARE",
+]
 
 #: the row key of bytes in use (the check's own bookkeeping subtracted)
 KEY = "allocated_bytes"
@@ -131,6 +140,23 @@ def support(series: list[dict[str, Any]], *, alpha: float, tolerance: float) -> 
         return NativeSupport("unavailable" if not ys else "flat", 0.0, len(ys), 0)
     trend = stats.allocator_trend(ys, xs, alpha=alpha, tolerance=tolerance)
     return NativeSupport(trend.status, trend.count_per_iter, trend.run_readings, trend.run_calls)
+
+
+#: Of the rise of bytes in use, what Python-visible objects that rose (the census's kinds with exact
+#: bytes: arrays, tensors, buffers) may explain before the rise stops being native evidence: the
+#: growth is then the counts' to judge, with their own fill allowances (a bounded cache of 60
+#: arrays of 512 KB rises bytes in use by exactly its arrays' bytes until it is full, as a native
+#: leak would; the census sees the arrays, it sees nothing of memory kept through ``malloc``).
+VISIBLE_SHARE = 0.5
+
+
+def visible_share(native: NativeSupport, kinds: Any) -> float:
+    """The share of ``native``'s rise per call that the census's rising kinds explain by their
+    exact bytes (``kinds``: ``_evidence.KindEvidence``; any that rose at all, filling or not)."""
+    if native.bytes_per_iter <= 0:
+        return 0.0
+    visible = sum(max(k.trend.bytes_per_iter, 0.0) for k in kinds)
+    return visible / native.bytes_per_iter
 
 
 def rising(series: list[dict[str, Any]], *, readings: int = 3, min_bytes: float = 4096.0) -> bool:

@@ -17,6 +17,7 @@ takes the readings and assembles the report.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import inspect
 import logging
@@ -613,10 +614,26 @@ class _Loop(LoopBase):
         if self.plan is None:
             return False
         counted = self.counts.look(self.series, self.plan.alpha_per_look, key)
-        self.native_support = _native.support(
+        native = _native.support(
             self.series, alpha=self.plan.alpha_per_look, tolerance=self.plan.tolerance_bytes_per_iter
         )
+        self.native_support = self.native_unseen(native)
         return counted or self.native_support.supports
+
+    def native_unseen(self, native: _native.NativeSupport) -> _native.NativeSupport:
+        """``native``, or its status ``"visible"`` when the census can see what holds the rise: at
+        least :data:`_native.VISIBLE_SHARE` of it is the exact bytes of kinds that rose (a bounded
+        cache of arrays), so the counts' own rules and fill allowances decide; ``"unseen"`` (no
+        support yet) while fewer than 2 censuses could tell. With the census off or dropped,
+        bytes in use stand alone."""
+        counts = self.counts
+        if not native.supports or not counts.enabled or counts.fallback:
+            return native
+        if len(counts.points) < 2 or counts.support is None:
+            return dataclasses.replace(native, status="unseen")
+        if _native.visible_share(native, counts.support.kinds) >= _native.VISIBLE_SHARE:
+            return dataclasses.replace(native, status="visible")
+        return native
 
     def flat_support(self) -> bool:
         """The censuses (at least 3, over at least 8 calls) found nothing that could hold memory
