@@ -623,14 +623,14 @@ class _Loop(LoopBase):
     def native_unseen(self, native: _native.NativeSupport) -> _native.NativeSupport:
         """``native``, or its status ``"visible"`` when the census can see what holds the rise: at
         least :data:`_native.VISIBLE_SHARE` of it is the exact bytes of kinds that rose (a bounded
-        cache of arrays), so the counts' own rules and fill allowances decide; ``"unseen"`` (no
-        support yet) while fewer than 2 censuses could tell. With the census off or dropped,
-        bytes in use stand alone."""
+        cache of arrays), so the counts' own rules and fill allowances decide. With the census off or dropped, or
+        fewer than 2 censuses by this look (a census of seconds on a loaded Keras-TF process),
+        bytes in use stand alone, as nothing can tell."""
         counts = self.counts
         if not native.supports or not counts.enabled or counts.fallback:
             return native
         if len(counts.points) < 2 or counts.support is None:
-            return dataclasses.replace(native, status="unseen")
+            return native
         if _native.visible_share(native, counts.support.kinds) >= _native.VISIBLE_SHARE:
             return dataclasses.replace(native, status="visible")
         return native
