@@ -33,7 +33,7 @@ b = p.read()
 for k in kept:
     libc.free(k)
 c = p.read()
-print(json.dumps({"name": p.name, "available": p.available, "kept": b - a, "after_free": c - a}))
+print(json.dumps({"name": p.name, "available": p.available, "kept": b - a, "freed": b - c, "after_free": c - a}))
 """
 
 
@@ -49,8 +49,11 @@ def test_bytes_in_use_rise_by_what_is_kept_and_fall_when_freed(allocator):
 
     got = json.loads(out.stdout)
     assert got["name"] == allocator and got["available"]
-    # 16 x 64 KiB kept: within 5 % (size classes, headers), and back within 64 KiB after the frees
-    assert 0.95 * 16 * 65536 <= got["kept"] <= 1.05 * 16 * 65536 + 8192
+    # 16 x 64 KiB kept and then freed: the frees give back exactly what was kept, within 5 % (size
+    # classes, headers); the rise itself may be offset by what the allocator frees of its own
+    # meanwhile (jemalloc: up to ~210 KiB seen, its decay of earlier pages), so it is checked wider
+    assert 0.95 * 16 * 65536 <= got["freed"] <= 1.05 * 16 * 65536 + 8192
+    assert 0.75 * 16 * 65536 <= got["kept"] <= 1.05 * 16 * 65536 + 8192
     # the allocator may also free its own or the interpreter's memory meanwhile (jemalloc: up to
     # ~210 KiB seen): well under half of what was kept and freed
     assert abs(got["after_free"]) < 8 * 65536
