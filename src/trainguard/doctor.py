@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from trainguard._envvars import MEMORY_VARIABLES, THREAD_VARIABLES
+from trainguard.probes.allocator import detect_allocator
 
 __all__ = ["DoctorReport", "diagnose", "THREAD_VARIABLES", "MEMORY_VARIABLES", "detect_allocator"]
-
-_ALLOCATORS = (("jemalloc", "jemalloc"), ("tcmalloc", "tcmalloc"), ("mimalloc", "mimalloc"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,26 +76,6 @@ class DoctorReport:
             "elapsed_s": self.elapsed_s,
             "process": self.process,
         }
-
-
-def detect_allocator(environ: dict[str, str] | None = None, maps_path: str = "/proc/self/maps") -> str:
-    """``"jemalloc"``, ``"tcmalloc"`` or ``"mimalloc"`` when preloaded (``LD_PRELOAD``) or loaded in
-    this process, else ``"glibc"`` on glibc Linux and ``"system"`` elsewhere."""
-    env = os.environ if environ is None else environ
-    preload = env.get("LD_PRELOAD", "")
-    for needle, name in _ALLOCATORS:
-        if needle in preload:
-            return name
-    try:
-        maps = Path(maps_path).read_text()
-    except OSError:
-        maps = ""
-    for needle, name in _ALLOCATORS:
-        if f"lib{needle}" in maps:
-            return name
-    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
-        return "glibc"
-    return "system"
 
 
 def _cpu_quota(cgroup_path: str | None) -> float | None:

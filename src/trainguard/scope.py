@@ -89,6 +89,30 @@ class ScopeReport:
     limit_violations: tuple[str, ...] = field(default=())
     #: (survivor label, chain of references from a named root), for the largest survivors
     holders: tuple[tuple[str, str], ...] = field(default=())
+    #: the C allocator's bytes in use on entry and after the cleanups (None where it has no
+    #: statistic trainguard reads: see trainguard.probes.allocator)
+    native_before_bytes: int | None = None
+    native_after_bytes: int | None = None
+
+    @property
+    def native_kept_bytes(self) -> int | None:
+        """Bytes in use the C allocator gained across the scope (native memory kept)."""
+        if self.native_before_bytes is None or self.native_after_bytes is None:
+            return None
+        return self.native_after_bytes - self.native_before_bytes
+
+    def _native_words(self) -> str:
+        kept = self.native_kept_bytes
+        if kept is None:
+            return ""
+        if kept > 0.5 * max(self.rss_delta_bytes - self.survivor_bytes, 0):
+            return (
+                f"; the C allocator's bytes in use grew {format_bytes(kept, signed=True)}: native memory kept"
+            )
+        return (
+            f"; the C allocator's bytes in use grew only {format_bytes(kept, signed=True)}: freed memory the "
+            "allocator keeps (retention or fragmentation), not native memory kept"
+        )
 
     @property
     def bytes_note(self) -> str:
@@ -102,12 +126,13 @@ class ScopeReport:
                 f"RSS grew {format_bytes(grew, signed=True)} but no counted object created inside "
                 "survived (framework tensors and graph objects, numpy arrays): the growth is outside "
                 "Python-visible objects (native memory of a framework or C extension, or freed memory "
-                "the allocator keeps)"
+                "the allocator keeps)" + self._native_words()
             )
         return (
             f"RSS grew {format_bytes(grew, signed=True)} but the survivors hold "
             f"{format_bytes(self.survivor_bytes)}: the rest is outside Python-visible objects "
             "(native memory of a framework or C extension, or freed memory the allocator keeps)"
+            + self._native_words()
         )
 
     @property
@@ -155,6 +180,9 @@ class ScopeReport:
             "limit_violations": list(self.limit_violations),
             "bytes_note": self.bytes_note,
             "holders": dict(self.holders),
+            "native_before_bytes": self.native_before_bytes,
+            "native_after_bytes": self.native_after_bytes,
+            "native_kept_bytes": self.native_kept_bytes,
         }
 
     def to_text(self, limit: int = 15) -> str:
@@ -345,6 +373,20 @@ class _Frame:
     started: float
     enter_s: float
     ids_before: frozenset[int] = frozenset()
+    native_before: int | None = None
+
+
+_ALLOCATOR: list[Any] = []
+
+
+def _native_bytes() -> int | None:
+    """The C allocator's bytes in use (one probe per process, bound on first use)."""
+    if not _ALLOCATOR:
+        from trainguard.probes.allocator import AllocatorProbe
+
+        _ALLOCATOR.append(AllocatorProbe())
+    value: int | None = _ALLOCATOR[0].read()
+    return value
 
 
 def _both(first: Callable[[Any], Any], second: Callable[[Any], bool]) -> Callable[[Any], bool]:
@@ -576,6 +618,7 @@ class Scope:
 
             ids_before = frozenset(map(id, gc.get_objects()))
         rss_before = _rss_bytes()
+        native_before = _native_bytes()
         token = _WATCHER.register(rss_before, self.peak_interval_s)
         return _Frame(
             name=self.name,
@@ -589,6 +632,7 @@ class Scope:
             started=time.perf_counter(),
             enter_s=time.perf_counter() - enter_start,
             ids_before=ids_before,
+            native_before=native_before,
         )
 
     def _close(self, frame: _Frame, *, raised: bool) -> ScopeReport:
@@ -603,6 +647,7 @@ class Scope:
         steps = frameworks.cleanup(**self.cleanup_steps)
         cleanup_s = time.perf_counter() - start
         rss_after = _rss_bytes()
+        native_after = _native_bytes()
         gpu_after, gpu_source = _gpu_bytes()
         survivors: tuple[Survivor, ...] = ()
         holders: tuple[tuple[str, str], ...] = ()
@@ -638,6 +683,8 @@ class Scope:
             enter_s=frame.enter_s,
             raised=raised,
             holders=holders,
+            native_before_bytes=frame.native_before,
+            native_after_bytes=native_after,
         )
         if self.max_survivor_bytes is not None and report.survivor_bytes > self.max_survivor_bytes:
             violations.append(

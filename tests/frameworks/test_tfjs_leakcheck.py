@@ -48,7 +48,9 @@ def test_models_never_disposed_leak_with_tensors_per_iteration_named():
     assert growth["tfjs variables"]["count_per_iter"] == 4
     assert any("dispose" in h for h in report["hints"])
     assert report["extra"]["runtime"] == "node"
-    assert report["iterations"] >= 120  # a leak verdict waits past warm-ups, as for Python
+    # TF.js's exact tensor count is count evidence, as the Python census is: no 120-call wait
+    assert report["iterations"] <= 20, report["reason"]
+    assert "tf.memory().numTensors rose +7.0 tensors/call" in report["reason"]
 
 
 #: The disposed loop keeps 10-30 KiB a model, a third of the tolerance, under ±600 KiB of noise:
@@ -92,3 +94,23 @@ def test_step_throwing_on_the_first_call_is_inconclusive_with_the_error():
     assert report["reason"].startswith("the step raised TypeError at iteration 1: xs is undefined")
     assert report["error"]["iteration"] == 1
     assert "seed_loop.js" in report["error"]["traceback"]
+
+
+KEPT = SEED_LOOP.parent / "kept_tensor.js"
+
+
+def test_one_tensor_kept_a_call_is_a_leak_within_20_calls_with_the_counts_named():
+    out = _leakcheck(f"{KEPT}:step_keep_one", "--max-iterations", "130", "--max-time", "10m", "--json")
+    assert out.returncode == 1, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    assert report["verdict"] == "leak" and report["iterations"] <= 20, report["reason"]
+    assert "tf.memory().numTensors rose +1.0 tensors/call" in report["reason"]
+    # the growth reported is the tensors' bytes the verdict rests on, never a flat RSS's "0 B/iter"
+    assert report["slope_bytes_per_iter"] == 64 * 64 * 4
+    assert report["metric"] == "tfjs tensor bytes"
+
+
+def test_a_flat_tfjs_step_read_call_by_call_is_not_a_leak():
+    out = _leakcheck(f"{KEPT}:step_flat", "--max-iterations", "300", "--max-time", "10m", "--json")
+    report = json.loads(out.stdout)
+    assert report["verdict"] in ("no_leak", "plateau"), report["reason"]

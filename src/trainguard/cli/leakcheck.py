@@ -60,6 +60,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--no-attribution", action="store_true", help="skip the census of growing object kinds"
     )
     parser.add_argument(
+        "--no-allocator-evidence",
+        action="store_true",
+        help="do not read the C allocator's bytes in use (RSS and counts only)",
+    )
+    parser.add_argument(
         "--tracemalloc", action="store_true", help="also report growing Python allocation sites (slow)"
     )
     parser.add_argument(
@@ -163,6 +168,11 @@ def _table(report: Any) -> None:
         table.add_row(
             "allocator", markup_safe(report.retention.get("note") or report.retention.get("text", ""))
         )
+    alloc = getattr(report, "allocator", None)
+    if alloc:
+        for line in (alloc.get("text"), alloc.get("note")):
+            if line:
+                table.add_row("bytes in use", markup_safe(line))
     for h in report.hints:
         table.add_row("hint", markup_safe(h))
     if report.error is not None:
@@ -191,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
         tracemalloc_full_stack=args.tracemalloc_stack,
         tolerance=args.tolerance,
         trim=not args.no_trim,
+        allocator_evidence=not args.no_allocator_evidence,
     )
     if args.plot:
         from trainguard.leaks.plot import check_plot_path

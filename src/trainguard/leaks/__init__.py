@@ -46,6 +46,7 @@ def leakcheck(
     max_measurements: int = 300,
     max_growth: str | int | None = None,
     tracemalloc_full_stack: bool = False,
+    allocator_evidence: bool = True,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> LeakReport:
     """Run ``step`` repeatedly and say whether memory leaks, how fast, and what grows.
@@ -77,6 +78,10 @@ def leakcheck(
         tracemalloc: also report Python allocation sites that grow (slow: traces every allocation),
             each named by the first frame in your own code (not the standard library or site-packages).
         tracemalloc_full_stack: add each site's whole traced stack to its detail.
+        allocator_evidence: read the C allocator's bytes in use at each reading (glibc
+            ``mallinfo2``, a preloaded jemalloc or tcmalloc) and let a steady rise of them, with
+            RSS agreeing, call a native leak before the warm-up wait. False: RSS and counts only
+            (as before this evidence existed; the benchmarks compare the two).
         tolerance: growth per iteration below which there is no leak (``"16KB"`` or bytes);
             default: 1 MiB per minute of step time, at least 1 KiB per call plus the check's own
             bookkeeping (2 KiB per reading, spread over the calls between readings) unless that

@@ -22,6 +22,7 @@ on memory alone.
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import math
 import sys
@@ -130,6 +131,11 @@ class ContainerWatch:
                 seen.add(id(value))
         self.containers = containers
         self.base = np.array(list(map(len, containers)), dtype=np.int64)
+        #: ``functools.lru_cache`` wrappers: their results are reachable only through the wrapper
+        #: (frozen with it), so one that grew is a census root like a grown container, and its
+        #: ``maxsize`` is its bound (a fill, never a leak on its own)
+        self.caches = [o for o in objects if type(o) is _LRU_TYPE]
+        self.cache_base = [_lru_size(o) for o in self.caches]
         self.names = _global_names(seen)
         #: per grown list: [length at the last census, id of its last entry then, exact bytes of
         #: the entries added since it was first seen grown (None once one is not exact),
@@ -140,7 +146,13 @@ class ContainerWatch:
         """``(index, container, length)`` of the containers longer than at the start."""
         lens = np.array(list(map(len, self.containers)), dtype=np.int64)
         idx = np.nonzero(lens > self.base)[0]
-        return [(int(i), self.containers[i], int(lens[i])) for i in idx]
+        out = [(int(i), self.containers[i], int(lens[i])) for i in idx]
+        offset = len(self.containers)
+        for j, (cache, base) in enumerate(zip(self.caches, self.cache_base, strict=True)):
+            size = _lru_size(cache)
+            if size > base:
+                out.append((offset + j, cache, size))
+        return out
 
     def holder(self, index: int, length: int) -> tuple[Holder, int]:
         """What is known of grown container ``index`` (now ``length`` long), and the exact bytes
@@ -149,6 +161,9 @@ class ContainerWatch:
         For a list, only the entries past the length at the previous census are read (a census
         stays cheap however long the list): the list is append-only while the entry that was last
         then is still the same object in the same place."""
+        if index >= len(self.containers):
+            maxsize = self.caches[index - len(self.containers)].cache_info().maxsize
+            return Holder("lru_cache", bound=maxsize), 0
         c = self.containers[index]
         if type(c) is collections.deque:
             return Holder("deque", bound=c.maxlen), 0
@@ -170,6 +185,9 @@ class ContainerWatch:
         return Holder("list", append_only=append_only, exact_bytes=exact), (nbytes if exact else 0)
 
     def label(self, index: int) -> str:
+        if index >= len(self.containers):
+            cache = self.caches[index - len(self.containers)]
+            return f"entries of lru_cache {getattr(cache, '__qualname__', '?')}"
         c = self.containers[index]
         name = self.names.get(id(c))
         if name:
@@ -178,9 +196,20 @@ class ContainerWatch:
         return f"entries of {type(c).__name__} (unnamed, {int(self.base[index]):,} before the first call)"
 
     def release(self) -> None:
+        self.caches, self.cache_base = [], []
         self.containers = []
         self.base = np.zeros(0, dtype=np.int64)
         self.tails = {}
+
+
+_LRU_TYPE = type(functools.lru_cache(maxsize=1)(len))
+
+
+def _lru_size(cache: Any) -> int:
+    try:
+        return int(cache.cache_info().currsize)
+    except Exception:  # a wrapper's own cache_info must never cost the census
+        return 0
 
 
 _OTHER_HOLDERS: dict[type, Holder] = {t: Holder(t.__name__) for t in _CONTAINER_TYPES}

@@ -23,8 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from trainguard.exceptions import ConfigError
 from trainguard.leaks import _plan, stats
 from trainguard.leaks._loop import LoopBase, analysis_dict, settled_slope
@@ -38,6 +36,46 @@ logger = logging.getLogger(__name__)
 
 #: The reading decided on besides RSS when TF.js is loaded: tf.memory().numBytes.
 TENSOR_KEY = "tf_num_bytes"
+#: TF.js's exact count of live tensors, the count evidence of a Node check.
+COUNT_KEY = "tf_num_tensors"
+#: Tensors a step may keep before a steady rise of ``numTensors`` supports a leak: tensors kept
+#: one a call are not a cache anyone bounds, the same allowance as graph kinds in Python.
+TENSOR_FILL_ALLOWANCE = 8
+
+
+def tensor_trend(series: list[dict[str, Any]], *, alpha: float) -> stats.CountTrend | None:
+    """``stats.count_trend`` over ``tf.memory().numTensors`` (its bytes beside), or None before
+    three readings with it."""
+    rows = [r for r in series if r.get(COUNT_KEY) is not None]
+    if len(rows) < 3:
+        return None
+    return stats.count_trend(
+        [r[COUNT_KEY] for r in rows],
+        [r["iteration"] for r in rows],
+        [r.get(TENSOR_KEY) or 0 for r in rows],
+        alpha=alpha,
+        fill_allowance=TENSOR_FILL_ALLOWANCE,
+    )
+
+
+def tensors_rising(series: list[dict[str, Any]], readings: int = 3) -> bool:
+    """``numTensors`` rose at each of the last ``readings`` readings (the loop reads call by call
+    while it does, as the Python loop does for rising counts)."""
+    counts = [r[COUNT_KEY] for r in series if r.get(COUNT_KEY) is not None]
+    if len(counts) <= readings:
+        return len(counts) < 2
+    tail = counts[-readings - 1 :]
+    return all(b > a for a, b in zip(tail, tail[1:], strict=False))
+
+
+def tensor_support_text(trend: stats.CountTrend) -> str:
+    return (
+        f"tf.memory().numTensors rose {trend.count_per_iter:+.1f} tensors/call "
+        f"({format_bytes(trend.bytes_per_iter, signed=True)}/call numBytes) at every one of "
+        f"{trend.run_readings} readings over {trend.run_calls} calls"
+    )
+
+
 _GPU_WORDS = "GPU memory: "
 
 
@@ -194,14 +232,52 @@ class _NodeLoop(LoopBase):
     ) -> None:
         super().__init__(config, progress, series)
         self.driver, self.ready = driver, ready
+        #: reading after every call while TF.js's tensor count rises (``_plan.dense_next``)
+        self.dense = _plan.dense_next(config, iterations=0, rising=True, spent_s=0.0, budget_s=0.0)
+        self.dense_spent = 0.0
+        self.trend: stats.CountTrend | None = None
 
     def run(self) -> LeakReport:
         self.loop()
         return self.report()
 
+    def block_size(self) -> int:
+        return min(super().block_size(), 1) if self.dense else super().block_size()
+
+    def count_support(self, key: str) -> bool:
+        """TF.js's exact tensor count rising like a leak (``tensor_trend``)."""
+        if self.plan is None:
+            return False
+        self.trend = tensor_trend(self.series, alpha=self.plan.alpha_per_look)
+        return self.trend is not None and self.trend.status == "grows"
+
+    def budget_s(self) -> float:
+        if self.config.max_time_s is not None:
+            return float(self.config.max_time_s)
+        return (self.config.max_iterations or 0) * self.step_time()
+
     def after_measure(self) -> None:
-        if self.plan is not None or len(self.series) < 3:
+        if self.dense:
+            self.dense_spent += self.measure_cost
+        if self.plan is None and len(self.series) >= 3:
+            self.calibrate()
+        if not self.dense:
             return
+        self.dense = _plan.dense_next(
+            self.config,
+            iterations=self.iterations,
+            rising=tensors_rising(self.series),
+            spent_s=self.dense_spent,
+            budget_s=self.budget_s(),
+        )
+        if self.dense or self.plan is None:
+            return
+        k = self.plan.calls_per_measurement
+        if k > 1:
+            self.series[:] = _plan.thin(self.series, k)
+        self.calibrate(looks_done=self.looks_done, k=k)
+
+    def calibrate(self, looks_done: int = 0, k: int | None = None) -> None:
         plan = _plan.calibrate(
             self.config,
             self.series,
@@ -209,6 +285,8 @@ class _NodeLoop(LoopBase):
             measure_cost_s=self.measure_cost,
             step_time_s=self.step_time(),
             elapsed_s=time.perf_counter() - self.start,
+            looks_done=looks_done,
+            calls_per_measurement=k,
         )
         if any(r.get(TENSOR_KEY) is not None for r in self.series):
             # TF.js's own count of tensor bytes is decided on as a second series, as GPU
@@ -257,6 +335,18 @@ class _NodeLoop(LoopBase):
         row["elapsed_s"] = round(time.perf_counter() - self.start, 4)
         self.series.append(row)
 
+    def count_reason(self, verdict: Verdict) -> str:
+        """A leak let through before the warm-up wait on the tensor count: say so, with the counts."""
+        look, trend = self.last_look, self.trend
+        if verdict is not Verdict.LEAK or look is None or trend is None or trend.status != "grows":
+            return ""
+        if self.iterations >= look.leak_gate:
+            return ""
+        return (
+            f"; called before the {look.leak_gate}-call warm-up wait on count evidence: "
+            + tensor_support_text(trend)
+        )
+
     def report(self) -> LeakReport:
         elapsed = time.perf_counter() - self.start
         plan = self.plan
@@ -268,24 +358,32 @@ class _NodeLoop(LoopBase):
             iterations=self.iterations,
             readings=len(self.series),
             step_times=self.step_times,
+            elapsed_s=elapsed,
+            tolerance=tolerance,
         )
-        if reason.startswith(_GPU_WORDS):  # the second series is TF.js's tensors here, not a GPU
-            reason = "TF.js tensors (tf.memory().numBytes): " + reason[len(_GPU_WORDS) :]
+        metric = "rss" if self.config.metric == "auto" else self.config.metric
         warm, slopes = settled_slope(self.series, decision)
         growth, hints = node_attribution(
             self.series, warm, slopes["slope_bytes_per_iter"], tolerance, verdict
         )
+        if reason.startswith(_GPU_WORDS):  # the second series is TF.js's tensors here, not a GPU
+            reason = "TF.js tensors (tf.memory().numBytes): " + reason[len(_GPU_WORDS) :]
+            if tensor_decision is not None:
+                # the verdict rests on the tensors' bytes: report their growth, not a flat RSS's
+                metric = "tfjs tensor bytes"
+                slopes = settled_slope(self.series, tensor_decision, TENSOR_KEY)[1]
+        reason += self.count_reason(verdict)
         return LeakReport(
             verdict=verdict,
             reason=reason,
-            metric="rss" if self.config.metric == "auto" else self.config.metric,
+            metric=metric,
             **slopes,
             iterations=self.iterations,
             measurements=len(self.series),
             calls_per_measurement=plan.calls_per_measurement if plan else 1,
             tolerance_bytes_per_iter=float(tolerance),
             elapsed_s=elapsed,
-            step_time_s=float(np.median(self.step_times)) if self.step_times else None,
+            step_time_s=self.step_times.median() if self.step_times else None,
             series=tuple(self.series),
             growth_by_kind=growth,
             hints=hints,

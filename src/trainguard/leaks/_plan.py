@@ -123,7 +123,9 @@ class LookResult:
 BOOKKEEPING_BYTES_PER_READING = 2048.0
 
 
-def auto_tolerance(step_time_s: float, calls_per_reading: int = 1) -> float:
+def auto_tolerance(
+    step_time_s: float, calls_per_reading: int = 1, bookkeeping_bytes_per_reading: float | None = None
+) -> float:
     """The default tolerance: 1 MiB per minute of step time, and at least 1 KiB per call plus the
     check's own bookkeeping per call (:data:`BOOKKEEPING_BYTES_PER_READING` / ``calls_per_reading``).
 
@@ -134,10 +136,17 @@ def auto_tolerance(step_time_s: float, calls_per_reading: int = 1) -> float:
     flat step was called a leak at 1.2-1.7 KiB a call. The floor is capped at 64 MiB per minute of
     step time, so that a very fast step (50 us) keeping 200 B per call, 240 MB a minute, is still a
     leak.
+
+    ``bookkeeping_bytes_per_reading``: what the check measured it kept per reading (the reading's
+    row and its values, plus bytes in use after recording it less before,
+    ``_native.AllocatorSeries``); twice that, when above the constant, is the bookkeeping term, and
+    the floor never falls below twice the measured bookkeeping per call, whatever the step time.
     """
     per_minute = step_time_s / 60.0
-    floor = 1024.0 + BOOKKEEPING_BYTES_PER_READING / max(int(calls_per_reading), 1)
-    return max(1024.0 * 1024.0 * per_minute, min(floor, 64 * 1024.0 * 1024.0 * per_minute))
+    calls = max(int(calls_per_reading), 1)
+    measured = 2.0 * (bookkeeping_bytes_per_reading or 0.0)
+    floor = 1024.0 + max(BOOKKEEPING_BYTES_PER_READING, measured) / calls
+    return max(1024.0 * 1024.0 * per_minute, min(floor, 64 * 1024.0 * 1024.0 * per_minute), measured / calls)
 
 
 def _batch_size(
@@ -179,6 +188,7 @@ def calibrate(
     elapsed_s: float,
     looks_done: int = 0,
     calls_per_measurement: int | None = None,
+    bookkeeping_bytes_per_reading: float | None = None,
 ) -> Plan:
     """Decide batching, tolerance and the look schedule from the first (at least 3) readings.
 
@@ -193,7 +203,7 @@ def calibrate(
     )
     tolerance = config.tolerance_bytes_per_iter
     if tolerance is None:
-        tolerance = auto_tolerance(step_time_s, k)
+        tolerance = auto_tolerance(step_time_s, k, bookkeeping_bytes_per_reading)
     n = len(series)
     planned = config.max_measurements
     if config.max_iterations is not None:
@@ -382,6 +392,50 @@ def decide_series(
     return d
 
 
+#: Of the tolerance, what bytes in use may rise per call (their interval's upper bound) for exact
+#: evidence to support ``no_leak``: Python objects kept in pymalloc's arenas show in bytes in use
+#: only through the pointer arrays of the containers holding them (8 of a float's 32 bytes).
+FLAT_ALLOCATOR_SHARE = 0.25
+
+
+def flat_decision(
+    series: list[dict[str, Any]], key: str, memory: stats.Decision, *, alpha: float, tolerance: float
+) -> stats.Decision | None:
+    """``no_leak`` from exact evidence, for a step too slow for RSS's noise to settle (a Keras fit
+    of seconds swings RSS by tens of MB): the census counts found nothing that could hold memory
+    rising (the caller's ``flat_support``), the allocator's bytes in use have an interval under
+    :data:`FLAT_ALLOCATOR_SHARE` of the tolerance over 8 settled readings, and RSS itself shows
+    no significant growth at this look's level. None when that evidence is not there."""
+    from trainguard.leaks._native import KEY
+
+    est = memory.slope
+    if est is None or est.p_increase < alpha:
+        return None
+    in_use = decide_series(
+        series, KEY, alpha, FLAT_ALLOCATOR_SHARE * tolerance, False, True, min_points=COUNT_CONFIRM_POINTS
+    )
+    if in_use.verdict is not Verdict.NO_LEAK or in_use.slope is None:
+        return None
+    from trainguard.units import format_bytes
+
+    def fmt(value: float, _unit: str) -> str:
+        return format_bytes(value, signed=True)
+
+    return stats.Decision(
+        Verdict.NO_LEAK,
+        f"no significant growth ({fmt(est.slope, 'B')}/iter, CI {fmt(est.ci_low, 'B')} .. {fmt(est.ci_high, 'B')}), "
+        f"and exact evidence says none: no counted kind that could hold memory rose, and the allocator's "
+        f"bytes in use grow {fmt(in_use.slope.slope, 'B')}/iter (CI up to {fmt(in_use.slope.ci_high, 'B')}), "
+        f"under a quarter of the tolerance {fmt(tolerance, 'B')}/iter",
+        memory.warmup_index,
+        est,
+        memory.recent_slope,
+        memory.step_indices,
+        memory.noise_bytes,
+        memory.alpha,
+    )
+
+
 def look(
     config: Any,
     plan: Plan,
@@ -393,6 +447,7 @@ def look(
     final: bool,
     key: str,
     count_support: bool = False,
+    flat_support: bool = False,
 ) -> LookResult:
     """One look of the sequential test at the readings so far.
 
@@ -421,12 +476,48 @@ def look(
         )
         if confirm.verdict is Verdict.LEAK:
             decision = confirm
+    if (
+        flat_support
+        and not count_support
+        and decision.verdict is None
+        and not final
+        and iterations >= base_gate
+    ):
+        decision = flat_decision(series, key, decision, alpha=alpha, tolerance=tol) or decision
     gpu_decision = None
     if plan.gpu_key is not None:
         gpu_decision = decide_series(series, plan.gpu_key, alpha, tol, final, *gates)
     verdicts = [decision.verdict] + ([gpu_decision.verdict] if gpu_decision is not None else [])
     stop = final or Verdict.LEAK in verdicts or all(v is not None for v in verdicts)
     return LookResult(decision, gpu_decision, stop, gate)
+
+
+#: Readings below which no verdict is given: the warm-up cut and the slope's noise estimate need
+#: them (with 4 readings, a step that does nothing was called a leak at +135 KiB/iter "after 0
+#: warm-up iterations": the first calls' allocations were the whole slope).
+MIN_VERDICT_READINGS = 8
+
+
+def budget_hint(elapsed_s: float | None, readings: int, needed_readings: float) -> str:
+    """``"; --max-time 3m would ..."``: the time budget that gives ``needed_readings`` at the rate
+    the readings so far came (empty when that cannot be estimated)."""
+    from trainguard.units import format_duration
+
+    if not elapsed_s or readings < 2 or not math.isfinite(needed_readings):
+        return ""
+    seconds = math.ceil(1.2 * elapsed_s * needed_readings / max(readings - 1, 1))
+    return f"; --max-time {format_duration(float(seconds)).replace(' ', '')} would give {math.ceil(needed_readings)} readings"
+
+
+def readings_needed(decision: stats.Decision, readings: int, tolerance: float) -> float:
+    """Readings after which the interval of ``decision``'s slope would fall under ``tolerance``
+    (its half-width shrinks as ``n^-1.5`` for evenly spaced readings); inf when the slope itself
+    is at or above the tolerance."""
+    est = decision.slope
+    if est is None or not math.isfinite(est.ci_high) or est.slope >= tolerance or est.ci_high <= tolerance:
+        return math.inf
+    half_now, half_want = est.ci_high - est.slope, tolerance - est.slope
+    return readings * (half_now / half_want) ** (2.0 / 3.0)
 
 
 def final_verdict(
@@ -436,10 +527,14 @@ def final_verdict(
     *,
     iterations: int,
     readings: int,
-    step_times: list[float],
+    step_times: Any,
+    elapsed_s: float | None = None,
+    tolerance: float | None = None,
 ) -> tuple[Verdict, str]:
     """The verdict and reason reported: the host decision, a GPU leak over a host non-leak, a
-    step error (inconclusive unless a leak was already clear), or too few iterations."""
+    step error (inconclusive unless a leak was already clear), or too few readings
+    (:data:`MIN_VERDICT_READINGS`). Where the budget did not reach a verdict, the reason says what
+    ``--max-time`` would (from ``elapsed_s`` and ``tolerance`` when given)."""
     verdict = decision.verdict or Verdict.INCONCLUSIVE
     reason = decision.reason
     if gpu_decision is not None and gpu_decision.verdict is Verdict.LEAK and verdict is not Verdict.LEAK:
@@ -451,10 +546,17 @@ def final_verdict(
         return Verdict.INCONCLUSIVE, (
             f"the step raised {error.exc_type} at iteration {error.iteration}: {error.message}" + after
         )
-    if iterations < 3 or readings < 4:
-        median = float(np.median(step_times)) if step_times else float("nan")
+    if iterations < 3 or readings < MIN_VERDICT_READINGS:
+        from trainguard.units import format_duration
+
+        median = None
+        if len(step_times):
+            median = step_times.median() if hasattr(step_times, "median") else float(np.median(step_times))
         return Verdict.INCONCLUSIVE, (
-            f"only {iterations} iterations fit in the budget (one takes {median:.2f} s): "
-            "raise max_time or max_iterations"
+            f"only {iterations} iterations and {readings} readings fit in the budget (one call takes "
+            f"{format_duration(median)}): a verdict needs at least {MIN_VERDICT_READINGS} readings; "
+            "raise max_time or max_iterations" + budget_hint(elapsed_s, readings, MIN_VERDICT_READINGS)
         )
+    if verdict is Verdict.INCONCLUSIVE and tolerance is not None:
+        reason += budget_hint(elapsed_s, readings, readings_needed(decision, readings, tolerance))
     return verdict, reason

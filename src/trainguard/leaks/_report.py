@@ -79,6 +79,11 @@ class LeakReport:
         counts: the count evidence: ``status`` (supports_leak, plateau, no_support, found_nothing,
             left_out), ``note`` in words, ``kinds`` (each kind whose exact count rose, with
             its trend, see :func:`trainguard.leaks.stats.count_trend`), and the census cost.
+        allocator: the C allocator's bytes in use (``allocated_bytes`` in each row, the check's own
+            bookkeeping subtracted): ``allocator`` (glibc, jemalloc, tcmalloc), ``available``,
+            ``slope_bytes_per_iter``, ``status`` (``stats.allocator_trend``), ``supports_leak``,
+            ``cost_per_reading_s``, ``bookkeeping_bytes_per_reading``, ``text`` and ``note``
+            (allocator retention; child processes not counted; or why it is unavailable).
     """
 
     verdict: Verdict
@@ -104,6 +109,7 @@ class LeakReport:
     isolated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, Any] | None = None
+    allocator: dict[str, Any] | None = None
 
     @property
     def leaked(self) -> bool:
@@ -214,6 +220,10 @@ class LeakReport:
             lines.append(f"gpu: {self.gpu.get('verdict')} -- {self.gpu.get('reason')}")
         if self.retention and self.retention.get("note"):
             lines.append(f"allocator: {self.retention['note']}")
+        if self.allocator:
+            lines.append(f"bytes in use: {self.allocator.get('text') or self.allocator.get('note')}")
+            if self.allocator.get("text") and self.allocator.get("note"):
+                lines.append(f"bytes in use: {self.allocator['note']}")
         for h in self.hints:
             lines.append(f"hint: {h}")
         if self.error is not None:

@@ -17,6 +17,7 @@ takes the readings and assembles the report.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import inspect
 import logging
@@ -31,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from trainguard.exceptions import ConfigError
-from trainguard.leaks import _evidence, _plan, stats
-from trainguard.leaks._loop import LoopBase, analysis_dict, settled_slope
+from trainguard.leaks import _evidence, _native, _plan, stats
+from trainguard.leaks._loop import LoopBase, StepTimes, analysis_dict, settled_slope
 from trainguard.leaks._report import KindGrowth, LeakReport, StepError
 from trainguard.leaks.stats import Verdict
 from trainguard.units import format_bytes, parse_duration, parse_size
@@ -62,6 +63,7 @@ class LeakCheckConfig:
     min_measurements: int
     max_growth_bytes: int | None = None
     tracemalloc_full_stack: bool = False
+    allocator_evidence: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -157,6 +159,7 @@ def make_config(**settings: Any) -> LeakCheckConfig:
         min_measurements=10,
         max_growth_bytes=int(growth_cap),
         tracemalloc_full_stack=bool(s["tracemalloc_full_stack"]),
+        allocator_evidence=bool(s["allocator_evidence"]),
     )
 
 
@@ -205,7 +208,7 @@ def call_plan(step: Callable[..., Any], setup_value: Any, has_setup: bool) -> bo
 class _Meter:
     """Reads the host metric over this process tree, GPU bytes, and the pre-trim value."""
 
-    def __init__(self, metric: str, trim: bool) -> None:
+    def __init__(self, metric: str, trim: bool, allocator_evidence: bool = True) -> None:
         from trainguard.frameworks import malloc_trim
 
         self.metric = metric
@@ -216,6 +219,9 @@ class _Meter:
         self._nvml: bool | None = None
         #: metric "auto": the step's process tree has had a child at some reading, so PSS is read too
         self.children_seen = False
+        #: the tree had more than one process at some reading (the allocator figure is ours only)
+        self.tree_seen = False
+        self.native = _native.AllocatorSeries(enabled=allocator_evidence)
         self._pss_readable = True
 
     def _host(self, *, extra: bool = False) -> tuple[int, tuple[int, ...], int | None]:
@@ -276,7 +282,8 @@ class _Meter:
             self.trim_available = self._malloc_trim()
         value, pids, pss = self._host(extra=True)
         allocated, nvml = self.gpu_bytes(pids)
-        row: dict[str, Any] = {}
+        self.tree_seen = self.tree_seen or len(pids) > 1
+        row: dict[str, Any] = {_native.KEY: self.native.read()}
         if self.metric == "auto" and pss is not None:
             row["pss_bytes"] = pss
         return row | {
@@ -336,7 +343,7 @@ class _Counts:
         self.points: list[_evidence.CountPoint] = []
         self.cost_s = 0.0
         self.step_time_since = 0.0
-        self.steps_seen = 0
+        self.steps_seen_s = 0.0
         self.fallback = ""
         self.support: _evidence.CountSupport | None = None
         self.objects_at_last = 0
@@ -351,7 +358,7 @@ class _Counts:
     def maybe_take(
         self,
         iterations: int,
-        step_times: list[float],
+        step_times: StepTimes,
         budget_s: float,
         dense_left_s: float | None = None,
     ) -> float:
@@ -364,8 +371,8 @@ class _Counts:
         a note. Returns what the census took (0 when none was taken)."""
         if not self.enabled or self.fallback:
             return 0.0
-        self.step_time_since += sum(step_times[self.steps_seen :])
-        self.steps_seen = len(step_times)
+        self.step_time_since += step_times.total_s - self.steps_seen_s
+        self.steps_seen_s = step_times.total_s
         self.readings_since += 1
         if dense_left_s is not None and self.points:
             # reading call by call: censuses spread over the phase's own budget; one it cannot pay
@@ -451,7 +458,7 @@ class _Counts:
     def finish(self, loop: _Loop, alpha: float, key: str) -> None:
         """A last census, and what all the censuses say together."""
         elapsed = time.perf_counter() - loop.start
-        self.take_final(loop.iterations, sum(loop.step_times), elapsed)
+        self.take_final(loop.iterations, loop.step_times.total_s, elapsed)
         series = loop.series
         if self.enabled and not self.fallback:
             self.look(series, alpha, key)
@@ -460,6 +467,11 @@ class _Counts:
         if not self.points:
             return None
         return _evidence.evidence_dict(self.support, self.fallback, self.points)
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    """A reading's row as the check keeps it: the dict, its values and its slot in the series."""
+    return sys.getsizeof(row) + sum(sys.getsizeof(v) for v in row.values()) + 8
 
 
 class _Loop(LoopBase):
@@ -481,7 +493,7 @@ class _Loop(LoopBase):
         super().__init__(config, progress, [])
         self.call = call
         self.isolated, self.on_reading = isolated, on_reading
-        self.meter = _Meter(config.metric, config.trim)
+        self.meter = _Meter(config.metric, config.trim, config.allocator_evidence)
         self.probe = (
             TracemallocProbe(full_stack=config.tracemalloc_full_stack) if config.tracemalloc else None
         )
@@ -490,6 +502,7 @@ class _Loop(LoopBase):
         #: reading after every call while counts may give evidence soon (``_plan.dense_next``)
         self.dense = _plan.dense_next(config, iterations=0, rising=True, spent_s=0.0, budget_s=0.0)
         self.dense_spent = 0.0
+        self.native_support: _native.NativeSupport | None = None
 
     # -- calls and readings ------------------------------------------------------------------
 
@@ -546,6 +559,7 @@ class _Loop(LoopBase):
         budget = self.budget_s()
         left = _plan.DENSE_SHARE * budget - self.dense_spent if self.dense else None
         census_s = self.counts.maybe_take(self.iterations, self.step_times, budget, left)
+        self.meter.native.settle(collect=census_s > 0, row_bytes=_row_bytes(row))
         if self.dense:
             self.dense_spent += self.measure_cost + census_s
 
@@ -562,7 +576,7 @@ class _Loop(LoopBase):
         self.dense = _plan.dense_next(
             self.config,
             iterations=self.iterations,
-            rising=self.counts.rising(),
+            rising=self.counts.rising() or _native.rising(self.series),
             spent_s=self.dense_spent,
             budget_s=self.budget_s(),
         )
@@ -585,6 +599,7 @@ class _Loop(LoopBase):
             elapsed_s=time.perf_counter() - self.start,
             looks_done=looks_done,
             calls_per_measurement=k,
+            bookkeeping_bytes_per_reading=self.meter.native.bookkeeping_per_reading(),
         )
         if self.probe is not None and not looks_done:
             self.probe.mark(self.iterations)
@@ -595,7 +610,38 @@ class _Loop(LoopBase):
         return _plan.host_key(self.config, self.series, self.meter.children_seen, final)
 
     def count_support(self, key: str) -> bool:
-        return self.plan is not None and self.counts.look(self.series, self.plan.alpha_per_look, key)
+        """Exact evidence at this look: rising counts of some kind, or rising bytes in use."""
+        if self.plan is None:
+            return False
+        counted = self.counts.look(self.series, self.plan.alpha_per_look, key)
+        native = _native.support(
+            self.series, alpha=self.plan.alpha_per_look, tolerance=self.plan.tolerance_bytes_per_iter
+        )
+        self.native_support = self.native_unseen(native)
+        return counted or self.native_support.supports
+
+    def native_unseen(self, native: _native.NativeSupport) -> _native.NativeSupport:
+        """``native``, or its status ``"visible"`` when the census can see what holds the rise: at
+        least :data:`_native.VISIBLE_SHARE` of it is the exact bytes of kinds that rose (a bounded
+        cache of arrays), so the counts' own rules and fill allowances decide. With the census off or dropped, or
+        fewer than 2 censuses by this look (a census of seconds on a loaded Keras-TF process),
+        bytes in use stand alone, as nothing can tell."""
+        counts = self.counts
+        if not native.supports or not counts.enabled or counts.fallback:
+            return native
+        if len(counts.points) < 2 or counts.support is None:
+            return native
+        if _native.visible_share(native, counts.support.kinds) >= _native.VISIBLE_SHARE:
+            return dataclasses.replace(native, status="visible")
+        return native
+
+    def flat_support(self) -> bool:
+        """The censuses (at least 3, over at least 8 calls) found nothing that could hold memory
+        rising, and bytes in use are read in this process alone (no child processes)."""
+        support, points = self.counts.support, self.counts.points
+        if support is None or not support.found_nothing or self.counts.fallback or self.meter.tree_seen:
+            return False
+        return len(points) >= 3 and points[-1].iteration - points[0].iteration >= 8
 
     # -- the end -------------------------------------------------------------------------------
 
@@ -636,12 +682,33 @@ class _Loop(LoopBase):
             logger.warning("holder search failed: %s", err)
         return growth, hints
 
-    def counts_reason(self, verdict: Verdict) -> str:
-        """What the counts add to the reason of a leak: that they allowed it before the warm-up
-        gate, that they found nothing (memory alone), or that they were left out."""
-        counts = self.counts
-        if verdict is not Verdict.LEAK or not counts.enabled:
+    def native_reason(self) -> str:
+        """When bytes in use (and not counts) let a leak through before the warm-up wait: say so."""
+        native, look, support = self.native_support, self.last_look, self.counts.support
+        if native is None or not native.supports or look is None or self.iterations >= look.leak_gate:
             return ""
+        if support is not None and support.supports and not self.counts.fallback:
+            return ""
+        name = self.meter.native.probe.name if self.meter.native.probe else "?"
+        return (
+            f"; called before the {look.leak_gate}-call warm-up wait on allocator evidence: "
+            f"{_native.support_text(native, name)}, and RSS agrees"
+        )
+
+    def counts_reason(self, verdict: Verdict) -> str:
+        """What exact evidence adds to the reason of a leak: that bytes in use or counts allowed it
+        before the warm-up gate, that counts found nothing (memory alone), or were left out."""
+        counts = self.counts
+        if verdict is not Verdict.LEAK:
+            return ""
+        native = self.native_reason()
+        if native and counts.support is not None and counts.support.found_nothing and not counts.fallback:
+            native += (
+                "; counts found no growing kind of Python-visible object: the growth is in native "
+                "memory (e.g. held by a C extension)"
+            )
+        if native or not counts.enabled:
+            return native + (f"; {counts.fallback}" if counts.fallback else "")
         if counts.fallback:
             return f"; {counts.fallback}"
         support = counts.support
@@ -669,6 +736,8 @@ class _Loop(LoopBase):
             iterations=self.iterations,
             readings=len(series),
             step_times=self.step_times,
+            elapsed_s=elapsed,
+            tolerance=tolerance,
         )
         self.counts.finish(self, alpha, self.host_key(True))
         reason += self.counts_reason(verdict)
@@ -707,12 +776,21 @@ def _build_report(
         else (loop.config.calls_per_measurement or 1),
         tolerance_bytes_per_iter=float(tolerance),
         elapsed_s=elapsed,
-        step_time_s=float(np.median(loop.step_times)) if loop.step_times else None,
+        step_time_s=loop.step_times.median() if loop.step_times else None,
         series=tuple(series),
         growth_by_kind=growth,
         hints=hints,
         gpu=gpu,
         retention=_retention(series, warm, alpha, tolerance, decision),
+        allocator=_native.report_dict(
+            loop.meter.native,
+            series,
+            warm_iter=slopes["warmup_iterations"],
+            rss_slope=slopes["slope_bytes_per_iter"],
+            tolerance=tolerance,
+            last=loop.native_support,
+            children=loop.meter.tree_seen,
+        ),
         error=loop.error,
         isolated=loop.isolated,
         counts=loop.counts.report(),

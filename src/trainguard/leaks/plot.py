@@ -98,6 +98,15 @@ def plot_report(report: Any, path: str) -> str:
             ax.axvline(report.warmup_iterations, color="orange", ls="--", label="end of warm-up")
         if report.slope_bytes_per_iter is not None and xs:
             _slope_and_band(ax, report, xs, ys, scale)
+        in_use = [
+            (r["iteration"], r["allocated_bytes"] / scale) for r in report.series if r.get("allocated_bytes")
+        ]
+        if in_use:
+            # bytes in use sit far below RSS (the interpreter, pymalloc's arenas): their own axis,
+            # in the same unit, so their slope reads against the RSS slope
+            twin = ax.twinx()
+            twin.plot(*zip(*in_use, strict=False), "s-", ms=2, lw=1, color="purple", alpha=0.7)
+            twin.set_ylabel(f"C allocator bytes in use ({unit})", color="purple")
         ax.set_xlabel("iteration")
         ax.set_ylabel(unit)
         ax.set_title(f"leakcheck: {report.verdict.value}")

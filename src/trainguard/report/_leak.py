@@ -208,6 +208,10 @@ def render_leak(report: Any, *, title: str | None = None) -> str:
     retention = d.get("retention")
     if isinstance(retention, dict) and (retention.get("note") or retention.get("text")):
         extras += f"<h3>Allocator</h3><p>{text(retention.get('note') or retention.get('text'))}</p>"
+    alloc = d.get("allocator")
+    if isinstance(alloc, dict) and (alloc.get("text") or alloc.get("note")):
+        lines = [line for line in (alloc.get("text"), alloc.get("note")) if line]
+        extras += "<h3>Bytes in use (C allocator)</h3>" + "".join(f"<p>{text(line)}</p>" for line in lines)
     err = d.get("error")
     if isinstance(err, dict) and err:
         extras += (
