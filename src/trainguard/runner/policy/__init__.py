@@ -171,7 +171,8 @@ class Policy:
             predicted interval lies wholly over ``memory_limit`` is not started
             (``predicted_over_limit``), with ``on_oom`` it starts at a size predicted to fit, and
             under a ``memory_budget`` each trial is admitted by its own predicted peak, the largest
-            that fits first. False: peaks are still predicted and recorded, never acted on.
+            that fits first. The model is fitted only where it can decide (a memory limit, an ``on_oom``
+            rule or a budget). False: no model.
 
     Raises:
         ConfigError: a value out of range or of the wrong kind (UnitError for a bad size or duration).

@@ -292,7 +292,7 @@ class Session:
         for index, params in recorder.unfinished(self.params):
             self._queue.append(Attempt(index, params, attempts_by_index.get(index, 0) + 1, 1))
         self.stages.open()
-        self.predictions.open()
+        self.predictions.open(budgeted=self.pool.planner.budgeted)
 
     def _record_session_start(self) -> None:
         seeds = None
