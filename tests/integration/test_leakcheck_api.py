@@ -177,7 +177,9 @@ def test_pytest_marker_fails_a_leaking_test_and_passes_a_clean_one(pytester: pyt
     out = result.stdout.str()
     failure = out[out.index("test_leaks ___") : out.index("short test summary")]
     assert "pluggy" not in failure and "_hooks.py" not in failure and "hookwrapper" not in failure
-    assert failure.count("\n") < 30, failure
+    # one failing test's section is its report: a dozen lines (verdict, growth, counts, bytes in use)
+    first = failure[: failure.index("test_leaks_old_form ___")]
+    assert first.count("\n") < 20, first
 
 
 def test_plugin_imports_nothing_heavy() -> None:
