@@ -251,7 +251,7 @@ def test_bad_input_function_or_data_that_cannot_be_shipped(cluster, tmp_path):
 
 def test_bad_input_ray_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(MissingDependencyError, match=r"pip install 'trainguard\[ray\]'"):
+    with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[ray\]'"):
         Runner(backend="ray", store=None)
 
 

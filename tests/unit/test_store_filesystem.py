@@ -64,3 +64,26 @@ def test_bad_input_wal_on_a_network_filesystem_is_refused_in_one_line(tmp_path, 
     assert not (tmp_path / "runs.db").exists()
     with pytest.raises(ConfigError, match="journal='fast' is not a journal mode"):
         Store(tmp_path / "runs.db", journal="fast")
+
+
+def test_a_reader_waits_for_a_store_a_run_is_creating(tmp_path):
+    """The file SQLite creates is empty until the creating run writes its first page: a reader
+    (``show`` while a run starts) waits for it instead of calling it junk."""
+    import threading
+
+    db = tmp_path / "s.db"
+    db.touch()  # what a run's first connect leaves before its schema
+
+    def create() -> None:
+        with Store(db) as store:
+            store.begin_run("r", "m:f", [{"x": 0}], {})
+
+    timer = threading.Timer(0.3, create)
+    timer.start()
+    try:
+        with Store(db, readonly=True):  # before the fix: "is an empty file, not a trainguard store"
+            pass
+    finally:
+        timer.join()
+    with Store(db, readonly=True) as store:
+        assert store.get_run("r") is not None

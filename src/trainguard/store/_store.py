@@ -66,6 +66,26 @@ logger = logging.getLogger(__name__)
 DEFAULT_STORE = "trainguard.db"
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
+# how long a reader waits for an empty store file to gain its first page (a run creating it)
+_EMPTY_STORE_WAIT_S = 2.0
+
+
+def _read_header(path: Path, shown: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(_SQLITE_HEADER))
+    except OSError as err:
+        raise StoreError(
+            f"cannot read store {shown}: {err.strerror}: fix its permissions or pass another --store",
+            path=shown,
+        ) from err
+
+
+def _wal_has_commits(path: Path) -> bool:
+    try:
+        return os.path.getsize(f"{path}-wal") > 0
+    except OSError:
+        return False
 
 
 def _json_path_of_bad_value(value: Any, path: str) -> tuple[str, str] | None:
@@ -296,21 +316,27 @@ class Store(PeakRows):
             if path.exists() and not os.access(path, os.W_OK):
                 raise StoreError(self._not_writable_message(), path=shown)
         if path.exists():
-            try:
-                with open(path, "rb") as handle:
-                    header = handle.read(len(_SQLITE_HEADER))
-            except OSError as err:
-                raise StoreError(
-                    f"cannot read store {shown}: {err.strerror}: fix its permissions or pass another --store",
-                    path=shown,
-                ) from err
+            self._check_header()
+
+    def _check_header(self) -> None:
+        """A file that is there must be SQLite; an empty one only while a run is creating it.
+
+        In WAL mode the schema a new run writes sits in the ``-wal`` file until a checkpoint, so
+        the main file stays empty for a while: a reader then is not looking at junk."""
+        path, shown = self._path, self._shown
+        deadline = time.monotonic() + (_EMPTY_STORE_WAIT_S if self._readonly else 0.0)
+        while True:
+            header = _read_header(path, shown)
             if header and header != _SQLITE_HEADER:
                 raise StoreError(self._not_sqlite_message(), path=shown)
-            if not header and self._readonly:
+            if header or not self._readonly or _wal_has_commits(path):
+                return
+            if time.monotonic() >= deadline:
                 raise StoreError(
                     f"store {shown} is an empty file, not a trainguard store: pass the store you ran with (--store)",
                     path=shown,
                 )
+            time.sleep(0.05)
 
     def _choose_journal(self, journal: str) -> str:
         """WAL on a local disk, the rollback journal on a network filesystem (see ``_fs``)."""
