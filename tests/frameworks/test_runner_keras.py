@@ -50,11 +50,14 @@ def test_recycling_keeps_keras_tf_memory_flat(tmp_path):
     # the leak is real here (several MiB per fit) ...
     assert naive_slope > 2 * MiB
     assert len(naive_workers) == 1
-    # ... and recycling by the predictive budget removes most of it
+    # ... and recycling by the predictive budget bounds it: the peaks stay within the budget
+    # (5 % over the first trial's) give or take two trials' growth, wherever the recycles fall.
+    # (A slope over 8 trials is not the measure: one recycle in the middle leaves a saw-tooth
+    # whose median pairwise slope is still the leak's.)
     recycled = [w for w in guarded_workers if w.reason == "recycled"]
     assert recycled and {w.detail["rule"] for w in recycled} <= {"predictive_budget"}
-    assert guarded_slope < 0.5 * naive_slope
     assert max(guarded_peaks) <= 1.05 * guarded_peaks[0] + 2 * naive_slope
+    assert max(guarded_peaks) - guarded_peaks[0] < max(naive_peaks) - naive_peaks[0]
     assert max(guarded_peaks) < max(naive_peaks)
 
 

@@ -77,7 +77,9 @@ def test_trials_predicted_over_the_limit_are_not_started(tmp_path: Path, capsys)
     assert "seed" in models[-1]["ignored"] and "seed" not in models[-1]["features"]
     # a later runner on the same store answers for params not yet run
     answer = Runner(workers=1, store=store).predict_peak(FN, {"width": 256, "batch_size": 256, "seed": 0})
-    assert answer.known and answer.low_bytes > 1.5e9
+    # (width 256 x batch 256 is 2 GiB of activations, four times what any trial that fit held: an
+    # extrapolation whose low end must say "over the limit", by a margin the fit's noise keeps)
+    assert answer.known and answer.low_bytes > 2 * 460e6, answer
 
 
 @pytest.mark.slow

@@ -325,10 +325,12 @@ def run_loop(
         return loop.run()
     finally:
         gc.unfreeze()
-        if watch is not None:
-            watch.release()
+        if loop.counts.watch is not None:
+            loop.counts.watch.release()
 
 
+#: Objects a first call must make for them to join the frozen baseline (see ``_Counts.rebaseline``).
+REBASELINE_OBJECTS = 100_000
 #: Census points kept at most (thinned by half beyond it, first and last kept).
 _MAX_CENSUS_POINTS = 32
 
@@ -393,6 +395,25 @@ class _Counts:
         if self.fallback or (self.points and predicted > _evidence.CENSUS_SHARE * self.step_time_since):
             return 0.0
         return self.take(iterations)
+
+    def rebaseline(self) -> None:
+        """After a first call that made ``REBASELINE_OBJECTS`` objects or more (a framework
+        imported on first use: TensorFlow and Keras are hundreds of thousands), what it made joins
+        the frozen baseline, so that each census walks what later calls made and not the framework
+        itself (a Keras census fell from about 1 s to a quarter of that). Containers it made are
+        watched from here; earlier censuses, of another baseline, are dropped. A smaller first
+        call keeps the baseline from before it: an object it made and later calls change in place
+        (``total += loss`` on a tensor) would be frozen out of every census."""
+        if not self.enabled or self.watch is None or len(gc.get_objects()) < REBASELINE_OBJECTS:
+            return
+        self.watch.release()
+        gc.unfreeze()  # the watch finds names with gc.get_referrers, blind to the frozen generation
+        gc.collect()
+        self.watch = _evidence.ContainerWatch()
+        gc.freeze()
+        self.points.clear()
+        self.cost_s = 0.0
+        self.objects_at_last = self.objects_now = 0
 
     def rising(self) -> bool:
         """Whether reading call by call may still let counts speak (see ``_plan.dense_next``)."""
@@ -499,6 +520,7 @@ class _Loop(LoopBase):
         )
         self.measure_costs: list[float] = []
         self.counts = _Counts(config.attribution, watch)
+        self.rebased = False  # whether the first call's objects joined the frozen baseline
         #: reading after every call while counts may give evidence soon (``_plan.dense_next``)
         self.dense = _plan.dense_next(config, iterations=0, rising=True, spent_s=0.0, budget_s=0.0)
         self.dense_spent = 0.0
@@ -556,6 +578,9 @@ class _Loop(LoopBase):
         self.series.append(row)
         if self.on_reading is not None:
             self.on_reading(row)
+        if self.iterations >= 1 and not self.rebased:
+            self.rebased = True
+            self.counts.rebaseline()
         budget = self.budget_s()
         left = _plan.DENSE_SHARE * budget - self.dense_spent if self.dense else None
         census_s = self.counts.maybe_take(self.iterations, self.step_times, budget, left)
