@@ -151,3 +151,20 @@ def ramp_or_base(params):
         return ramp(params)
     _barrier(params)
     return base_and_leak(params)
+
+
+def channel(params):
+    """What the worker's two channel ends are (``sys.argv[1:3]``): sockets or pipes (POSIX)."""
+    import stat
+
+    if sys.platform == "win32":  # socket handles, not CRT fds: fstat cannot tell
+        return {"kinds": None, "pid": os.getpid(), "payload": "a" * params.get("size", 0)}
+    kinds = ["socket" if stat.S_ISSOCK(os.fstat(int(a)).st_mode) else "pipe" for a in sys.argv[1:3]]
+    return {"kinds": kinds, "pid": os.getpid(), "payload": "a" * params.get("size", 0)}
+
+
+def pid_then_sleep(params):
+    """Write this worker's pid to ``pid_file``, then sleep ``sleep_s`` (a trial to orphan)."""
+    Path(params["pid_file"]).write_text(str(os.getpid()))
+    time.sleep(params.get("sleep_s", 60))
+    return {"pid": os.getpid()}

@@ -35,7 +35,8 @@ def ref(name: str) -> str:
 #: the runner's kill, timeout, crash and resume tests run under the Linux tier and again under the
 #: portable one (psutil and a process group only: what macOS gets), marked ``portable`` for the
 #: hosted CI's macOS and Windows jobs
-#: (on Windows the worker's start passes its pipes as POSIX fds, not yet as handles: these cannot run there)
+#: (not on Windows: these send POSIX signals and read /proc; the Windows start has its own test,
+#: tests/integration/test_worker_sockets.py)
 TIERS = pytest.mark.parametrize(
     "tier",
     [
@@ -45,7 +46,7 @@ TIERS = pytest.mark.parametrize(
             marks=[
                 pytest.mark.portable,
                 pytest.mark.skipif(
-                    sys.platform == "win32", reason="the worker's start is not ported to Windows"
+                    sys.platform == "win32", reason="POSIX signals and /proc: see test_worker_sockets.py"
                 ),
             ],
         ),

@@ -44,7 +44,7 @@ def kernel():
             client.execute_cell(nb.cells[index], index)
             return nb.cells[index].outputs
 
-        run("%load_ext trainguard\nimport json, os, psutil\nx = 5")
+        run("%load_ext trainguard\nimport json, os, psutil\nx = 5\nKERNEL_PID = os.getpid()")
         yield run, client
 
 
@@ -156,3 +156,26 @@ def test_names_that_cannot_come_back_are_named_and_the_rest_come_back(kernel):
     # a function that came back goes out again by value
     run("%%trainguard\ntwice = double(kept[1])")
     assert _value(run, "twice") == 4
+
+
+def _results(outputs: list[dict]) -> list[dict]:
+    return [o for o in outputs if o["output_type"] == "execute_result"]
+
+
+def test_the_cells_last_expression_is_its_out(kernel):
+    run, _ = kernel
+    outputs = run("%%trainguard\nshown = x * 2\n{'twice': shown, 'pid_differs': os.getpid() != KERNEL_PID}")
+    [result] = _results(outputs)
+    assert result["data"]["text/plain"] == "{'twice': 10, 'pid_differs': True}", outputs
+    assert result["execution_count"] is not None  # Out[n], as a cell's value is shown
+    assert _value(run, "[_, shown]") == [{"twice": 10, "pid_differs": True}, 10]  # `_` is it
+    assert _results(run("%%trainguard\nx * 3;")) == []  # a trailing ; hides it, as IPython does
+    # the value of a name that comes back is that name's object; a value that cannot come back
+    # is shown by its repr in the worker, with one line saying so
+    run("%%trainguard\nrows = [1, 2]\nrows")
+    assert _value(run, "_ is rows") is True
+    outputs = run("%%trainguard\nimport threading\nthreading.Lock()")
+    [result] = _results(outputs)
+    assert "unlocked _thread.lock object" in result["data"]["text/plain"], outputs
+    note = _text(outputs, "stderr")
+    assert note.count("\n") == 1 and "stayed in the worker" in note and "repr" in note, outputs

@@ -12,7 +12,7 @@ from trainguard.guarded._function import IsolatedFunction, isolated, make_policy
 from trainguard.guarded._pool import BaseJob, CallPool
 from trainguard.guarded._send import off_cpu, pickle_inputs, why_unsendable
 from trainguard.guarded._slot import BaseSlot, describe
-from trainguard.guarded._wire import recv_json, send_json
+from trainguard.guarded._wire import bridge_family, recv_json, send_json
 
 __all__ = [
     "BaseJob",
@@ -25,6 +25,7 @@ __all__ = [
     "isolated",
     "off_cpu",
     "pickle_inputs",
+    "bridge_family",
     "recv_json",
     "send_json",
     "why_unsendable",

@@ -25,10 +25,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from trainguard.exceptions import ConfigError
+from trainguard.guarded._wire import bridge_family
 
 __all__ = ["BaseJob", "CallPool"]
 
@@ -143,9 +144,12 @@ class CallPool:
     def _start(self) -> None:
         self._dir = tempfile.mkdtemp(prefix="trainguard-bridge-")
         os.chmod(self._dir, 0o700)
-        address = os.path.join(self._dir, "bridge")
+        family = bridge_family()
+        # a named pipe (Windows) gets a random name of multiprocessing's own
+        address: str | None = os.path.join(self._dir, "bridge") if family == "AF_UNIX" else None
         authkey = os.urandom(32)
-        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        self._listener = Listener(address, family=family, authkey=authkey)
+        address = str(self._listener.address)
         self._slot_fn = self._make_slot(address, authkey)
         for target, name in ((self._accept_loop, "listener"), (self._drive, "driver")):
             thread = threading.Thread(target=target, name=f"trainguard-pool-{name}", daemon=True)
@@ -185,12 +189,7 @@ class CallPool:
         if self._listener is not None:
             # a thread blocked in accept() is not woken by close() on Linux: connect once (the
             # authkey challenge fails, and the loop sees the pool closed), then close
-            try:
-                with socket.socket(socket.AF_UNIX) as wake:
-                    wake.settimeout(2.0)
-                    wake.connect(self._listener.address)
-            except OSError:
-                pass
+            _wake(self._listener.address)
             self._threads[0].join(5.0)
             try:
                 self._listener.close()
@@ -319,3 +318,17 @@ class CallPool:
                 del self._assigned[slot]
                 self._pending.appendleft(job)
                 self._cond.notify_all()
+
+
+def _wake(address: str) -> None:
+    """Connect once to the bridge so that a thread blocked in ``accept()`` returns (the authkey
+    challenge fails, and the accept loop sees the pool closed)."""
+    try:
+        if bridge_family() == "AF_UNIX":
+            with socket.socket(socket.AF_UNIX) as wake:
+                wake.settimeout(2.0)
+                wake.connect(address)
+        else:
+            Client(address, family="AF_PIPE").close()  # no authkey: the listener's challenge fails
+    except OSError:
+        pass

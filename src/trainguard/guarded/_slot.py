@@ -19,7 +19,7 @@ import traceback
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from trainguard.guarded._wire import recv_json, send_json
+from trainguard.guarded._wire import bridge_family, recv_json, send_json
 
 __all__ = ["BaseSlot", "CallSlot", "BridgeStream", "unwrap"]
 
@@ -59,7 +59,7 @@ class BaseSlot:
             ) from err
 
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
-        conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+        conn = Client(self.address, family=bridge_family(), authkey=self.authkey)
         try:
             send_json(conn, {"op": "hello", "slot": int(params["slot"]), "pid": os.getpid()})
             message = recv_json(conn)

@@ -14,7 +14,15 @@ import json
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["send_json", "recv_json"]
+__all__ = ["send_json", "recv_json", "bridge_family"]
+
+
+def bridge_family(platform: str | None = None) -> str:
+    """The bridge's ``multiprocessing.connection`` family: a unix socket in a private folder on
+    POSIX, a named pipe on Windows (whose ``multiprocessing`` has no AF_UNIX)."""
+    import sys
+
+    return "AF_PIPE" if (sys.platform if platform is None else platform) == "win32" else "AF_UNIX"
 
 
 def _plain(obj: Any) -> Any:

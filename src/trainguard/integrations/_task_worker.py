@@ -19,7 +19,7 @@ import time
 from multiprocessing.connection import Client
 from typing import Any
 
-from trainguard.guarded import recv_json, send_json
+from trainguard.guarded import bridge_family, recv_json, send_json
 
 __all__ = ["TaskSlot"]
 
@@ -53,7 +53,7 @@ class TaskSlot:
 
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
         slot = int(params["slot"])
-        conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+        conn = Client(self.address, family=bridge_family(), authkey=self.authkey)
         try:
             send_json(conn, {"op": "hello", "slot": slot, "pid": os.getpid()})
             message = recv_json(conn)

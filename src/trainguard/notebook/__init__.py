@@ -11,7 +11,9 @@
 The cell's code runs in a warm worker (the ``@trainguard.isolated`` engine: the Runner's worker,
 limits and recycling). The names it reads are sent by value (cloudpickle), checked one by one
 first; the names it assigns come back into the notebook (one that cannot is named in one line,
-the rest still come back); what it prints streams into the cell while it runs; an error is an
+the rest still come back); a last line that is an expression is the cell's value, shown as
+``Out[n]`` (a trailing ``;`` hides it; a value that cannot come back is shown by its repr in
+the worker, with a one-line note); what it prints streams into the cell while it runs; an error is an
 error of the cell and leaves the notebook's variables as they were. Cells with the same options
 share one warm worker.
 """
@@ -94,10 +96,11 @@ def _make_magics_class() -> Any:
             self._engines: dict[tuple[tuple[str, Any], ...], Any] = {}
 
         @cell_magic
-        def trainguard(self, line: str, cell: str) -> None:
+        def trainguard(self, line: str, cell: str) -> Any:
             from trainguard.notebook._run import run_cell_magic
 
-            run_cell_magic(self.shell, self._engines, line, cell)
+            # the cell's value, as IPython shows a cell's last expression (Out[n], and `_`)
+            return run_cell_magic(self.shell, self._engines, line, cell)
 
     return _TrainguardMagics
 

@@ -3,24 +3,32 @@
 The cell's source runs in a fresh namespace holding the names it reads, as the notebook had them
 (unpickled by value); afterwards each name it assigned (or rebound) is pickled alone, so that one
 that cannot come back (a live model holding a device, an open file) is named and the rest still
-come back. The value returned is ``(values: name -> pickled bytes, not_returned: name -> reason)``.
+come back. When the kernel asks for the cell's value (its last statement is an expression, with no
+trailing ``;``), that expression is evaluated apart, as IPython does, and comes back too.
+
+The value returned is ``(values, not_returned, shown)``: ``values`` name -> pickled bytes,
+``not_returned`` name -> reason, ``shown`` the cell's value (None: nothing to show) as one of
+``{"name": n}`` (the value is the name ``n`` that comes back: it is not sent twice),
+``{"pickled": bytes}``, or ``{"repr": text, "why": reason}`` for a value that cannot be pickled.
 """
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
-__all__ = ["run_cell"]
+__all__ = ["run_cell", "MAX_REPR_CHARS"]
+
+#: the most characters of a worker-side repr sent back for a value that cannot come back
+MAX_REPR_CHARS = 100_000
 
 
 def run_cell(
-    source: str, filename: str, inputs_pickled: bytes, assigned: list[str]
-) -> tuple[dict[str, bytes], dict[str, str]]:
+    source: str, filename: str, inputs_pickled: bytes, assigned: list[str], show_value: bool = False
+) -> tuple[dict[str, bytes], dict[str, str], dict[str, Any] | None]:
     import linecache
 
     import cloudpickle
-
-    from trainguard.guarded import describe
 
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
     inputs: dict[str, Any] = cloudpickle.loads(inputs_pickled)
@@ -28,8 +36,14 @@ def run_cell(
     # tracebacks show the cell's lines
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     sent = {name: id(value) for name, value in inputs.items()}
-    code = compile(source, filename, "exec")
-    exec(code, namespace)  # noqa: S102 - the user's own cell, in the user's own worker
+    tree = ast.parse(source, filename)
+    last = tree.body[-1] if show_value and tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    if last is not None:
+        tree.body.pop()
+    exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - the user's own cell, in the user's own worker
+    value = None
+    if last is not None:
+        value = eval(compile(ast.Expression(last.value), filename, "eval"), namespace)  # noqa: S307
     candidates = [n for n in assigned if n in namespace]
     candidates += [
         n
@@ -39,14 +53,41 @@ def run_cell(
     values: dict[str, bytes] = {}
     not_returned: dict[str, str] = {}
     for name in candidates:
-        value = namespace[name]
-        try:
-            values[name] = cloudpickle.dumps(value)
-        except Exception as err:  # noqa: BLE001 - pickling anything can raise anything
-            hint = (
-                "save it to a file"
-                if "model" in type(value).__name__.lower()
-                else "save what you need from it"
-            )
-            not_returned[name] = f"{describe(value)}; {hint} ({type(err).__name__}: {str(err)[:120]})"
-    return values, not_returned
+        reason = _pickle_into(values, name, namespace[name])
+        if reason is not None:
+            not_returned[name] = reason
+    shown = None if last is None or value is None else _shown(last.value, value, values)
+    return values, not_returned, shown
+
+
+def _pickle_into(values: dict[str, bytes], name: str, value: Any) -> str | None:
+    """Pickle ``value`` into ``values[name]``; the reason it cannot come back, if it cannot."""
+    import cloudpickle
+
+    from trainguard.guarded import describe
+
+    try:
+        values[name] = cloudpickle.dumps(value)
+    except Exception as err:  # noqa: BLE001 - pickling anything can raise anything
+        hint = (
+            "save it to a file" if "model" in type(value).__name__.lower() else "save what you need from it"
+        )
+        return f"{describe(value)}; {hint} ({type(err).__name__}: {str(err)[:120]})"
+    return None
+
+
+def _shown(expr: ast.expr, value: Any, values: dict[str, bytes]) -> dict[str, Any]:
+    """The cell's value as it travels: by the name it also comes back as, pickled, or its repr."""
+    if isinstance(expr, ast.Name) and expr.id in values:
+        return {"name": expr.id}  # `model_summary` as the last line: one copy, and `_ is model_summary`
+    box: dict[str, bytes] = {}
+    reason = _pickle_into(box, "value", value)
+    if reason is None:
+        return {"pickled": box["value"]}
+    try:
+        text = repr(value)
+    except Exception as err:  # noqa: BLE001 - a repr that raises still leaves the cell's result
+        text = f"<{type(value).__qualname__} object; its repr raised {type(err).__name__}: {err}>"
+    if len(text) > MAX_REPR_CHARS:
+        text = text[:MAX_REPR_CHARS] + f"... ({len(text) - MAX_REPR_CHARS} more characters)"
+    return {"repr": text, "why": reason}

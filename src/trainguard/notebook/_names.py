@@ -89,3 +89,28 @@ def cell_names(tree: ast.AST) -> tuple[set[str], list[str]]:
 
 def is_builtin(name: str) -> bool:
     return hasattr(builtins, name)
+
+
+def shows_last_value(source: str, tree: ast.Module) -> bool:
+    """Whether IPython would show the cell's value (``Out[n]``): its last statement is an
+    expression and the cell does not end with ``;`` (IPython's own test: the last token)."""
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+        return False
+    return not ends_with_semicolon(source)
+
+
+def ends_with_semicolon(source: str) -> bool:
+    """Whether the last token of ``source`` (comments and line ends aside) is ``;``."""
+    import io
+    import tokenize
+
+    skipped = (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.DEDENT)
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    for token in reversed(tokens):
+        if token.type in skipped:
+            continue
+        return token.type == tokenize.OP and token.string == ";"
+    return False

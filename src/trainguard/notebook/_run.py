@@ -47,12 +47,13 @@ def _fail(message: str) -> None:
     raise UsageError(message)
 
 
-def run_cell_magic(shell: Any, engines: dict[tuple[tuple[str, Any], ...], Any], line: str, cell: str) -> None:
+def run_cell_magic(shell: Any, engines: dict[tuple[tuple[str, Any], ...], Any], line: str, cell: str) -> Any:
+    """Run ``cell`` in its guarded worker; the cell's value (IPython shows it as ``Out[n]``), or None."""
     import cloudpickle
 
     from trainguard.guarded import pickle_inputs
     from trainguard.notebook import parse_options
-    from trainguard.notebook._names import cell_names
+    from trainguard.notebook._names import cell_names, shows_last_value
 
     try:
         options = parse_options(line)
@@ -63,7 +64,7 @@ def run_cell_magic(shell: Any, engines: dict[tuple[tuple[str, Any], ...], Any], 
         tree = ast.parse(source)
     except SyntaxError:
         shell.showsyntaxerror()
-        return
+        return None
     read, assigned = cell_names(tree)
     user_ns = shell.user_ns
     inputs = {name: user_ns[name] for name in sorted(read) if name in user_ns}
@@ -73,14 +74,16 @@ def run_cell_magic(shell: Any, engines: dict[tuple[tuple[str, Any], ...], Any], 
     except ConfigError as err:
         _fail(str(err))
     filename = f"<trainguard cell {shell.execution_count}>"
-    payload = cloudpickle.dumps(((source, filename, inputs_pickled, assigned), {}))
+    show_value = shows_last_value(source, tree)
+    payload = cloudpickle.dumps(((source, filename, inputs_pickled, assigned, show_value), {}))
     try:
-        values, not_returned = engine.call(payload)
+        values, not_returned, shown = engine.call(payload)
     except Exception as err:  # noqa: BLE001
         # the cell's own exception as the same type, or the worker killed (memory, timeout) or
         # crashed: the cell fails with it, and the notebook's variables are as they were
         raise err.with_traceback(None) from None
     _bring_back(user_ns, values, not_returned)
+    return cell_value(user_ns, shown)
 
 
 def _bring_back(user_ns: dict[str, Any], values: dict[str, bytes], not_returned: dict[str, str]) -> None:
@@ -94,3 +97,43 @@ def _bring_back(user_ns: dict[str, Any], values: dict[str, bytes], not_returned:
     if not_returned:
         listed = "; ".join(f"{name} ({why})" for name, why in not_returned.items())
         print(f"not returned: {listed}", file=sys.stderr)
+
+
+class WorkerRepr:
+    """A cell's value that could not come back, shown by the repr the worker computed."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.text)
+
+
+def cell_value(user_ns: dict[str, Any], shown: dict[str, Any] | None) -> Any:
+    """The cell's value in the notebook from what the worker sent (see ``_cell``); a value that
+    cannot be had is said in one line on stderr, and a repr stands in for one that could not come."""
+    import cloudpickle
+
+    if shown is None:
+        return None
+    if "name" in shown:
+        return user_ns.get(shown["name"])  # None (nothing shown) when the name could not be rebuilt
+    if "pickled" in shown:
+        try:
+            return cloudpickle.loads(shown["pickled"])
+        except Exception as err:  # noqa: BLE001 - a class the kernel cannot import, say
+            print(
+                f"the cell's value cannot be rebuilt in the notebook ({type(err).__name__}: {err})",
+                file=sys.stderr,
+            )
+            return None
+    print(
+        f"the cell's value stayed in the worker ({shown.get('why')}): shown by its repr there",
+        file=sys.stderr,
+    )
+    return WorkerRepr(str(shown.get("repr")))

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -77,8 +78,11 @@ def encode_message(msg: dict[str, Any]) -> bytes:
     return len(data).to_bytes(_HEADER, "big") + data
 
 
-def write_message(fd: int, msg: dict[str, Any]) -> None:
-    """Worker side: write one whole message (blocking)."""
+def write_message(fd: int | socket.socket, msg: dict[str, Any]) -> None:
+    """Worker side: write one whole message (blocking) on the pipe's fd, or the channel's socket."""
+    if isinstance(fd, socket.socket):
+        fd.sendall(encode_message(msg))
+        return
     view = memoryview(encode_message(msg))
     while view:
         written = os.write(fd, view)
@@ -169,13 +173,19 @@ def parse_message(data: bytes) -> dict[str, Any]:
 class MessageReader:
     """Supervisor side of the worker -> supervisor pipe: non-blocking, framed, size-capped.
 
-    ``fileno()`` makes it usable with ``multiprocessing.connection.wait``.
+    ``fileno()`` makes it usable with ``multiprocessing.connection.wait``. It reads a pipe's fd,
+    or a socket (the channel on Windows, where ``wait`` takes socket handles, not fds).
     """
 
-    __slots__ = ("_fd", "_buf", "max_bytes", "closed")
+    __slots__ = ("_fd", "_sock", "_buf", "max_bytes", "closed")
 
-    def __init__(self, fd: int, max_bytes: int) -> None:
-        os.set_blocking(fd, False)
+    def __init__(self, fd: int | socket.socket, max_bytes: int) -> None:
+        self._sock = fd if isinstance(fd, socket.socket) else None
+        if isinstance(fd, socket.socket):
+            fd.setblocking(False)
+            fd = fd.fileno()
+        else:
+            os.set_blocking(fd, False)
         self._fd = fd
         self._buf = bytearray()
         self.max_bytes = max_bytes
@@ -198,8 +208,11 @@ class MessageReader:
             try:
                 # a pipe gives at most its capacity (64 KiB) a read; a larger buffer would only cost
                 # an mmap and an munmap per read (glibc's threshold is 128 KiB)
-                chunk = os.read(self._fd, _CHUNK)
+                chunk = os.read(self._fd, _CHUNK) if self._sock is None else self._sock.recv(_CHUNK)
             except BlockingIOError:
+                break
+            except ConnectionResetError:
+                eof = True  # a socket whose worker was killed (Windows resets its connections)
                 break
             except InterruptedError:
                 continue
@@ -233,7 +246,10 @@ class MessageReader:
         self.closed = True
         self._buf = bytearray()
         try:
-            os.close(self._fd)
+            if self._sock is not None:
+                self._sock.close()
+            else:
+                os.close(self._fd)
         except OSError:
             pass
 

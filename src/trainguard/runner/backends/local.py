@@ -19,6 +19,7 @@ from trainguard.exceptions import ConfigError
 from trainguard.frameworks import min_log_level, replay_capture
 from trainguard.process import ProcessTree, TreeCgroup, popen_options, resolve_tracking, tier_tree
 from trainguard.process.oom_score import raise_oom_score
+from trainguard.runner._channel import SocketPair, inherit_options, make_channel, resolve_channel
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
 from trainguard.runner.policy import EndCause, KillDecision, classify_end
@@ -66,7 +67,7 @@ class LocalWorker(BaseWorker):
         self,
         spec: WorkerSpec,
         proc: subprocess.Popen[bytes],
-        pipes: PipePair,
+        pipes: PipePair | SocketPair,
         cgroup: TreeCgroup | None,
         started_wall: float,
     ) -> None:
@@ -197,9 +198,20 @@ class LocalWorker(BaseWorker):
         )
 
 
-def start_local_worker(spec: WorkerSpec, *, parent_pid: int | None = None) -> LocalWorker:
-    """Start one worker as a child of this process (its own session and process group)."""
-    pipes = PipePair(spec.max_message_bytes)
+def start_local_worker(
+    spec: WorkerSpec, *, parent_pid: int | None = None, channel: str | None = None
+) -> LocalWorker:
+    """Start one worker as a child of this process (its own session and process group).
+
+    ``channel``: how its two channels reach it (:mod:`trainguard.runner._channel`): None for the
+    platform's (pipes on POSIX, socket pairs on Windows).
+    """
+    channel = resolve_channel(channel)
+    if channel == "sockets" and spec.fn_kind == "node":
+        raise ConfigError(
+            "a Node worker speaks over pipes only (POSIX): its socket channel is not written yet"
+        )
+    pipes = make_channel(channel, spec.max_message_bytes)
     cgroup = _make_cgroup(spec.tree_tracking, spec.worker_id)
     tier = resolve_tracking(spec.tree_tracking)
     env = dict(spec.env)
@@ -210,6 +222,7 @@ def start_local_worker(spec: WorkerSpec, *, parent_pid: int | None = None) -> Lo
             "capture_dir": spec.capture_dir,
             "cgroup": cgroup.path if cgroup is not None else None,
             "tree_tracking": tier,
+            **({"channel": channel} if channel != "pipes" else {}),
         }
     )
     try:
@@ -226,11 +239,11 @@ def start_local_worker(spec: WorkerSpec, *, parent_pid: int | None = None) -> Lo
     started_wall = time.time()
     proc = subprocess.Popen(
         [*program, str(pipes.child_read_fd), str(pipes.child_write_fd)],
-        pass_fds=(pipes.child_read_fd, pipes.child_write_fd),
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=stdout,
-        close_fds=True,
+        # POSIX: pass_fds; Windows: inheritable handles listed in STARTUPINFO (close_fds either way)
+        **inherit_options((pipes.child_read_fd, pipes.child_write_fd)),
         # its own process group: whatever it starts can be killed with it, even after it crashed,
         # and a Ctrl-C at the terminal reaches only the supervisor, which then stops the workers
         # (on Windows: created suspended, put in its Job Object, then resumed)
@@ -251,5 +264,14 @@ class LocalBackend(BaseBackend):
 
     name = "local"
 
+    def __init__(self, channel: str | None = None) -> None:
+        """``channel``: ``"pipes"`` or ``"sockets"``, None for the platform's (sockets on Windows);
+        ``"sockets"`` on POSIX runs the Windows-style channel here (the tests use it).
+
+        Raises:
+            ConfigError: an unknown channel, or ``"pipes"`` on Windows.
+        """
+        self.channel = resolve_channel(channel)
+
     def start(self, spec: WorkerSpec) -> BaseWorker:
-        return start_local_worker(spec)
+        return start_local_worker(spec, channel=self.channel)

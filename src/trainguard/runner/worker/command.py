@@ -293,6 +293,16 @@ def _pump_stderr(stream: Any, tail: deque[str]) -> None:
     StderrPump(tail, FORWARD_CAP_BYTES, lines=_BannerFilter()).pump(stream)
 
 
+def _wait_program(proc: subprocess.Popen[bytes]) -> tuple[int, int | None]:
+    """The program's exit code and peak RSS in bytes. POSIX: ``os.wait4``'s rusage (the exact
+    peak of the program's own process). Windows has no ``wait4``: the exit code alone (the
+    worker's Job Object keeps the tree's peak)."""
+    if sys.platform == "win32":
+        return proc.wait(), None
+    _, status, usage = os.wait4(proc.pid, 0)
+    return os.waitstatus_to_exitcode(status), int(usage.ru_maxrss) * 1024
+
+
 def _write_stdin(stream: Any, data: bytes) -> None:
     try:
         stream.write(data)
@@ -343,9 +353,7 @@ class CommandTrial:
             ]
             for t in threads:
                 t.start()
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            self.last_peak_bytes = int(usage.ru_maxrss) * 1024
+            proc.returncode, self.last_peak_bytes = _wait_program(proc)
             # what the program left running would hold its pipes open and outlive the trial
             for t in threads[1:]:
                 t.join(timeout=1.0)

@@ -18,13 +18,13 @@ import gc
 import json
 import os
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-from trainguard.runner._protocol import WORKER_CONFIG_ENV, child_connections, write_message
+from trainguard.runner._channel import child_ends
+from trainguard.runner._protocol import WORKER_CONFIG_ENV, write_message
 
 #: the process tier this worker runs under ("portable": psutil only, no /proc, no subreaper)
 _TIER = ["auto"]
@@ -46,30 +46,24 @@ def _end_tree_and_exit(code: int) -> None:
         os._exit(code)
 
 
-def _watch_supervisor(inbox_fd: int, parent_pid: int) -> None:
+def _watch_supervisor(inbox_fd: int, parent_pid: int, channel: str = "pipes") -> None:
     """End this worker's whole tree when the supervisor dies, even mid-trial.
 
-    A thread waits for the hang-up of the supervisor's end of the inbox pipe (the kernel closes it
-    when the supervisor dies, SIGKILL included), and checks the parent pid every 0.5 s as well.
-    PR_SET_PDEATHSIG is not used: its SIGKILL would end the worker before it could end its tree.
+    A thread waits for the hang-up of the supervisor's end of the inbox (the OS closes it when the
+    supervisor dies, SIGKILL included: ``select.poll`` on the pipe, or ``select`` and a peek on the
+    socket channel), and checks the parent every 0.5 s as well (its pid on POSIX, a process handle
+    on Windows). PR_SET_PDEATHSIG is not used: its SIGKILL would end the worker before it could end
+    its tree.
     """
+    from trainguard.runner._channel import parent_alive_check, watch_hangup
+
     if os.getppid() != parent_pid:  # the parent died before we got here
         _end_tree_and_exit(70)
-
-    def watch() -> None:
-        import select
-
-        poller = select.poll()
-        poller.register(inbox_fd, 0)  # POLLHUP/POLLERR are always reported; data is not consumed
-        while True:
-            try:
-                events = poller.poll(500)
-            except InterruptedError:
-                continue
-            if events or os.getppid() != parent_pid:
-                _end_tree_and_exit(70)
-
-    threading.Thread(target=watch, name="trainguard-supervisor-watch", daemon=True).start()
+    try:
+        parent_alive = parent_alive_check(parent_pid)
+    except OSError:  # Windows: the parent's handle cannot be opened, it is gone
+        _end_tree_and_exit(70)
+    watch_hangup(channel, inbox_fd, parent_alive, lambda: _end_tree_and_exit(70))
 
 
 def _status_kb(field: str) -> int | None:
@@ -526,11 +520,12 @@ def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any
     tree = {"cgroup": False, "subreaper": False if portable else proctree.become_subreaper()}
     if config.get("cgroup") and not portable:
         tree["cgroup"] = proctree.TreeCgroup(config["cgroup"]).join()
-    _watch_supervisor(read_fd, int(config.get("parent_pid", os.getppid())))
+    channel = str(config.get("channel") or "pipes")  # "sockets" on Windows
+    _watch_supervisor(read_fd, int(config.get("parent_pid", os.getppid())), channel)
     for entry in reversed(config.get("sys_path", [])):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    inbox, outbox = child_connections(read_fd, write_fd)
+    inbox, outbox = child_ends(channel, read_fd, write_fd)
     if config.get("quiet_modules"):
         from trainguard.frameworks import install_quiet_imports
 
