@@ -32,9 +32,9 @@ import json
 import logging
 import os
 import select
+import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -134,7 +134,9 @@ class SlotAgent:
         self._events: list[tuple[Any, ...]] = []
         self._urgent = False
         self._stop = threading.Event()
-        self._tmpdir = tempfile.mkdtemp(prefix="trainguard-ray-")
+        from trainguard._tempdirs import make_dir
+
+        self._tmpdir = make_dir("ray")  # removed at shutdown; swept on this node if the actor is killed
         self._nvml = None
         try:
             from trainguard.probes.nvml import gpu_memory_by_pid, nvml_available
@@ -225,6 +227,7 @@ class SlotAgent:
             if not h.ended:
                 h.worker.kill()
         self._thread.join(timeout=10.0)
+        shutil.rmtree(self._tmpdir, ignore_errors=True)  # each actor's capture folder, empty or not
 
     # -- the agent's own thread --
 
