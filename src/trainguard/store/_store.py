@@ -103,6 +103,7 @@ def _remove_empty(path: Path) -> None:
         except OSError:
             pass
 
+
 def _json_path_of_bad_value(value: Any, path: str) -> tuple[str, str] | None:
     """Find the first value JSON cannot encode; return (where, type name)."""
     if value is None or isinstance(value, (str, int, float, bool)):

@@ -391,6 +391,7 @@ class RayWorker(BaseWorker):
         self.tracking = str(info["tracking"])
         self.host = str(info.get("host") or "")
         self.node_id = info.get("node_id")
+        self.agent_pid = info.get("agent_pid")  # the slot's actor process: its folder is named for it
         self._actor = actor
         read_fd, self._write_fd = os.pipe()
         os.set_inheritable(read_fd, False)
@@ -464,7 +465,7 @@ class RayWorker(BaseWorker):
 
     @property
     def where(self) -> dict[str, Any]:
-        return {"backend": "ray", "host": self.host, "node_id": self.node_id}
+        return {"backend": "ray", "host": self.host, "node_id": self.node_id, "agent_pid": self.agent_pid}
 
     @property
     def kill_decision(self) -> KillDecision | None:

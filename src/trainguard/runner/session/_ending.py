@@ -63,7 +63,9 @@ def trial_filled_the_disk(
         peak_rss_bytes=peak,
         duration_s=duration_s,
     )
-    raise DiskFullError(what, path=note["path"], free_bytes=note.get("free_bytes"), what=what, checkpoints=True)
+    raise DiskFullError(
+        what, path=note["path"], free_bytes=note.get("free_bytes"), what=what, checkpoints=True
+    )
 
 
 def stopped_for_disk(session: Session, err: DiskFullError) -> DiskFullError:
