@@ -75,12 +75,13 @@ def sqlite_full(err: BaseException) -> bool:
 
 
 def free_bytes(path: str | os.PathLike[str]) -> int | None:
-    """Free bytes of the file system holding ``path`` (or its nearest existing folder), or None."""
+    """Free bytes of the file system holding ``path`` (or its nearest existing folder), or None
+    (also for one of no size: /proc and /sys say 0 of 0, which is not a full disk)."""
     here = os.path.abspath(os.fspath(path))
     while True:
         try:
             st = os.statvfs(here)
-            return st.f_bavail * st.f_frsize
+            return st.f_bavail * st.f_frsize if st.f_blocks else None
         except FileNotFoundError:
             parent = os.path.dirname(here)
             if parent == here:
