@@ -63,3 +63,31 @@ def _run_trainguard(
 def trainguard_cli():
     """``trainguard_cli("show", "run1", "--json")``: the CLI in a subprocess, its output as text."""
     return _run_trainguard
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 4 MiB file system (tmpfs) mounted for the test, unmounted after it; skipped with the
+    reason where mounting is not permitted (not root, or a container without CAP_SYS_ADMIN).
+    ``small_disk.path`` is its folder; ``small_disk.resize("64m")`` grows it (space freed)."""
+    import subprocess
+
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"a tmpfs cannot be mounted here ({done.stderr.strip() or 'mount failed'}): run as root")
+
+    from types import SimpleNamespace
+
+    def resize(size: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(mount_point)], check=True)
+
+    try:
+        yield SimpleNamespace(path=mount_point, resize=resize)
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)

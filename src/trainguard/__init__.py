@@ -14,6 +14,7 @@ from trainguard._version import __version__
 from trainguard.exceptions import (
     CheckpointError,
     ConfigError,
+    DiskFullError,
     DoesNotFitError,
     FrameworkOOMError,
     FunctionChangedWarning,
@@ -72,6 +73,7 @@ __all__ = [
     "ConfigError",
     "DoesNotFitError",
     "CheckpointError",
+    "DiskFullError",
     "SharedDataError",
     "FrameworkOOMError",
     "FunctionChangedWarning",

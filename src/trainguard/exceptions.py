@@ -10,7 +10,8 @@
     ├── LeakError                     a scope() grew past its limits; carries the ScopeReport
     ├── StoreError                    the results store cannot be opened or written
     │   ├── SchemaVersionError        the store was written by another schema version
-    │   └── RunLockedError            another live supervisor runs this run of this store (pid, host, since)
+    │   ├── RunLockedError            another live supervisor runs this run of this store (pid, host, since)
+    │   └── DiskFullError             the disk under the store or a run's checkpoints is full: the run stopped
     ├── WorkerError                   a worker process ended without a result
     │   ├── WorkerCrashedError        it died of a signal or a non-zero exit (segfault, SIGKILL, OS OOM killer)
     │   ├── MemoryLimitError          trainguard killed it at the memory limit
@@ -42,6 +43,7 @@ __all__ = [
     "StoreError",
     "SchemaVersionError",
     "RunLockedError",
+    "DiskFullError",
     "WorkerError",
     "WorkerCrashedError",
     "MemoryLimitError",
@@ -127,6 +129,11 @@ class SchemaVersionError(StoreError):
 
 class RunLockedError(StoreError):
     """Another supervisor, still running, holds this run of this store: ``pid``, ``host``, ``since``."""
+
+
+class DiskFullError(StoreError):
+    """The file system under the store or a run's checkpoints is full (``path``, ``free_bytes``):
+    the run stopped with status ``disk_full``; it resumes once space is freed."""
 
 
 class WorkerError(TrainguardError):

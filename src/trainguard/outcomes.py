@@ -88,6 +88,9 @@ class AttemptStatus(str, Enum):
         "not started: its predicted peak is over the memory limit",
         None,
     )
+    # the disk under its checkpoints filled up: the run stopped, the trial stays pending and a
+    # resume runs it again from its last committed checkpoint (never a retry: no retry is used)
+    DISK_FULL = ("disk_full", "stopped: the disk of its checkpoints filled up", None)
     RUNNING = ("running", "running", None, False, True)
     INTERRUPTED = (
         "interrupted",

@@ -76,3 +76,32 @@ def step_exits():
 def step_interrupts():
     """A leak-check step that raises KeyboardInterrupt itself."""
     raise KeyboardInterrupt
+
+
+def big_checkpoint(params, ctx):
+    """A staged trial whose second checkpoint is bigger than what its disk has left."""
+    import numpy as np
+
+    for stage in range(ctx.stage, 2):
+        size = params.get("mb", 8) if stage == 1 else 0.25
+        np.save(os.path.join(ctx.checkpoint_path, "w.npy"), np.ones(int(size * (1 << 20)) // 8))
+        ctx.checkpoint({"stage": stage})
+    return {"resumed": ctx.resumed}
+
+
+def fills_disk(params):
+    """Trial 1 fills the disk its params name (as another program might) unless the filler file
+    is there already (space freed by emptying it), then returns a result."""
+    if params.get("x") == 1:
+        try:
+            fd = os.open(params["filler"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return {"x": 1, "text": "y" * 20_000}
+        try:
+            while True:
+                os.write(fd, b"\0" * 65536)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return {"x": params.get("x"), "text": "y" * 20_000}

@@ -12,6 +12,7 @@ JSON. The README's "Errors" section gives the count.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -21,7 +22,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,9 @@ CLI_CASES: list[Cli] = [
     C("max-trials-above-ceiling", "run {t}:echo --params {d}/ten_million.yaml --max-trials 20000000 --store {fresh}", 2, r"--max-trials 20,000,000 is above the most one run can hold, 1,000,000", "absent:{fresh}"),
     C("params-nested-5000-json", "run {t}:echo --params {d}/deep.json --store {fresh}", 2, r"deep\.json: the params are nested too deep to read", "absent:{fresh}"),
     C("params-nested-5000-yaml", "run {t}:echo --params {d}/deep.yaml --store {fresh}", 2, r"deep\.yaml: the params are nested too deep to read", "absent:{fresh}"),
+    # -- a full disk (a 4 MiB tmpfs mounted at {full} for the row) -----------------------------------
+    C("disk-full-checkpoint", "run {t}:big_checkpoint --params {d}/big_checkpoint.json --store {full}/c.db --name full", 4, r"run full stopped: the disk under .*c\.db\.checkpoints \(the run's checkpoints\) filled up while trial 0 wrote its checkpoint \(\d+(\.\d+)? [KM]?i?B free of 4\.0 MiB\): free space there.*resume", "status:{full}/c.db=full=disk_full nopartial:{full}"),
+    C("disk-full-store", "run {t}:fills_disk --params - --store {full}/s.db --name fill --no-progress", 4, r"run fill stopped: the disk under .* \(the store .*s\.db\) is full \(0 B free of 4\.0 MiB\): free space there", "status:{full}/s.db=fill=disk_full nopartial:{full}", stdin='[{{"x": 0, "filler": "{full}/filler"}}, {{"x": 1, "filler": "{full}/filler"}}, {{"x": 2, "filler": "{full}/filler"}}]'),
     C("broken-pipe-printing-trials", "run {t}:prints --params {d}/six.json --store {fresh} --name piped", 0, r"", "stored:piped=completed alltrials:piped=ok", subprocess=True),
 ]
 
@@ -335,6 +339,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
         "bad_syntax.py": "def f(:\n    pass\n",
         "notes.txt": "not python\n",
         "load_fails.py": 'raise RuntimeError("\\x1b]0;owned\\x07 import failed")\n\ndef f(params):\n    return 1\n',
+        "big_checkpoint.json": '[{"mb": 8}]',
         "recursive.py": (
             "import trainguard\n\ndef train(params):\n    return params\n\n"
             "with trainguard.Runner(store=None) as runner:\n    runner.map(train, [{'a': 1}])\n"
@@ -381,8 +386,9 @@ def _snapshot(path: str) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _format(text: str, env: Env, fresh: str = "") -> str:
+def _format(text: str, env: Env, fresh: str = "", full: str = "") -> str:
     return text.format(
+        full=full,
         d=env.d,
         t=env.t,
         p=env.p,
@@ -410,11 +416,35 @@ def _run_subprocess(case: Cli, argv_text: str, env: Env) -> tuple[int, str, str]
     return proc.returncode, proc.stdout, proc.stderr
 
 
+@contextlib.contextmanager
+def _small_disk(case: Cli, env: Env) -> Iterator[str]:
+    """A 4 MiB tmpfs for a row that names {full}, unmounted after it ("" for the other rows)."""
+    if "{full}" not in case.argv + case.checks:
+        yield ""
+        return
+    folder = env.d / f"full-{case.id}"
+    folder.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"a tmpfs cannot be mounted here ({done.stderr.strip() or 'mount failed'}): run as root")
+    try:
+        yield str(folder)
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
 @pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
 def test_cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    with _small_disk(case, env) as full:
+        _cli_case(case, env, capsys, monkeypatch, full)
+
+
+def _cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch, full: str) -> None:
     fresh = env.fresh()
-    argv_text = _format(case.argv, env, fresh)
-    checks = _format(case.checks, env, fresh).split()
+    argv_text = _format(case.argv, env, fresh, full)
+    checks = _format(case.checks, env, fresh, full).split()
     before = {c.split(":", 1)[1]: _snapshot(c.split(":", 1)[1]) for c in checks if c.startswith("unchanged:")}
     lock = None
     if case.id == "run-locked":
@@ -428,7 +458,8 @@ def test_cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monke
             code, out, err = _run_subprocess(case, argv_text, env)
         else:
             if case.stdin is not None:
-                monkeypatch.setattr(sys, "stdin", io.StringIO(case.stdin))
+                stdin = _format(case.stdin, env, fresh, full) if "{full}" in case.stdin else case.stdin
+                monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
             try:
                 code = main(shlex.split(argv_text))
             except SystemExit as exit_:  # argparse
@@ -480,6 +511,13 @@ def test_cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monke
                 assert trials and all(t.status == status for t in trials), [
                     (t.status, t.error) for t in trials
                 ]
+        elif kind == "status":  # PATH=NAME=STATUS: the run's recorded status
+            path, name, status = arg.split("=")
+            with Store(path, readonly=True) as store:
+                assert store.get_run(name).status == status
+        elif kind == "nopartial":  # no half-written checkpoint, no lock (nor its reserve) left under PATH
+            left = [str(p) for p in Path(arg).rglob("*") if p.name == "next" or p.name.endswith(".locks")]
+            assert left == [], left
         else:
             raise AssertionError(f"unknown check {check}")
 

@@ -8,11 +8,13 @@ and adds a node back. Skipped only when ray is not installed (``pip install -e '
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -88,12 +90,17 @@ def test_run_spreads_over_nodes_and_equals_the_local_backend(cluster, tmp_path):
         store = runner.store
         run = store.get_run("sweep")
         workers = store.workers(run.run_id)
+    # each slot's actor removed its capture folder when the run ended (empty ones were left before);
+    # looked at before the next run, whose start sweeps the folders of actors that are gone
+    agents = {w.config["agent_pid"] for w in workers}
+    left = [p for a in agents for p in glob.glob(f"{tempfile.gettempdir()}/trainguard-ray-{a}-*")]
     with Runner(workers=2, store=tmp_path / "l.db", seed=7) as runner:
         local = runner.map(ref("draw"), params, name="sweep")
     assert [r.status for r in on_ray] == ["ok"] * 9
     assert [r.value for r in on_ray] == [r.value for r in local]  # seeded draws included
     nodes = {w.config["node_id"] for w in workers}
     assert len(nodes) == 3, workers  # one slot per node: SPREAD scheduling
+    assert len(agents) == 3 and left == [], left
     assert all(w.config["backend"] == "ray" and w.config["tree_tracking"] for w in workers)
     # samples from the nodes reached the driver's store
     assert all(r.peak_rss_bytes and r.peak_rss_bytes > 5 * 2**20 for r in on_ray)

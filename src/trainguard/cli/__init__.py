@@ -51,7 +51,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_FAILED: "the check failed: a leak found, a trial failed, a run stopped on error, no batch size fits",
     EXIT_USAGE: "usage or configuration error: a bad flag, value, unit, params file, function or run name",
     EXIT_INCONCLUSIVE: "the leak check was inconclusive",
-    EXIT_STORE: "store error: not a trainguard store, another schema version, cannot be opened or written",
+    EXIT_STORE: "store error: not a trainguard store, another schema version, cannot be opened or written, "
+    "or its disk (or the checkpoints') is full: the run stopped and resumes once space is freed",
     EXIT_WORKER: "worker error: a worker could not start or died outside a trial",
     EXIT_DEPENDENCY: "an optional package is missing (the message names the pip install)",
     EXIT_LOCKED: "the run is being run by another supervisor (its pid, host and start are named); retry later",

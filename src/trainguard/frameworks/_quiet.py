@@ -23,7 +23,6 @@ import importlib.machinery
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -102,7 +101,9 @@ def _stderr_to_file(level: int, capture_dir: str | None) -> Iterator[None]:
     own_dir = None
     if capture_dir is None:
         try:
-            own_dir = capture_dir = tempfile.mkdtemp(prefix="trainguard-import-")  # 0700, fresh name
+            from trainguard._tempdirs import make_dir
+
+            own_dir = capture_dir = make_dir("import")  # 0700, a fresh name that says whose it is
         except OSError:  # no temp folder: let the lines through rather than fail the import
             yield
             return

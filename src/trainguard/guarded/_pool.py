@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections import deque
@@ -142,7 +141,9 @@ class CallPool:
     # -- life cycle -------------------------------------------------------------------------------
 
     def _start(self) -> None:
-        self._dir = tempfile.mkdtemp(prefix="trainguard-bridge-")
+        from trainguard._tempdirs import make_dir
+
+        self._dir = make_dir("bridge")
         os.chmod(self._dir, 0o700)
         family = bridge_family()
         # a named pipe (Windows) gets a random name of multiprocessing's own

@@ -205,7 +205,10 @@ def run_isolated(
     # the child imports what the parent could: the same sys.path
     paths = [p for p in sys.path if p]
     child_env["PYTHONPATH"] = os.pathsep.join(paths + [child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    with tempfile.TemporaryDirectory(prefix="trainguard-leakcheck-") as tmp:
+    from trainguard._tempdirs import owner_tag, sweep_once
+
+    sweep_once()
+    with tempfile.TemporaryDirectory(prefix=f"trainguard-leakcheck-{owner_tag()}-") as tmp:
         spec_path = os.path.join(tmp, "spec.pkl")
         with open(spec_path, "wb") as fh:
             fh.write(payload)

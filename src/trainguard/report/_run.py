@@ -547,6 +547,8 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
 
 
 def _badge(status: str) -> str:
+    if status == "disk_full":
+        return "stopped"  # stopped for lack of disk: resumable, as a stopped run is
     return status if status in ("completed", "failed", "running", "stopped", "interrupted") else "other"
 
 

@@ -34,7 +34,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 import threading
 import time
 import weakref
@@ -51,7 +50,6 @@ SHM_FOLDER = "/dev/shm"
 PREFIX = "trainguard-share-"
 _NAME_MAX = 100
 _NAME_RE = re.compile(rf"^[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{_NAME_MAX - 1}}}$")
-_FOLDER_RE = re.compile(r"^trainguard-share-(\d+)-(\d+)-[0-9a-f]+$")
 #: Room left free in a folder after the arrays are written (other users of /dev/shm need some).
 _HEADROOM_BYTES = 16 << 20
 _NPY_HEADER_BYTES = 4096
@@ -61,63 +59,22 @@ _active_lock = threading.Lock()
 
 
 def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            text = fh.read()
-        return int(text[text.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    from trainguard._tempdirs import start_ticks
 
-
-def _owner_alive(pid: int, ticks: int) -> bool:
-    if pid == os.getpid():
-        return _start_ticks(pid) == ticks
-    now = _start_ticks(pid)
-    if now is None:
-        if os.path.exists("/proc/self/stat"):
-            return False
-        try:  # no /proc: fall back to "a process with that pid exists"
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return now == ticks  # a reused pid has another start time
+    return start_ticks(pid)
 
 
 def _candidate_folders() -> list[str]:
-    folders = []
-    if os.path.isdir(SHM_FOLDER):
-        folders.append(SHM_FOLDER)
-    tmp = tempfile.gettempdir()
-    if tmp not in folders:
-        folders.append(tmp)
-    return folders
+    from trainguard._tempdirs import default_folders
+
+    return default_folders()
 
 
 def sweep_stale(folders: list[str] | None = None) -> list[str]:
-    """Remove shared-data folders whose owner process is gone; return the paths removed."""
-    removed = []
-    for folder in folders if folders is not None else _candidate_folders():
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            match = _FOLDER_RE.match(name)
-            if not match:
-                continue
-            pid, ticks = int(match.group(1)), int(match.group(2))
-            if _owner_alive(pid, ticks):
-                continue
-            path = os.path.join(folder, name)
-            shutil.rmtree(path, ignore_errors=True)
-            if not os.path.exists(path):
-                removed.append(path)
-                logger.info("removed shared data %s left by process %d, which is gone", path, pid)
-    return removed
+    """Remove shared-data folders (this user's) whose owner process is gone; return the paths removed."""
+    from trainguard._tempdirs import sweep
+
+    return sweep(folders, kinds=("share",))
 
 
 def active_shares() -> list[SharedData]:

@@ -31,6 +31,9 @@ __all__ = ["RunLock", "lock_folder"]
 
 logger = logging.getLogger(__name__)
 
+#: the part of a lock file its readers read: the holder's JSON (padded with spaces when a reserve follows)
+_HOLDER_BYTES = 4096
+
 
 def lock_folder(store_path: Path) -> Path:
     """The folder that holds the run locks of the store at ``store_path``."""
@@ -50,8 +53,11 @@ def _describe(holder: dict[str, object]) -> str:
 class RunLock:
     """Holds the lock of one run of one store until :meth:`release` (idempotent)."""
 
-    def __init__(self, store_path: Path, name: str, shown: str) -> None:
+    def __init__(self, store_path: Path, name: str, shown: str, *, reserve_bytes: int = 0) -> None:
         self.store_path = store_path
+        #: bytes kept allocated in the lock file past its first 4 KiB (its holder's JSON, padded)
+        #: until :meth:`free_reserve`: room to record the run's end on a full disk
+        self.reserve_bytes = reserve_bytes
         self.name = name
         self._shown = shown
         digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:20]
@@ -111,12 +117,42 @@ class RunLock:
                     _describe(previous),
                 )
             me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "run": self.name}
-            data = json.dumps(me).encode()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
+            try:
+                self._write_holder(fd, json.dumps(me).encode())
+            except BaseException:
+                self._fd = fd
+                self.release()  # unlinked while held, as a release does: no lock file is left
+                raise
             self._fd = fd
             return self
         raise RunLockedError(f"run {self.name!r} in store {self._shown}: its lock file keeps changing; retry")
+
+    def _write_holder(self, fd: int, data: bytes) -> None:
+        """The holder's JSON; with a reserve, padded to 4 KiB (readers read 4 KiB) and the reserve
+        allocated after it."""
+        from trainguard.store._full import allocate_reserve, store_full_error
+
+        os.ftruncate(fd, 0)
+        if self.reserve_bytes:
+            data = data.ljust(_HOLDER_BYTES)
+        try:
+            os.pwrite(fd, data, 0)
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise store_full_error(self._shown, self.store_path) from None
+            raise
+        allocate_reserve(fd, len(data), self.reserve_bytes, self._shown, self.store_path)
+
+    def free_reserve(self) -> bool:
+        """Give the reserve back to the file system (the disk filled up); True when there was one."""
+        if self._fd is None or not self.reserve_bytes:
+            return False
+        try:
+            os.ftruncate(self._fd, _HOLDER_BYTES)
+        except OSError:
+            return False
+        self.reserve_bytes = 0
+        return True
 
     @staticmethod
     def _read(fd: int) -> dict[str, object] | None:

@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from trainguard._diskfull import sqlite_full
 from trainguard._text import require_utf8, utf8_problem
 from trainguard.exceptions import ConfigError, SchemaVersionError, StoreError
+from trainguard.store._full import store_full_error
 from trainguard.store._lock import RunLock
 from trainguard.store._peaks import PEAK_TABLE_DDL, PeakRows
 from trainguard.store._records import (
@@ -86,6 +88,20 @@ def _wal_has_commits(path: Path) -> bool:
         return os.path.getsize(f"{path}-wal") > 0
     except OSError:
         return False
+
+
+def _remove_empty(path: Path) -> None:
+    """Remove a store file (and its -wal/-shm) that this process made and left empty."""
+    try:
+        if path.stat().st_size:
+            return
+    except OSError:
+        return
+    for name in (path.name + "-wal", path.name + "-shm", path.name):
+        try:
+            path.with_name(name).unlink()
+        except OSError:
+            pass
 
 
 def _json_path_of_bad_value(value: Any, path: str) -> tuple[str, str] | None:
@@ -251,6 +267,15 @@ class Store(PeakRows):
         self._conn: sqlite3.Connection | None = None
         self._check_path()
         self.journal = self._choose_journal(journal)
+        existed = os.path.lexists(self._path)
+        try:
+            self._open()
+        except BaseException:
+            if not existed and not self._readonly:
+                _remove_empty(self._path)  # a store that could not be made (a full disk) leaves no file
+            raise
+
+    def _open(self) -> None:
         # another user's reader opens an idle store as immutable: no -wal/-shm files of theirs
         self._conn = self._connect(
             immutable=self._readonly and not self._owned_by_me() and self._can_read_immutable()
@@ -353,6 +378,16 @@ class Store(PeakRows):
             )
         return mode
 
+    def _disk_full(self, err: sqlite3.Error) -> bool:
+        """SQLite's "disk is full", or an open that failed (it cannot make its -wal/-shm files, and
+        says "unable to open" or "disk I/O error") on a disk with (nearly) nothing free."""
+        from trainguard._diskfull import LOW_FREE_BYTES, free_bytes
+
+        if self._readonly:
+            return False
+        free = free_bytes(self._path)
+        return sqlite_full(err) or (free is not None and free < LOW_FREE_BYTES)
+
     def _not_writable_message(self) -> str:
         parent = self._path.absolute().parent
         return (
@@ -377,8 +412,16 @@ class Store(PeakRows):
         if wal_bytes:
             return False
         # a reader that is not the store's owner reads it as it is, creating no -wal/-shm files:
-        # in a shared (sticky) folder the owner could not delete those, and its next run would fail
-        return not os.access(self._path.absolute().parent, os.W_OK) or not self._owned_by_me()
+        # in a shared (sticky) folder the owner could not delete those, and its next run would fail;
+        # on a full disk a reader cannot grow its -shm file, and no writer can commit anything
+        from trainguard._diskfull import LOW_FREE_BYTES, free_bytes
+
+        free = free_bytes(self._path)
+        return (
+            not os.access(self._path.absolute().parent, os.W_OK)
+            or not self._owned_by_me()
+            or (free is not None and free < LOW_FREE_BYTES)
+        )
 
     def _owned_by_me(self) -> bool:
         try:
@@ -408,6 +451,8 @@ class Store(PeakRows):
                     f"cannot open store {self._shown} for reading: {err}: check the path and its permissions",
                     path=self._shown,
                 ) from err
+            if self._disk_full(err):
+                raise store_full_error(self._shown, self._path) from err
             raise StoreError(self._not_writable_message(), path=self._shown) from err
         try:
             conn.execute("PRAGMA foreign_keys=ON")
@@ -429,6 +474,8 @@ class Store(PeakRows):
         text = str(err).lower()
         if "not a database" in text or "malformed" in text or "encrypted" in text:
             return StoreError(self._not_sqlite_message(), path=self._shown)
+        if self._disk_full(err):
+            return store_full_error(self._shown, self._path)
         if "readonly" in text or "read-only" in text or "unable to open" in text or "disk i/o" in text:
             if self._readonly:
                 return StoreError(
@@ -593,6 +640,8 @@ class Store(PeakRows):
                     path=self._shown,
                 ) from err
             except sqlite3.Error as err:
+                if sqlite_full(err):
+                    raise store_full_error(self._shown, self._path) from err
                 raise StoreError(
                     f"cannot write store {self._shown}: {err}: check free disk space and permissions",
                     path=self._shown,
@@ -772,13 +821,16 @@ class Store(PeakRows):
                 raise StoreError(f"no run with id {run_id} in store {self._shown}", path=self._shown)
             self._event(conn, run_id, "run_finished", message, data, None, None, now)
 
-    def lock_run(self, name: str) -> RunLock:
+    def lock_run(self, name: str, *, reserve_bytes: int = 0) -> RunLock:
         """Take the lock of run ``name`` of this store for one supervisor (release it when done).
+        ``reserve_bytes`` are kept allocated in the lock file until ``free_reserve()``: room to
+        record the run's end when the disk fills up.
 
         Raises:
             RunLockedError: a live supervisor holds it; the message names its pid, host and start.
+            DiskFullError: the store's disk has less free than the reserve.
         """
-        return RunLock(self._path.absolute(), name, self._shown).acquire()
+        return RunLock(self._path.absolute(), name, self._shown, reserve_bytes=reserve_bytes).acquire()
 
     def rename_run(self, run_id: int, new_name: str) -> None:
         """Give a stored run another name (``Runner(fresh=True)`` keeps a replaced run this way).

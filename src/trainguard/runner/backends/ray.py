@@ -32,9 +32,9 @@ import json
 import logging
 import os
 import select
+import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -134,7 +134,9 @@ class SlotAgent:
         self._events: list[tuple[Any, ...]] = []
         self._urgent = False
         self._stop = threading.Event()
-        self._tmpdir = tempfile.mkdtemp(prefix="trainguard-ray-")
+        from trainguard._tempdirs import make_dir
+
+        self._tmpdir = make_dir("ray")  # removed at shutdown; swept on this node if the actor is killed
         self._nvml = None
         try:
             from trainguard.probes.nvml import gpu_memory_by_pid, nvml_available
@@ -225,6 +227,7 @@ class SlotAgent:
             if not h.ended:
                 h.worker.kill()
         self._thread.join(timeout=10.0)
+        shutil.rmtree(self._tmpdir, ignore_errors=True)  # each actor's capture folder, empty or not
 
     # -- the agent's own thread --
 
@@ -388,6 +391,7 @@ class RayWorker(BaseWorker):
         self.tracking = str(info["tracking"])
         self.host = str(info.get("host") or "")
         self.node_id = info.get("node_id")
+        self.agent_pid = info.get("agent_pid")  # the slot's actor process: its folder is named for it
         self._actor = actor
         read_fd, self._write_fd = os.pipe()
         os.set_inheritable(read_fd, False)
@@ -461,7 +465,7 @@ class RayWorker(BaseWorker):
 
     @property
     def where(self) -> dict[str, Any]:
-        return {"backend": "ray", "host": self.host, "node_id": self.node_id}
+        return {"backend": "ray", "host": self.host, "node_id": self.node_id, "agent_pid": self.agent_pid}
 
     @property
     def kill_decision(self) -> KillDecision | None:

@@ -19,9 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections import deque
@@ -29,7 +27,7 @@ from collections.abc import Iterator
 from multiprocessing.connection import wait as wait_connections
 from typing import TYPE_CHECKING, Any, cast
 
-from trainguard.exceptions import FAILURE_ERRORS, ConfigError, TrialError, WorkerCrashedError
+from trainguard.exceptions import FAILURE_ERRORS, ConfigError, DiskFullError, TrialError, WorkerCrashedError
 from trainguard.runner._protocol import MessageReader, ProtocolError
 from trainguard.runner.policy import EndCause, RecycleDecision, decide_recycle
 from trainguard.runner.session._eta import eta_seconds
@@ -212,7 +210,7 @@ class Session:
 
     def run(self) -> Iterator[TrialResult]:
         """Yield every trial's result as it finishes (earlier sessions' results first)."""
-        status = "interrupted"
+        status, full = "interrupted", None
         with _signals_as_interrupt():
             try:
                 yield from self._begin()
@@ -245,19 +243,25 @@ class Session:
                 # the function did not load, or a worker could not start: keep the reason
                 status, self._end_reason = "failed", str(err)
                 raise
+            except DiskFullError as err:  # the store's disk, or the checkpoints', filled up
+                status, self._end_reason, full = "disk_full", getattr(err, "what", None) or str(err), err
             finally:
                 self._shutdown(status)
+        if full is not None:
+            from trainguard.runner.session._ending import stopped_for_disk
+
+            raise stopped_for_disk(self, full) from None
         if self._stop_result is not None:
             _raise_stopped(self._stop_result)
 
     def _begin(self) -> Iterator[TrialResult]:
         recorder = self.recorder
         recorder.lock()
-        self._tmpdir = tempfile.mkdtemp(prefix="trainguard-run-")  # 0700, a fresh name
-        self.pool.capture_dir = self._tmpdir
-        from trainguard.runner._shared import sweep_stale
+        from trainguard._tempdirs import make_dir, sweep
 
-        sweep_stale()  # shared data left by a supervisor that was killed
+        sweep()  # shared data and temporary folders left by processes that were killed
+        self._tmpdir = make_dir("run")  # 0700, a fresh name that says whose it is
+        self.pool.capture_dir = self._tmpdir
         if recorder.persistent and self.config.fresh:
             recorder.replace_stored_run()
         old = recorder.stored_run()
@@ -489,6 +493,10 @@ class Session:
             self.recorder.trial_stats(worker.worker_id, run.index, stats_message(run.index, stats), stats)
         duration = float(msg["duration_s"])
         flight = self.last.result(self.recorder, worker, msg, status, stats, rss_after)
+        if status != "ok" and (msg.get("error") or {}).get("disk_full"):
+            from trainguard.runner.session._ending import trial_filled_the_disk
+
+            trial_filled_the_disk(self, worker, run, msg["error"], peak, duration)  # raises
         self._finish_attempt(worker, run, status, msg.get("error"), value, peak, duration, flight=flight)
         worker.reserved_bytes = None
         if status == "ok":
@@ -533,6 +541,8 @@ class Session:
         worker_id = worker.worker_id if worker else None
         error = self.recovery.failure(run, status, error, worker_id)
         stored = error if flight is None else {**(error or {}), "flight_recorder": flight}
+        if status != "ok":
+            self.stages.attempt_ended(run.index)  # a half-written checkpoint is never resumed
         self.recorder.finish_attempt(
             run.index, run.attempt, status=status, error=stored, peak_rss_bytes=peak, duration_s=duration_s
         )
@@ -672,24 +682,9 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        self.pool.shutdown(status)
-        self.sampling.stop()
-        try:
-            self.sampling.flush(force=True)
-            self.recorder.finish_run(status, self._end_reason)
-        except Exception:  # noqa: BLE001 - never mask the error that brought us here
-            logger.exception("could not record the end of run %s", self.name)
-        finally:
-            try:
-                self.backend.close()
-            except Exception:  # noqa: BLE001 - the rest of the clean-up must still run
-                logger.exception("could not close the %s backend", self.backend.name)
-            self.recorder.release()
-            if self._tmpdir is not None:
-                shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self.stages.close()
-            if self._owns_data and self._data is not None:
-                self._data.close()
+        from trainguard.runner.session._ending import shutdown
+
+        shutdown(self, status)
 
     def close(self) -> None:
         self._shutdown("interrupted")

@@ -14,7 +14,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from trainguard.exceptions import FunctionChangedWarning
+from trainguard.exceptions import DiskFullError, FunctionChangedWarning
 
 if TYPE_CHECKING:
     from trainguard.runner.session._records import WorkerRecord
@@ -32,6 +32,30 @@ class _NullStore:
         return lambda *args, **kwargs: None
 
 
+class _SkipWhenFull:
+    """The store once its disk filled up and the run is stopping: a write that fails for lack of
+    space is skipped and counted (the run's one error line says so), never raised again."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.skipped = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except DiskFullError:
+                self.skipped += 1
+                logger.debug("store write %s skipped: the disk is full", name)
+                return None
+
+        return call
+
+
 class Recorder:
     """Writes one run's rows; every write is skipped while the run has no id (no store)."""
 
@@ -42,6 +66,8 @@ class Recorder:
         self.run_id: int | None = None
         self.replaced: str | None = None  # the name an earlier run of this name was archived under
         self._lock_handle: Any = None
+        #: whether the run's end was written (False when a full disk refused it)
+        self.end_recorded = False
 
     # -- the run ----------------------------------------------------------------------------------
 
@@ -49,7 +75,17 @@ class Recorder:
         """Hold the run's lock for the session (before ``begin``: with a second live supervisor the
         attempts an earlier session left open are running right now)."""
         if self.persistent:
-            self._lock_handle = self.store.lock_run(self.name)
+            from trainguard._diskfull import RESERVE_BYTES
+
+            self._lock_handle = self.store.lock_run(self.name, reserve_bytes=RESERVE_BYTES)
+
+    def disk_full(self) -> None:
+        """The disk filled up and the run stops: the lock's reserve goes back to the file system so
+        that the end can be recorded, and writes that still fail for lack of space are skipped."""
+        if self._lock_handle is not None:
+            self._lock_handle.free_reserve()
+        if self.persistent and not isinstance(self.store, _SkipWhenFull):
+            self.store = _SkipWhenFull(self.store)
 
     def release(self) -> None:
         if self._lock_handle is not None:
@@ -98,7 +134,9 @@ class Recorder:
 
     def finish_run(self, status: str, reason: str | None) -> None:
         if self.run_id is not None:
+            skipped = getattr(self.store, "skipped", 0)
             self.store.finish_run(self.run_id, status, reason=reason)
+            self.end_recorded = getattr(self.store, "skipped", 0) == skipped
 
     def store_path(self) -> Any:
         return getattr(self.store, "path", None) if self.persistent else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -51,7 +50,9 @@ class CheckpointFolders:
                 with open_private_dirs(self.base, 1, create=False):
                     pass
         else:
-            self.base = self.root = tempfile.mkdtemp(prefix="trainguard-checkpoints-")
+            from trainguard._tempdirs import make_dir
+
+            self.base = self.root = make_dir("checkpoints")
             self._temporary = True
             self.levels = 2
 
@@ -68,6 +69,20 @@ class CheckpointFolders:
 
     def remove_trial(self, index: int) -> None:
         remove_private(self.trial_dir(index), self.levels)
+
+    def remove_next(self, index: int) -> None:
+        """Remove a trial's ``next/`` (the checkpoint being written; never resumed from)."""
+        remove_private(os.path.join(self.trial_dir(index), "next"), self.levels + 1)
+
+    def remove_partial(self) -> None:
+        """Remove every trial's ``next/`` under the run's folder (a full disk: room first)."""
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith("trial-") and name[6:].isdigit():
+                self.remove_next(int(name[6:]))
 
     def close(self) -> None:
         """Remove what is left when nothing can resume from it: a temporary root always, the run's
@@ -277,6 +292,16 @@ class Stages:
             sized=True,
         )
         return resumed, worker.stage_exit or RecycleDecision("stage_exit", {}, "left at a checkpoint")
+
+    def attempt_ended(self, index: int) -> None:
+        """An attempt ended without a result: what it was writing is removed (its committed
+        stages stay for the next attempt)."""
+        if self.folders is not None and self.staged_kind:
+            self.folders.remove_next(index)
+
+    def remove_partial(self) -> None:
+        if self.folders is not None and self.staged_kind:
+            self.folders.remove_partial()
 
     def trial_done(self, index: int) -> None:
         if self.folders is not None:

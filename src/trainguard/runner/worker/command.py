@@ -27,7 +27,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -326,11 +325,11 @@ class CommandTrial:
     def __call__(self, params: Any) -> Any:
         self.last_peak_bytes = None
         data = json.dumps(params).encode()
-        with tempfile.NamedTemporaryFile(
-            "wb", prefix="trainguard-params-", suffix=".json", delete=False
-        ) as fh:
+        from trainguard._tempdirs import make_file
+
+        fd, params_file = make_file("params", ".json")
+        with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            params_file = fh.name
         env = {**os.environ, **self.env, PARAMS_FILE_ENV: params_file}
         try:
             try:

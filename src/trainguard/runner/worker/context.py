@@ -124,6 +124,24 @@ def verify_stage(path: str, run_uuid: str | None = None) -> str | None:
     return check_manifest(path, manifest, run_uuid)
 
 
+def disk_full_note(ctx: TrialContext | None, exc: BaseException) -> dict[str, Any] | None:
+    """What a trial's error says when it failed because the disk of its checkpoints filled up
+    (``{"path", "free_bytes", "errno"}``), else None (see :mod:`trainguard._diskfull`)."""
+    if ctx is None or ctx._root is None:
+        return None
+    from trainguard._diskfull import free_bytes, is_disk_full, write_failure
+
+    failure = write_failure(exc)
+    if failure is None:
+        return None
+    free = getattr(exc, "free_bytes", None) if isinstance(exc, CheckpointError) else None
+    if not isinstance(free, int):
+        free = free_bytes(ctx._root)
+    if not is_disk_full(failure, free):
+        return None
+    return {"path": ctx._root, "free_bytes": free, "errno": failure["errno"]}
+
+
 class TrialContext:
     """The second argument of ``def train(params, ctx)``.
 
@@ -274,12 +292,18 @@ class TrialContext:
             os.replace(folder, target)
         except OSError as err:
             # a full disk, a file over a size limit: nothing is committed, the earlier stage stays
+            from trainguard._diskfull import free_bytes
+
+            free = free_bytes(root)  # before the half-written files go: says whether the disk filled up
             shutil.rmtree(folder, ignore_errors=True)
             self._next = None
             kept = f"; stage {self.stage} is kept" if self._restore is not None else ""
             raise CheckpointError(
                 f"ctx.checkpoint(): stage {stage} could not be written ({type(err).__name__}: {err}){kept}: "
-                f"free space under {root} or write less"
+                f"free space under {root} or write less",
+                errno=err.errno,
+                write_failed=True,
+                free_bytes=free,
             ) from None
         previous = self._restore
         self._restore = (stage, target)

@@ -261,6 +261,7 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
     error: dict[str, Any] | None = None
     value_json: str | None = None
     snapshot: str | None = None
+    ctx = None
     start = time.perf_counter()
     try:
         if msg.get("mixed_precision"):
@@ -280,6 +281,11 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         if trial_status in ("exception", "result_too_large"):
             status = str(trial_status)
         error = _exception_error(exc, status, framework)
+        from trainguard.runner.worker.context import disk_full_note
+
+        full = disk_full_note(ctx, exc)
+        if full is not None:  # the supervisor stops the run: every next write would fail too
+            error["disk_full"] = full
         if framework == "torch":
             from trainguard.runner.device import dump_torch_memory_snapshot
 

@@ -1,0 +1,125 @@
+"""How a session ends: every worker ended, the run's end recorded, its temporary files removed;
+and the stop for a full disk (see :mod:`trainguard._diskfull`).
+
+A full disk under the store or the checkpoints stops the run: busy workers are killed (each next
+write would fail too), every half-written checkpoint of the run is removed, the reserve the run's
+lock keeps beside the store is given back so that the end can be recorded (status ``disk_full``),
+and the caller gets one :class:`~trainguard.exceptions.DiskFullError` line that says what filled
+up and what to do. Store writes that still fail for lack of space while the session ends are
+said once, in that line, never as tracebacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from trainguard.exceptions import DiskFullError
+
+if TYPE_CHECKING:
+    from trainguard.runner.session._loop import Session
+    from trainguard.runner.session._records import Attempt, WorkerRecord
+
+__all__ = ["shutdown", "trial_filled_the_disk", "stopped_for_disk", "DISK_FULL"]
+
+logger = logging.getLogger(__name__)
+
+#: the run's status, and its attempt's, when the disk filled up
+DISK_FULL = "disk_full"
+
+
+def trial_filled_the_disk(
+    session: Session,
+    worker: WorkerRecord,
+    run: Attempt,
+    error: dict[str, Any],
+    peak: int | None,
+    duration_s: float | None,
+) -> None:
+    """A trial failed because the disk of its checkpoints filled up: its half-written checkpoint
+    goes first (the disk is full), the attempt is recorded ``disk_full`` (the trial stays pending:
+    a resume runs it again from its last committed checkpoint), and the run stops.
+
+    Raises:
+        DiskFullError: always; :meth:`Session.run` turns it into the run's end.
+    """
+    from trainguard._diskfull import describe
+
+    note = error["disk_full"]
+    session.stages.attempt_ended(run.index)
+    folders = session.stages.folders
+    what = describe(
+        folders.base if folders is not None else note["path"],
+        "the run's checkpoints",
+        free=note.get("free_bytes"),
+        event=f"filled up while trial {run.index} wrote its checkpoint",
+    )
+    session.recorder.finish_attempt(
+        run.index,
+        run.attempt,
+        status=DISK_FULL,
+        error={**error, "status": DISK_FULL, "message": f"{what}; its half-written checkpoint was removed"},
+        peak_rss_bytes=peak,
+        duration_s=duration_s,
+    )
+    raise DiskFullError(
+        what, path=note["path"], free_bytes=note.get("free_bytes"), what=what, checkpoints=True
+    )
+
+
+def stopped_for_disk(session: Session, err: DiskFullError) -> DiskFullError:
+    """The one line the caller gets: what filled up, what was kept, what to do (the store's own
+    line when the run could not even begin)."""
+    recorder = session.recorder
+    if recorder.persistent and recorder.run_id is None:
+        return err
+    what = getattr(err, "what", None) or str(err)
+    kept = " (its committed checkpoints are kept)" if getattr(err, "checkpoints", False) else ""
+    resume = (
+        f"then run it again to resume from where it stopped{kept}"
+        if session.recorder.persistent
+        else "then run it again"
+    )
+    unrecorded = (
+        " (the store could not record the stop)" if recorder.persistent and not recorder.end_recorded else ""
+    )
+    return DiskFullError(
+        f"run {session.name} stopped{unrecorded}: {what}: free space there (or put the store on a "
+        f"larger disk with --store), {resume}",
+        path=getattr(err, "path", None),
+        free_bytes=getattr(err, "free_bytes", None),
+    )
+
+
+def _before_shutdown_for_disk(session: Session) -> None:
+    """Room first: kill what still writes, remove every half-written checkpoint, free the reserve."""
+    for worker in session.pool.workers:
+        if worker.state == "busy":
+            worker.handle.kill()
+    session.stages.remove_partial()
+    session.recorder.disk_full()
+
+
+def shutdown(session: Session, status: str) -> None:
+    """End the session (idempotent): workers, the run's end, the backend, the lock, the files."""
+    if status == DISK_FULL:
+        _before_shutdown_for_disk(session)
+    session.pool.shutdown(status)
+    session.sampling.stop()
+    try:
+        session.sampling.flush(force=True)
+        session.recorder.finish_run(status, session._end_reason)
+    except Exception:  # noqa: BLE001 - never mask the error that brought us here
+        logger.exception("could not record the end of run %s", session.name)
+    finally:
+        try:
+            session.backend.close()
+        except Exception:  # noqa: BLE001 - the rest of the clean-up must still run
+            logger.exception("could not close the %s backend", session.backend.name)
+        session.recorder.release()
+        if session._tmpdir is not None:
+            shutil.rmtree(session._tmpdir, ignore_errors=True)
+        session.stages.close()
+        if session._owns_data and session._data is not None:
+            session._data.close()
