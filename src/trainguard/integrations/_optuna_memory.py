@@ -48,15 +48,13 @@ CONSTRAINT_NAMES = ("trainguard_memory", "trainguard_gpu_memory")
 
 
 def _limit(value: Any, name: str) -> int:
-    example = f"{name}='4GB' (or a number of bytes above 0)"
+    example = "memory_constraints('4GB')" if name == "limit" else "memory_constraints('4GB', gpu_limit='8GB')"
     try:
         limit = parse_size(value, name=name)
     except ConfigError as err:
-        raise ConfigError(f"{err}; for example memory_constraints({example})", value=repr(value)) from err
+        raise ConfigError(f"{err}, as in {example}", value=repr(value)) from err
     if limit <= 0:
-        raise ConfigError(
-            f"{name}={value!r} must be above 0: give a size such as {example}", value=repr(value)
-        )
+        raise ConfigError(f"{name}={value!r} must be a size above 0, as in {example}", value=repr(value))
     return limit
 
 
