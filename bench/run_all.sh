@@ -35,5 +35,6 @@ if [ "${1:-}" != quick ]; then
   run $PY bench/compare_backends.py --json bench/results/compare.json
   run $PY bench/staged_bench.py
   run $PY bench/pressure_bench.py
+  run $PY bench/optuna_constraints.py --out bench/results/optuna_constraints.json
 fi
 echo "results: $out"

@@ -10,6 +10,12 @@
     # or, as a drop-in:
     study.optimize(trainguard.optuna.isolated(objective), n_trials=30)
 
+    # configs whose measured peak is over 4 GB become infeasible for the sampler:
+    sampler = optuna.samplers.TPESampler(constraints_func=trainguard.optuna.memory_constraints("4GB"))
+    # memory as a second objective: values are (objective, peak bytes)
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    trainguard.optuna.optimize(study, objective, n_trials=30, memory_objective=True)
+
 Importing this module does not import optuna; using it without optuna installed raises
 ``MissingDependencyError`` naming ``pip install -e '.[optuna]'``.
 """
@@ -22,7 +28,16 @@ from trainguard.integrations.optuna import (
     TrialProxy,
     default_policy,
     isolated,
+    memory_constraints,
     optimize,
 )
 
-__all__ = ["optimize", "isolated", "default_policy", "IsolatedObjective", "TrialProxy", "ATTR_PREFIX"]
+__all__ = [
+    "optimize",
+    "isolated",
+    "default_policy",
+    "memory_constraints",
+    "IsolatedObjective",
+    "TrialProxy",
+    "ATTR_PREFIX",
+]

@@ -92,3 +92,16 @@ def raises_custom(trial):
     """Raises a user-defined exception (a subclass of it for the 'huge' choice)."""
     kind = trial.suggest_categorical("kind", ["big", "huge"])
     raise (HugeBatch if kind == "huge" else BatchTooBig)(512)
+
+
+def allocates(trial):
+    """Holds an array of ``mb`` MiB for a moment (its peak grows with the param); the larger the
+    better, so an unconstrained study drifts to the configs that need the most memory."""
+    import numpy as np
+
+    mb = trial.suggest_int("mb", 8, 400)
+    lr = trial.suggest_float("lr", 0.0, 1.0)
+    block = np.ones(mb * 2**20 // 8)  # touched: ones writes every page
+    time.sleep(0.12)
+    del block
+    return -float(mb) + lr

@@ -43,10 +43,25 @@ from trainguard.exceptions import (
     missing,
 )
 from trainguard.guarded import BaseJob, CallPool, recv_json, send_json
+from trainguard.integrations._optuna_memory import (
+    MemoryConstraints,
+    TrialPeaks,
+    memory_constraints,
+    uses_memory_constraints,
+)
 from trainguard.integrations._optuna_worker import SlotFunction, TrialProxy
+from trainguard.outcomes import OOM_STATUSES
 from trainguard.runner.policy import Policy, should_retry
 
-__all__ = ["optimize", "isolated", "IsolatedObjective", "TrialProxy", "ATTR_PREFIX", "default_policy"]
+__all__ = [
+    "optimize",
+    "isolated",
+    "IsolatedObjective",
+    "TrialProxy",
+    "ATTR_PREFIX",
+    "default_policy",
+    "memory_constraints",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +178,12 @@ class IsolatedObjective:
         catch: the exception classes you pass to ``study.optimize(catch=...)``, when the
             objective's exception types cannot be found by name in this process (a file ref such
             as ``"objectives.py:objective"``); a type from a module imported here is found anyway.
+        memory_objective: memory as one more objective: each trial's value is the objective's
+            value(s) followed by its measured peak (``trainguard_peak_rss_bytes``), so a study with
+            ``directions=["minimize", "minimize"]`` trades loss against memory.
+        constraints: :func:`memory_constraints` ``(limit)``: each trial's values are set with
+            ``trial.set_constraint`` (Optuna >= 5), so any sampler treats configs over the limit as
+            infeasible; a trial killed for memory ends PRUNED (infeasible) rather than FAIL.
         **runner_options: any other :class:`trainguard.Runner` keyword (``keras_backend``,
             ``preload``, ``threads``, ``env``, ``sample_interval``...).
 
@@ -182,9 +203,23 @@ class IsolatedObjective:
         on_failure: str = "nan",
         slots: int = _DROP_IN_SLOTS,
         catch: tuple[type[BaseException], ...] = (),
+        memory_objective: bool = False,
+        constraints: MemoryConstraints | None = None,
         **runner_options: Any,
     ) -> None:
-        _optuna()
+        optuna = _optuna()
+        if not isinstance(memory_objective, bool):
+            raise ConfigError(f"memory_objective must be True or False, not {memory_objective!r}")
+        if constraints is not None and not isinstance(constraints, MemoryConstraints):
+            raise ConfigError(
+                f"constraints must be trainguard.optuna.memory_constraints('4GB'), not {type(constraints).__name__}"
+            )
+        if constraints is not None and not hasattr(optuna.trial.Trial, "set_constraint"):
+            raise ConfigError(
+                f"constraints= needs Optuna >= 5 (trial.set_constraint; this is {optuna.__version__}): give it "
+                "to the sampler instead, such as TPESampler(constraints_func=trainguard.optuna.memory_constraints('4GB'))"
+            )
+        self.constraints = constraints
         self.catch = tuple(catch)
         from trainguard.runner import Runner
         from trainguard.runner import prepare_fn as prepare
@@ -208,16 +243,20 @@ class IsolatedObjective:
                 "leave on_oom out and suggest the batch size in the objective"
             )
         # retries happen here, by re-enqueueing the trial's params in the study; the Runner only
-        # runs slots, and a slot's second attempt would not be the same Optuna trial
+        # runs slots, and a slot's second attempt would not be the same Optuna trial. Its peak
+        # model would be fitted on slot numbers: the model is this process's (TrialPeaks), on the
+        # trials' Optuna params
         runner = Runner(
             workers=workers,
-            policy=dataclasses.replace(policy, retries=0, on_error="continue"),
+            policy=dataclasses.replace(policy, retries=0, on_error="continue", predict_peaks=False),
             store=store,
             **runner_options,
         )
         self.policy = policy
         self.workers = workers
         self.on_failure = on_failure
+        self.memory_objective = memory_objective
+        self._peaks = TrialPeaks(enabled=policy.predict_peaks)
         self.ref = spec.ref
         self._runner = runner
         run_name = name or f"optuna-{spec.ref.rpartition(':')[2]}-{uuid.uuid4().hex[:8]}"
@@ -245,19 +284,28 @@ class IsolatedObjective:
                 self.retries_pending = max(0, self.retries_pending - 1)
             else:
                 self.fresh_started += 1
+        model = self._peaks.start(trial.study)  # fitted on the trials finished before this one
         job = self._pool.submit(_TrialJob(trial), _CLOSED)
         job.wait()
         if job.error is not None:
             raise job.error
         result = job.result
-        self._set_memory_attrs(trial, result)
+        prediction = self._peaks.predict(model, trial.params)
+        self._set_memory_attrs(trial, result, prediction.peak_bytes)
+        measured = result.ok and (result.value or {}).get("kind") == "value"  # a pruned trial stopped early
+        status = "ok" if measured else str((result.error or {}).get("status", "failed"))
+        self._peaks.observe(trial.params, status, result.peak_rss_bytes, prediction)
+        if self.constraints is not None:
+            self.constraints.set_on(trial, _memory_attrs(result, status))
         if result.ok:
-            return self._outcome(optuna, trial, result.value)
+            return self._outcome(optuna, trial, result.value, result.peak_rss_bytes)
         return self._failed(trial, result, attempt)
 
-    def _set_memory_attrs(self, trial: Any, result: Any) -> None:
+    def _set_memory_attrs(self, trial: Any, result: Any, predicted_bytes: int | None) -> None:
         """``trainguard_peak_rss_bytes``, ``_growth_bytes``, ``_duration_s``, ``_worker_id``: the
-        columns every tracker export writes (one owner: :mod:`trainguard.integrations.columns`)."""
+        columns every tracker export writes (one owner: :mod:`trainguard.integrations.columns`);
+        ``_peak_gpu_bytes`` where GPU memory was read; ``_predicted_peak_bytes`` on every trial
+        (None while the peak model cannot say)."""
         from trainguard.integrations.columns import memory_columns
 
         with self._lock:
@@ -268,12 +316,21 @@ class IsolatedObjective:
         for key in ("peak_rss_bytes", "growth_bytes", "duration_s", "worker_id"):
             if columns.get(key) is not None:
                 trial.set_user_attr(ATTR_PREFIX + key, columns[key])
+        gpu = getattr(result, "peak_gpu_bytes", None)
+        if gpu is not None:
+            trial.set_user_attr(ATTR_PREFIX + "peak_gpu_bytes", gpu)
+        trial.set_user_attr(ATTR_PREFIX + "predicted_peak_bytes", predicted_bytes)
 
-    def _outcome(self, optuna: Any, trial: Any, out: dict[str, Any]) -> Any:
+    def _outcome(self, optuna: Any, trial: Any, out: dict[str, Any], peak: int | None) -> Any:
         kind = out.get("kind")
         if kind == "pruned":
             raise optuna.TrialPruned(out.get("message") or "")
-        directions = len(trial.study.directions)
+        directions = len(trial.study.directions) - self.memory_objective
+        if self.memory_objective and directions < 1:
+            raise ConfigError(
+                "memory_objective=True adds the peak as the last value: create the study with one "
+                "direction per objective value plus one for memory, such as directions=['minimize', 'minimize']"
+            )
         if kind == "none":
             raise ConfigError(
                 f"the objective returned None for trial {trial.number}: return a float"
@@ -288,12 +345,17 @@ class IsolatedObjective:
         if len(values) != directions:
             raise ConfigError(
                 f"the objective returned {len(values)} value{'s' if len(values) != 1 else ''} for trial "
-                f"{trial.number} but the study has {directions} direction{'s' if directions != 1 else ''}: "
-                f"return {directions} value{'s' if directions != 1 else ''}, or create the study with "
-                f"directions=[...] listing one direction per value"
+                f"{trial.number} but the study has {directions} direction{'s' if directions != 1 else ''}"
+                + (" besides memory's" if self.memory_objective else "")
+                + f": return {directions} value{'s' if directions != 1 else ''}, or create the study with "
+                "directions=[...] listing one direction per value"
+                + (" and one more for memory (memory_objective=True)" if self.memory_objective else "")
             )
         if out.get("nan"):
             trial.set_user_attr(ATTR_PREFIX + "status", "nan")
+        if self.memory_objective:
+            # no peak read (a trial shorter than one sample): NaN fails it rather than invent one
+            return [*values, float(peak) if peak is not None else math.nan]
         return values if out.get("multi") else values[0]
 
     def _failed(self, trial: Any, result: Any, attempt: int) -> Any:
@@ -327,6 +389,14 @@ class IsolatedObjective:
         )
         if self.policy.on_error == "stop" and not retrying:
             raise TrialError(f"{err} (the policy says on_error='stop')", status=status)
+        constrained = self.constraints is not None or uses_memory_constraints(trial.study)
+        if status in OOM_STATUSES and not retrying and constrained:
+            # FAIL would hide it from the sampler (Optuna asks constraints of COMPLETE and PRUNED
+            # trials only); PRUNED with its memory attributes makes it infeasible
+            logger.warning(
+                "trial %d: %s; pruned, infeasible under the study's memory constraints", trial.number, message
+            )
+            raise _optuna().TrialPruned(f"{message} (infeasible under trainguard.optuna.memory_constraints)")
         if self.on_failure == "raise":
             raise err
         if not retrying:
@@ -359,6 +429,15 @@ class IsolatedObjective:
 #: Wrap an Optuna objective so that each call runs it in a supervised trainguard worker (see
 #: :class:`IsolatedObjective` for the arguments).
 isolated = IsolatedObjective
+
+
+def _memory_attrs(result: Any, status: str) -> dict[str, Any]:
+    """What :func:`memory_constraints` reads of a trial, from its Runner result."""
+    return {
+        ATTR_PREFIX + "peak_rss_bytes": result.peak_rss_bytes,
+        ATTR_PREFIX + "peak_gpu_bytes": getattr(result, "peak_gpu_bytes", None),
+        ATTR_PREFIX + "status": None if result.ok else status,
+    }
 
 
 def _close_pool(pool: CallPool, runner: Any) -> None:
@@ -401,6 +480,8 @@ def optimize(
     show_progress_bar: bool = False,
     store: Any = None,
     name: str | None = None,
+    memory_objective: bool = False,
+    constraints: MemoryConstraints | None = None,
     **runner_options: Any,
 ) -> Any:
     """Run ``n_trials`` trials of ``study`` with ``objective`` in supervised trainguard workers.
@@ -411,6 +492,11 @@ def optimize(
     ``trainguard_message`` and ``trainguard_peak_rss_bytes`` user attributes, and the study goes
     on; ``TrialPruned`` ends it PRUNED; with ``policy.retries`` its params are enqueued again and
     the retry does not count against ``n_trials``. ``workers > 1`` runs trials in parallel.
+    Every trial gets ``trainguard_peak_rss_bytes`` (``trainguard_peak_gpu_bytes`` where GPU memory
+    is read) and ``trainguard_predicted_peak_bytes``: the peak model's prediction for its params
+    from the trials finished before it started (None while the model cannot say: under 5 trials,
+    params far outside those seen). See :func:`memory_constraints` to make configs over a limit
+    infeasible, and ``memory_objective`` to minimise memory as an objective.
 
     Args:
         study: an ``optuna.Study``.
@@ -422,7 +508,7 @@ def optimize(
         catch: exception types of the objective that fail a trial without stopping the study.
         callbacks: Optuna callbacks ``f(study, frozen_trial)``, run in the parent.
         show_progress_bar: Optuna's progress bar.
-        store, name, **runner_options: as for :func:`isolated`.
+        store, name, memory_objective, constraints, **runner_options: as for :func:`isolated`.
 
     Returns:
         The study.
@@ -455,6 +541,8 @@ def optimize(
         on_failure="raise",
         slots=slots,
         catch=catch,
+        memory_objective=memory_objective,
+        constraints=constraints,
         **runner_options,
     ) as guarded:
         left = n_trials

@@ -27,7 +27,14 @@ from trainguard.runner.backends import BaseBackend, BaseWorker
 from trainguard.runner.device import Device
 from trainguard.runner.policy import Policy, Shrink
 from trainguard.runner.policy._peaks import PeakPrediction
-from trainguard.runner.session import RunProgress, TrialResult, WorkerProgress, default_run_name, device_key
+from trainguard.runner.session import (
+    PeakForecaster,
+    RunProgress,
+    TrialResult,
+    WorkerProgress,
+    default_run_name,
+    device_key,
+)
 from trainguard.runner.worker.command import Command
 from trainguard.runner.worker.context import TrialContext, current_context
 
@@ -58,4 +65,6 @@ __all__ = [
     "check_params",
     "KERAS_BACKENDS",
     "device_key",
+    # the peak model the session fits, for clients that run trials of their own (Optuna's)
+    "PeakForecaster",
 ]

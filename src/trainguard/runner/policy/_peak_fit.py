@@ -1,6 +1,6 @@
 """The peak model's fit (numpy): see :mod:`trainguard.runner.policy._peaks` for the model and
 the decisions taken on a prediction. Imported only when a model is fitted, so that importing the
-runner costs no numpy."""
+runner costs no numpy. The t and F tails come from :mod:`._tdist`, so a fit imports no scipy."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats as _st
 
 from trainguard.runner.policy._peaks import MIN_TRIALS, PeakPrediction, numeric_params
+from trainguard.runner.policy._tdist import f1_survival, t_quantile
 
 __all__ = ["PeakFit", "fit_peaks"]
 
@@ -68,7 +68,7 @@ class PeakFit:
         centre = float(value[0])
         leverage = float(grad[0] @ np.asarray(self.xtx_inv) @ grad[0])
         spread = self.scale * math.sqrt(1.0 + max(leverage, 0.0))
-        t = float(_st.t.ppf(0.5 + self.level / 2.0, max(self.df, 1)))
+        t = t_quantile(0.5 + self.level / 2.0, max(self.df, 1))
         low, high = centre - t * spread, centre + t * spread
         # an interval so wide it says nothing is no prediction
         if high - low > math.log(64.0) or centre > 60:
@@ -164,7 +164,7 @@ def _fit_one(
 def _partial_p(rss_small: float, rss_big: float, df_big: int) -> float:
     """p of the partial F test for one more column (``rss_small`` without it, ``rss_big`` with)."""
     f_stat = (rss_small - rss_big) / max(rss_big / max(df_big, 1), 1e-300)
-    return float(_st.f.sf(max(f_stat, 0.0), 1, max(df_big, 1)))
+    return f1_survival(max(f_stat, 0.0), max(df_big, 1))
 
 
 def _best_for_base(y: np.ndarray, logs: dict[str, np.ndarray], base: float) -> _Candidate | None:

@@ -13,7 +13,16 @@
 from __future__ import annotations
 
 from trainguard.runner.session._loop import Session
+from trainguard.runner.session._predict import PeakForecaster
 from trainguard.runner.session._recovery import device_key
 from trainguard.runner.session._results import RunProgress, TrialResult, WorkerProgress, default_run_name
 
-__all__ = ["Session", "TrialResult", "RunProgress", "WorkerProgress", "default_run_name", "device_key"]
+__all__ = [
+    "Session",
+    "PeakForecaster",
+    "TrialResult",
+    "RunProgress",
+    "WorkerProgress",
+    "default_run_name",
+    "device_key",
+]

@@ -539,6 +539,7 @@ class Session:
     ) -> None:
         """Record an attempt's end (a flight recorder on the attempt only); queue what follows, or finish."""
         worker_id = worker.worker_id if worker else None
+        run.peak_gpu_bytes = worker.trial_peak_gpu if worker else None
         error = self.recovery.failure(run, status, error, worker_id)
         stored = error if flight is None else {**(error or {}), "flight_recorder": flight}
         if status != "ok":
@@ -587,6 +588,7 @@ class Session:
             ran_with=run.attempt_params,
             seed=self._seed_of(run.index),
             predicted_peak_bytes=self.predictions.predicted_peak_bytes(run.index),
+            peak_gpu_bytes=run.peak_gpu_bytes if started else None,
         )
         with self._count_lock:
             self._done += 1

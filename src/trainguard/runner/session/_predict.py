@@ -132,7 +132,7 @@ class Predictions:
         """Fitted on this run's and earlier runs' ``ok`` trials of the same function's code; only
         when a prediction can decide something (``predict_peaks`` with a ``memory_limit``, an
         ``on_oom`` rule or a memory budget): otherwise no model is fitted, so a run without limits
-        pays nothing for it (the fit imports numpy and scipy into the supervisor's process, which
+        pays nothing for it (the fit imports numpy into the supervisor's process, which
         is the user's own: a notebook kernel, an Optuna study)."""
         policy = self.policy
         if not (policy.predict_peaks and (policy.memory_limit or policy.on_oom is not None or budgeted)):

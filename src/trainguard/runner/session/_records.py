@@ -39,6 +39,7 @@ class Attempt:
     sized: bool = False  # the remembered size was looked up for this trial already
     budget_kills: int = 0  # attempts killed at the memory budget beside other trials, this session
     predicted_size: bool = False  # attempt_params are the size the peak model predicted to fit
+    peak_gpu_bytes: int | None = None  # the last attempt's GPU peak, where the backend reads GPU memory
 
     @property
     def sent_params(self) -> Any:

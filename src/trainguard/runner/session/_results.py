@@ -31,12 +31,14 @@ class TrialResult(TrialOutcome):
     ``seed`` is the seed the trial ran with (``Runner(seed=...)``), the same on every attempt.
     ``predicted_peak_bytes`` is the peak the peak model predicted before its last attempt started
     (None while the model knows too little; see ``Policy(predict_peaks=...)``).
+    ``peak_gpu_bytes`` is the last attempt's sampled GPU memory peak (None where none was read).
     """
 
     ran_with: dict[str, Any] | None = None
     reused: bool = False
     seed: int | None = None
     predicted_peak_bytes: int | None = None
+    peak_gpu_bytes: int | None = None
 
     @property
     def ok(self) -> bool:
