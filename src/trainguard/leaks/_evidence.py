@@ -351,12 +351,21 @@ def census_gap(cost_s: float, block_s: float, *, share: float = CENSUS_SHARE) ->
 MIN_CENSUSES = 12
 
 
-def census_fallback(cost_s: float, budget_s: float, *, share: float = CENSUS_SHARE) -> str:
-    """A note when censuses costing ``cost_s`` each cannot be taken MIN_CENSUSES times within
-    ``share`` of ``budget_s`` seconds of step time (counts are then left out), else ``""``."""
+def census_fallback(
+    cost_s: float,
+    budget_s: float,
+    *,
+    share: float = CENSUS_SHARE,
+    taken: int = 0,
+    spent_s: float = 0.0,
+) -> str:
+    """A note when MIN_CENSUSES censuses cannot be had within ``share`` of ``budget_s`` seconds of
+    step time (counts are then left out), else ``""``: the ``taken`` ones so far, which cost
+    ``spent_s`` together, and as many more as the rest pays for at ``cost_s`` each (a heap that
+    grows makes the later ones dearer than the first)."""
     if cost_s <= 0 or budget_s <= 0:
         return ""
-    affordable = share * budget_s / cost_s
+    affordable = taken + max(share * budget_s - spent_s, 0.0) / cost_s
     if affordable >= MIN_CENSUSES:
         return ""
     took = f"{cost_s * 1000:.0f} ms" if cost_s < 1 else f"{cost_s:.1f} s"

@@ -382,7 +382,7 @@ class _Counts:
             # whole budget falls back as below.
             predicted = self.predicted_cost()
             if budget_s > 0:
-                self.fallback = _evidence.census_fallback(predicted, budget_s)
+                self.fallback = _evidence.census_fallback(predicted, budget_s, **self.taken())
             gap = _plan.dense_census_gap(predicted, budget_s)
             if self.fallback or predicted > dense_left_s or self.readings_since < gap:
                 return 0.0
@@ -391,7 +391,7 @@ class _Counts:
             return 0.0
         predicted = self.predicted_cost()
         if self.points and budget_s > 0:
-            self.fallback = _evidence.census_fallback(predicted, budget_s)
+            self.fallback = _evidence.census_fallback(predicted, budget_s, **self.taken())
         if self.fallback or (self.points and predicted > _evidence.CENSUS_SHARE * self.step_time_since):
             return 0.0
         return self.take(iterations)
@@ -414,6 +414,10 @@ class _Counts:
         self.points.clear()
         self.cost_s = 0.0
         self.objects_at_last = self.objects_now = 0
+
+    def taken(self) -> dict[str, Any]:
+        """The censuses so far and what they cost, for ``census_fallback``."""
+        return {"taken": len(self.points), "spent_s": sum(p.cost_s for p in self.points)}
 
     def rising(self) -> bool:
         """Whether reading call by call may still let counts speak (see ``_plan.dense_next``)."""

@@ -554,10 +554,15 @@ def _find_ndarrays(
                     array_types.add(t)
             except TypeError:
                 pass
-        arrays = list(compress(referents, map(is_array_type, types)))
-        found.update(zip(map(id, arrays), arrays, strict=True))
-        containers = list(compress(referents, map(is_container_type, types)))
+        # one pass over the referents keeps what is an array or a container (a few percent of
+        # them); the split between the two runs over that short list
+        interesting = array_types | container_types
+        kept = list(compress(referents, map(interesting.__contains__, types)))
         del types
+        kept_types = list(map(type, kept))
+        arrays = list(compress(kept, map(is_array_type, kept_types)))
+        found.update(zip(map(id, arrays), arrays, strict=True))
+        containers = list(compress(kept, map(is_container_type, kept_types)))
         # CPython untracks tuples/dicts holding only untracked objects (arrays among them):
         # look inside those; tracked ones are in gc.get_objects() already.
         untracked = list(compress(containers, map(not_, map(gc.is_tracked, containers))))
