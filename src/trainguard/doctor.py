@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,12 +214,14 @@ def _host_warnings(r: dict[str, Any]) -> list[str]:
     return out
 
 
-def _deep(frameworks: dict[str, str | None]) -> dict[str, Any]:
-    """Import each installed framework and ask it about devices and settings."""
+def _deep(frameworks: dict[str, str | None], say: Callable[[str], None]) -> dict[str, Any]:
+    """Import each installed framework and ask it about devices and settings; ``say`` hears which
+    one is being imported (each takes seconds: the command is not silent meanwhile)."""
     import importlib
 
     out: dict[str, Any] = {"errors": {}}
     if frameworks.get("torch"):
+        say("doctor --deep: importing torch to read its threads and devices...")
         try:
             torch = importlib.import_module("torch")
             out["torch_num_threads"] = int(torch.get_num_threads())
@@ -232,6 +235,7 @@ def _deep(frameworks: dict[str, str | None]) -> dict[str, Any]:
         except Exception as err:
             out["errors"]["torch"] = f"{type(err).__name__}: {err}"
     if frameworks.get("tensorflow"):
+        say("doctor --deep: importing tensorflow to read its GPUs and memory growth...")
         try:
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             from trainguard.frameworks import adapter, install_quiet_imports
@@ -247,12 +251,14 @@ def _deep(frameworks: dict[str, str | None]) -> dict[str, Any]:
         except Exception as err:
             out["errors"]["tensorflow"] = f"{type(err).__name__}: {err}"
     if frameworks.get("jax"):
+        say("doctor --deep: importing jax to read its devices...")
         try:
             jax = importlib.import_module("jax")
             out["jax_devices"] = [str(d) for d in jax.devices()]
         except Exception as err:
             out["errors"]["jax"] = f"{type(err).__name__}: {err}"
     if frameworks.get("keras"):
+        say("doctor --deep: importing keras to read its backend...")
         try:
             keras = importlib.import_module("keras")
             out["keras_backend_imported"] = keras.backend.backend()
@@ -270,12 +276,13 @@ def _process_tier() -> dict[str, Any] | None:
         return None
 
 
-def diagnose(*, deep: bool = False) -> DoctorReport:
+def diagnose(*, deep: bool = False, progress: Callable[[str], None] | None = None) -> DoctorReport:
     """Read the environment.
 
     Args:
         deep: import the installed frameworks (seconds) to read their devices, thread pools and
             memory-growth settings.
+        progress: told, in one line, which framework ``deep`` is importing.
 
     Returns:
         A :class:`DoctorReport`; ``warnings`` lists configurations known to leak or waste memory,
@@ -321,7 +328,7 @@ def diagnose(*, deep: bool = False) -> DoctorReport:
         "allocator": detect_allocator(),
         "threads": {v: os.environ.get(v) for v in THREAD_VARIABLES},
         "environment": {v: os.environ.get(v) for v in MEMORY_VARIABLES},
-        "deep": _deep(versions) if deep else None,
+        "deep": _deep(versions, progress or (lambda _line: None)) if deep else None,
         "process": _process_tier(),
     }
     report["warnings"] = _warnings(report)

@@ -1,4 +1,5 @@
-"""``trainguard doctor --deep`` imports TensorFlow without its start-up banners on stderr."""
+"""``trainguard doctor --deep`` imports TensorFlow without its start-up banners on stderr, and
+says which framework it is importing meanwhile."""
 
 from __future__ import annotations
 
@@ -24,3 +25,5 @@ def test_doctor_deep_prints_no_tensorflow_banner():
     assert "tensorflow_memory_growth" in proc.stdout or "tensorflow" in proc.stdout
     assert "absl::InitializeLog" not in proc.stderr and "oneDNN" not in proc.stderr, proc.stderr[-2000:]
     assert "cpu_feature_guard" not in proc.stderr
+    # it says what it is doing while the imports take their seconds
+    assert "doctor --deep: importing tensorflow to read its GPUs and memory growth..." in proc.stderr

@@ -17,9 +17,13 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from trainguard.doctor import diagnose
 
-    report = diagnose(deep=args.deep)
+    # the imports --deep makes take seconds each: say which is under way (stderr: stdout stays the
+    # report, one JSON object with --json)
+    report = diagnose(deep=args.deep, progress=lambda line: print(line, file=sys.stderr, flush=True))
     if args.json:
         from trainguard.cli._display import to_json
 
