@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.trials < 2:
         parser.error("--rounds must be >= 1 and --trials >= 2")
-    from trainguard.demo import run_naive, run_with_runner, versions
+    from trainguard._measured_loop import run_naive
+    from trainguard.demo import run_with_runner, versions
     from trainguard.store import Store
 
     scratch = tempfile.mkdtemp(prefix="trainguard-rounds-")

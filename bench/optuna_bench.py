@@ -68,11 +68,11 @@ def _hwm_bytes(proc: Any) -> int:
 
 
 def _child(mode: str, trials: int) -> None:
-    """A child process: one study, one marked JSON line per finished trial (see trainguard.demo)."""
+    """A child process: one study, one marked JSON line per finished trial (see trainguard._measured_loop)."""
     import optuna
     import psutil
 
-    from trainguard.demo import trial_line
+    from trainguard._measured_loop import trial_line
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     proc = psutil.Process()
@@ -117,7 +117,7 @@ def _child(mode: str, trials: int) -> None:
 
 
 def _run(mode: str, trials: int) -> Any:
-    from trainguard.demo import _child_env, run_measured_child
+    from trainguard._measured_loop import _child_env, run_measured_child
 
     env = _child_env()
     env["TF_DETERMINISTIC_OPS"] = "1"  # inherited by the guarded study's worker too

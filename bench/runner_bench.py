@@ -166,7 +166,7 @@ def _ray_child() -> None:
     import ray
     from ray import tune
 
-    from trainguard.demo import trial_line
+    from trainguard._measured_loop import trial_line
 
     t_import = time.time()
     ray.init(
@@ -212,7 +212,7 @@ def _torch_child() -> None:
     """The torch naive loop's child: torch_fit in a loop in one process, one marked line per trial."""
     import psutil
 
-    from trainguard.demo import _MARK, trial_line
+    from trainguard._measured_loop import _MARK, trial_line
     from trainguard.workloads import torch_fit
 
     spec = json.loads(sys.argv[2])
@@ -234,7 +234,7 @@ def _optuna_child() -> None:
     import optuna
     import psutil
 
-    from trainguard.demo import trial_line
+    from trainguard._measured_loop import trial_line
     from trainguard.workloads import keras_fit
 
     spec = json.loads(sys.argv[2])
@@ -270,7 +270,7 @@ def _half_to_row(half: Any, label: str) -> dict[str, Any]:
 
 
 def bench_naive(trials: int) -> dict[str, Any]:
-    from trainguard.demo import run_naive
+    from trainguard._measured_loop import run_naive
 
     return _half_to_row(run_naive(trials), "(a) naive loop, 1 process")
 
@@ -307,8 +307,8 @@ def bench_runner_general(
 ) -> dict[str, Any]:
     """A Runner configuration sampled from outside at 10 Hz (the workers' trees summed), with the
     pool's recorded choices (workers, threads, early starts, budget events) from the store."""
+    from trainguard._measured_loop import TreeSampler, theil_sen_slope
     from trainguard.cli.show import POOL_EVENT_KINDS
-    from trainguard.demo import TreeSampler, theil_sen_slope
     from trainguard.process import tree_memory
     from trainguard.runner import Runner
     from trainguard.store import Store
@@ -360,7 +360,7 @@ def bench_pool(trials: int, per_trial_timeout_s: float = 180.0, workers: int = 1
 
     import psutil
 
-    from trainguard.demo import TreeSampler, theil_sen_slope
+    from trainguard._measured_loop import TreeSampler, theil_sen_slope
     from trainguard.process import tree_memory
 
     me = os.getpid()
@@ -408,7 +408,7 @@ def bench_optuna(trials: int) -> dict[str, Any] | None:
 
     if importlib.util.find_spec("optuna") is None:
         return None
-    from trainguard.demo import run_measured_child
+    from trainguard._measured_loop import run_measured_child
 
     spec = json.dumps({"trials": trials, "params": {}})
     half = run_measured_child(
@@ -425,7 +425,7 @@ def bench_ray(trials: int, timeout_s: float | None = None) -> dict[str, Any] | N
 
     if importlib.util.find_spec("ray") is None:
         return None
-    from trainguard.demo import _MARK, TreeSampler, _child_env, theil_sen_slope
+    from trainguard._measured_loop import _MARK, TreeSampler, _child_env, theil_sen_slope
 
     # Short path: Ray puts unix sockets under its temp dir (108-byte limit on their paths).
     base = tempfile.mkdtemp(prefix="tgray-", dir="/tmp")
@@ -547,7 +547,7 @@ def bench_ray(trials: int, timeout_s: float | None = None) -> dict[str, Any] | N
 
 def bench_overshoot(store: str, kills: int = 3) -> dict[str, Any]:
     """Kill overshoot: RSS at the kill minus the limit, from the Runner's record and a 200 Hz outside sampler."""
-    from trainguard.demo import TreeSampler
+    from trainguard._measured_loop import TreeSampler
     from trainguard.process import tree_memory
     from trainguard.runner import Policy, Runner
     from trainguard.store import Store
@@ -807,7 +807,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def step(label: str, fn, *fn_args, pss: bool = True, **fn_kwargs):
         print(f"[{time.strftime('%H:%M:%S')}] {label} ...", file=sys.stderr, flush=True)
-        from trainguard.demo import TreeSampler
+        from trainguard._measured_loop import TreeSampler
 
         try:
             if pss and args.pss_hz > 0:
@@ -883,7 +883,7 @@ def main(argv: list[str] | None = None) -> int:
     if "j" in only and (row := step("(j) ProcessPoolExecutor x2", bench_pool, trials, 180.0, 2)) is not None:
         configs.append(row)
     if "t" in only:
-        from trainguard.demo import run_measured_child
+        from trainguard._measured_loop import run_measured_child
 
         def torch_naive() -> dict[str, Any]:
             spec = json.dumps({"trials": trials, "params": {}})

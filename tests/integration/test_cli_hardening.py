@@ -372,11 +372,11 @@ def test_sizes_in_one_comparison_never_read_equal():
 
 
 def test_a_measured_half_reports_each_trial_as_it_finishes():
-    from trainguard.demo import run_measured_child
+    from trainguard._measured_loop import run_measured_child
 
     child = (
         "import time, os\n"
-        "from trainguard.demo import trial_line\n"
+        "from trainguard._measured_loop import trial_line\n"
         "for i in range(3):\n"
         "    start = time.time(); time.sleep(0.4)\n"
         "    print(trial_line(i, start, time.time(), 10_000_000, {'i': i}), flush=True)\n"

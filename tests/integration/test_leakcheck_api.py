@@ -127,6 +127,24 @@ def test_make_config_takes_leakchecks_settings_and_defaults() -> None:
             make_config(**{name: 1})
 
 
+def test_the_checks_defaults_are_written_once_in_the_config() -> None:
+    import argparse
+    import inspect
+
+    from trainguard.cli import leakcheck as leakcheck_cli
+    from trainguard.leaks import LeakCheckConfig
+    from trainguard.leaks._run import NOT_SETTINGS, default_settings
+
+    params = inspect.signature(trainguard.leakcheck).parameters
+    signature = [(name, p.default) for name, p in params.items() if name not in NOT_SETTINGS]
+    assert signature == list(default_settings().items())  # the same names, order and values
+    parser = argparse.ArgumentParser()
+    leakcheck_cli.register(parser)
+    max_time = next(a for a in parser._actions if a.dest == "max_time")
+    # the CLI leaves an option out when not given; its help names the config's default
+    assert max_time.default is None and f"(default {LeakCheckConfig().max_time_s / 60:g}m)" in max_time.help
+
+
 def test_step_signature_errors() -> None:
     with pytest.raises(ConfigError, match="requires 2 arguments"):
         trainguard.leakcheck(lambda a, b: None)

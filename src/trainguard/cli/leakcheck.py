@@ -42,11 +42,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="no verdict before N calls (default: 10, and 120 before a leak verdict, fewer for slow steps)",
     )
     parser.add_argument(
-        "--max-time", default="2m", metavar="DURATION", help="time budget, e.g. 90s, 5m (default 2m)"
+        "--max-time", default=None, metavar="DURATION", help="time budget, e.g. 90s, 5m (default 2m)"
     )
     parser.add_argument(
         "--metric",
-        default="auto",
+        default=None,
         help="auto (default: RSS, or PSS once the step has child processes), rss, uss or pss, "
         "over the process and its children",
     )
@@ -191,15 +191,18 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.leaks import leakcheck_file, make_config
 
     path, step_name = _split_target(args.target)
+    given = {  # an option left out takes the check's own default (LeakCheckConfig's fields)
+        "max_iterations": args.max_iterations,
+        "min_iterations": args.min_iterations,
+        "max_time": args.max_time,
+        "metric": args.metric,
+        "tolerance": args.tolerance,
+    }
     config = make_config(
-        max_iterations=args.max_iterations,
-        min_iterations=args.min_iterations,
-        max_time=args.max_time,
-        metric=args.metric,
+        **{name: value for name, value in given.items() if value is not None},
         attribution=not args.no_attribution,
         tracemalloc=args.tracemalloc or args.tracemalloc_stack,
         tracemalloc_full_stack=args.tracemalloc_stack,
-        tolerance=args.tolerance,
         trim=not args.no_trim,
         allocator_evidence=not args.no_allocator_evidence,
     )

@@ -28,25 +28,29 @@ __all__ = [
 ]
 
 
+#: the check's defaults, written once: in :class:`LeakCheckConfig`'s fields
+_DEFAULT = LeakCheckConfig()
+
+
 def leakcheck(
     step: Callable[..., Any],
     *,
     setup: Callable[[], Any] | None = None,
-    max_iterations: int | None = None,
-    min_iterations: int | None = None,
-    max_time: str | float | None = "2m",
-    metric: str = "auto",
+    max_iterations: int | None = _DEFAULT.max_iterations,
+    min_iterations: int | None = _DEFAULT.min_iterations,
+    max_time: str | float | None = _DEFAULT.max_time_s,
+    metric: str = _DEFAULT.metric,
     isolated: bool = False,
-    attribution: bool = True,
-    tracemalloc: bool = False,
-    tolerance: str | float | None = None,
-    alpha: float = 0.01,
-    trim: bool = True,
-    calls_per_measurement: int | None = None,
-    max_measurements: int = 300,
-    max_growth: str | int | None = None,
-    tracemalloc_full_stack: bool = False,
-    allocator_evidence: bool = True,
+    attribution: bool = _DEFAULT.attribution,
+    tracemalloc: bool = _DEFAULT.tracemalloc,
+    tolerance: str | float | None = _DEFAULT.tolerance_bytes_per_iter,
+    alpha: float = _DEFAULT.alpha,
+    trim: bool = _DEFAULT.trim,
+    calls_per_measurement: int | None = _DEFAULT.calls_per_measurement,
+    max_measurements: int = _DEFAULT.max_measurements,
+    max_growth: str | int | None = _DEFAULT.max_growth_bytes,
+    tracemalloc_full_stack: bool = _DEFAULT.tracemalloc_full_stack,
+    allocator_evidence: bool = _DEFAULT.allocator_evidence,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> LeakReport:
     """Run ``step`` repeatedly and say whether memory leaks, how fast, and what grows.
@@ -66,8 +70,8 @@ def leakcheck(
             or after what 60 % of ``max_time`` allows for slow steps, and then only when the
             most recent readings grow on their own: warm-ups (allocator pools, kernel and
             tracing caches) grow for 50-80 iterations before they level off.
-        max_time: the most wall time for the iterations, e.g. ``"5m"`` or seconds; None: limited
-            by ``max_iterations`` only.
+        max_time: the most wall time for the iterations, e.g. ``"5m"`` or seconds (default 120,
+            two minutes); None: limited by ``max_iterations`` only.
         metric: ``"auto"`` (default), ``"rss"``, ``"uss"`` or ``"pss"``, summed over this process
             and its children. ``"auto"`` decides on RSS while the process has no children and on
             the tree's PSS once it has some: growth in worker processes' private memory (a
@@ -89,7 +93,7 @@ def leakcheck(
         alpha: the false-positive budget of the whole sequential test.
         trim: call ``malloc_trim(0)`` before each reading (glibc only) and report what it returned.
         calls_per_measurement: calls between readings; default automatic.
-        max_measurements: the most readings.
+        max_measurements: the most readings (default 300).
         max_growth: stop when memory has grown this much since the start (``"2GB"``); default
             a quarter of the available memory, at most 4 GiB, so a fast leak cannot exhaust the host.
         progress: called with a dict (iteration, bytes, slope_bytes_per_iter...) as the check runs.

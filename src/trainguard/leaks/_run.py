@@ -38,7 +38,15 @@ from trainguard.leaks._report import KindGrowth, LeakReport, StepError
 from trainguard.leaks.stats import Verdict
 from trainguard.units import format_bytes, parse_duration, parse_size
 
-__all__ = ["LeakCheckConfig", "make_config", "run_loop", "call_plan", "METRICS", "NOT_SETTINGS"]
+__all__ = [
+    "LeakCheckConfig",
+    "default_settings",
+    "make_config",
+    "run_loop",
+    "call_plan",
+    "METRICS",
+    "NOT_SETTINGS",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,20 +55,26 @@ METRICS = ("auto", "rss", "uss", "pss")
 
 @dataclass(frozen=True, slots=True)
 class LeakCheckConfig:
-    """Validated settings of one leak check (see :func:`trainguard.leakcheck` for their meaning)."""
+    """Validated settings of one leak check (see :func:`trainguard.leakcheck` for their meaning).
 
-    max_iterations: int | None
-    min_iterations: int | None
-    max_time_s: float | None
-    metric: str
-    attribution: bool
-    tracemalloc: bool
-    tolerance_bytes_per_iter: float | None
-    alpha: float
-    trim: bool
-    calls_per_measurement: int | None
-    max_measurements: int
-    min_measurements: int
+    Each field's default is the check's default, written here only: :func:`trainguard.leakcheck`'s
+    keyword arguments take theirs from ``LeakCheckConfig()``, :func:`make_config` fills what it is
+    not given from :func:`default_settings`, and the CLI passes only the options a user gave.
+    ``max_growth_bytes`` None: :func:`make_config` sets a quarter of the available memory, at most 4 GiB.
+    """
+
+    max_iterations: int | None = None
+    min_iterations: int | None = None
+    max_time_s: float | None = 120.0
+    metric: str = "auto"
+    attribution: bool = True
+    tracemalloc: bool = False
+    tolerance_bytes_per_iter: float | None = None
+    alpha: float = 0.01
+    trim: bool = True
+    calls_per_measurement: int | None = None
+    max_measurements: int = 300
+    min_measurements: int = 10
     max_growth_bytes: int | None = None
     tracemalloc_full_stack: bool = False
     allocator_evidence: bool = True
@@ -86,23 +100,37 @@ def _positive_int(name: str, value: Any, *, allow_none: bool = False, minimum: i
 #: the arguments of :func:`trainguard.leakcheck` that are not settings of the check
 NOT_SETTINGS = frozenset({"step", "setup", "isolated", "progress"})
 
+#: a setting's name where the config's field is named for its validated unit
+_FIELD_OF_SETTING = {
+    "max_time": "max_time_s",
+    "tolerance": "tolerance_bytes_per_iter",
+    "max_growth": "max_growth_bytes",
+}
 
-def _default_settings() -> dict[str, Any]:
-    """The settings' defaults: those of :func:`trainguard.leakcheck`'s signature, the one place they are written."""
-    from trainguard.leaks import leakcheck
+#: config fields that no argument sets
+_FIXED_FIELDS = frozenset({"min_measurements"})
 
-    params = inspect.signature(leakcheck).parameters
-    return {name: p.default for name, p in params.items() if name not in NOT_SETTINGS}
+
+def default_settings() -> dict[str, Any]:
+    """The settings of :func:`trainguard.leakcheck` (its keyword arguments but ``NOT_SETTINGS``) with
+    their defaults, read from :class:`LeakCheckConfig`'s fields, the one place they are written."""
+    setting_of_field = {f: name for name, f in _FIELD_OF_SETTING.items()}
+    return {
+        setting_of_field.get(f.name, f.name): f.default
+        for f in dataclasses.fields(LeakCheckConfig)
+        if f.name not in _FIXED_FIELDS
+    }
 
 
 def make_config(**settings: Any) -> LeakCheckConfig:
     """Validate every setting before any work starts. ``settings`` are keyword arguments of
-    :func:`trainguard.leakcheck` (all but step, setup, isolated and progress), with its defaults.
+    :func:`trainguard.leakcheck` (all but step, setup, isolated and progress); what is not given
+    takes the default of :class:`LeakCheckConfig`'s field.
 
     Raises:
         ConfigError: an unknown setting, any value out of range, an unknown metric, no budget at all.
     """
-    defaults = _default_settings()
+    defaults = default_settings()
     unknown = sorted(set(settings) - set(defaults))
     if unknown:
         raise ConfigError(
@@ -156,7 +184,6 @@ def make_config(**settings: Any) -> LeakCheckConfig:
         trim=bool(s["trim"]),
         calls_per_measurement=cpm,
         max_measurements=max_meas,
-        min_measurements=10,
         max_growth_bytes=int(growth_cap),
         tracemalloc_full_stack=bool(s["tracemalloc_full_stack"]),
         allocator_evidence=bool(s["allocator_evidence"]),
