@@ -25,6 +25,9 @@ PARAMS = [{"kind": "ok"}, {"kind": "raise"}, {"kind": "ok"}, {"kind": "ok"}]
 def test_a_store_made_by_the_release_before_opens_and_resumes(tmp_path, monkeypatch):
     db = tmp_path / "old.db"
     shutil.copy(FIXTURE, db)
+    with Store(db, readonly=True) as store:  # written before the bytes-in-use table: none read
+        info = store.get_run(RUN)
+        assert info is not None and store.bytes_in_use(info.run_id) == []
     monkeypatch.chdir(HERE)  # the run's function was given relative to this folder
     with Runner(workers=1, store=db, policy=Policy(on_error="continue")) as runner:
         results = runner.map("runner_trials.py:fault", PARAMS, name=RUN)

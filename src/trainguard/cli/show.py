@@ -70,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     if args.trial is not None:
         print_trial(args.trial, attempt_json, pressure_events)
         return 0
-    _print_text(args, info, summary, trials, workers, events, samples, trial_memory, predictions)
+    _print_text(
+        args, info, summary, trials, workers, events, samples, trial_memory, predictions, v["bytes_in_use"]
+    )
     _print_sessions(sessions, trial_sessions)
     from trainguard.cli._display import console
     from trainguard.cli._display import markup_safe as escape
@@ -129,6 +131,7 @@ def _read_run(store: Any, args: argparse.Namespace) -> dict[str, Any]:
         "pressure_events": store.events(run_id, kinds=pressure),
         "attempts": store.attempts(run_id, args.trial),
         "predictions": store.predictions(run_id),
+        "bytes_in_use": store.bytes_in_use(run_id),
         "note": interrupted_note(store.path, info.name, summary.status if summary else ""),
         "sessions": sessions,
         "trial_sessions": {t.index: _session_of(sessions, t.finished_at) for t in trials},
@@ -137,6 +140,8 @@ def _read_run(store: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def _json_payload(v: dict[str, Any]) -> dict[str, Any]:
     """``show --json``: the fields as before, each section under its key."""
+    from trainguard.cli._bytes_in_use import bytes_in_use_json
+
     samples = v["samples"]
     return {
         "run": {**dataclasses.asdict(v["summary"]), "note": v["note"]},
@@ -163,6 +168,8 @@ def _json_payload(v: dict[str, Any]) -> dict[str, Any]:
         # it ended without a kill, an OOM or a crash)
         "attempts": v["attempt_json"],
         "pressure": [dataclasses.asdict(e) for e in v["pressure_events"]],
+        # the worker's C allocator bytes in use after each attempt (empty where it has no such count)
+        "bytes_in_use": bytes_in_use_json(v["bytes_in_use"]),
     }
 
 
@@ -209,7 +216,7 @@ def _trial_outcome(trial) -> str:  # noqa: ANN001 - TrialRecord
 
 
 def _print_text(
-    args, info, summary, trials, workers, events, samples, trial_memory=None, predictions=None
+    args, info, summary, trials, workers, events, samples, trial_memory=None, predictions=None, in_use=()
 ) -> None:
     from rich.table import Table
 
@@ -258,6 +265,11 @@ def _print_text(
         columns.append(("seed", "right"))
     if trial_memory:
         columns.append(("tf.memory / heap at end", "left"))
+    from trainguard.cli._bytes_in_use import by_trial, trend_lines
+
+    after = by_trial(in_use)
+    if after:
+        columns.append(("in use after", "right"))
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=name not in ("value / error", "params"))
     for t in trials[: args.max_trials]:
@@ -274,10 +286,13 @@ def _print_text(
             format_duration(t.duration_s),
             *([str(t.seed) if t.seed is not None else "-"] if seeded else []),
             *([escape(_memory_text(trial_memory.get(t.index)))] if trial_memory else []),
+            *([format_bytes(after.get(t.index))] if after else []),
         )
     if len(trials) > args.max_trials:
         table.caption = f"{len(trials) - args.max_trials} more trials not shown (--max-trials N or --json)"
     out.print(table)
+    for line in trend_lines(in_use):
+        out.print(escape(line))
     if workers:
         wt = Table(title="workers", title_justify="left")
         # the Ray backend records where each worker ran (host, node); the local one does not

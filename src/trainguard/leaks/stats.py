@@ -72,6 +72,11 @@ same bytes every call, while a warm-up pool's increments shrink (the corpus's
 ``warmup_allocator_pool``: 2 MiB a call falling by 1.4 % a call, 11 % over its first 16 calls).
 The rise must also reach the tolerance per call. The leak check then asks RSS to agree at the
 check's own level, as it does for counts (``trainguard.leaks._native``).
+
+Bytes in use trial over trial (:func:`trial_bytes_trend`): the runner's worker reads the same count
+after each trial (after its cleanup and a ``gc.collect()``); ``trainguard show`` says whether it
+rose, by :func:`robust_slope` over those few readings: a rise when its 95 % interval is above
+zero and the slope reaches :data:`TRIAL_RISE_BYTES` a trial, flat when the interval's top is below it.
 """
 
 from __future__ import annotations
@@ -105,6 +110,9 @@ __all__ = [
     "count_trend",
     "allocator_trend",
     "ALLOCATOR_FILL_ALLOWANCE_BYTES",
+    "TrialBytesTrend",
+    "trial_bytes_trend",
+    "TRIAL_RISE_BYTES",
 ]
 
 ArrayLike = Sequence[float] | np.ndarray
@@ -937,3 +945,68 @@ def allocator_trend(
     if trend.status == "grows" and trend.count_per_iter < tolerance:
         return replace(trend, status="slow")
     return trend
+
+
+#: The rise of bytes in use per trial from which ``show`` says a worker's native memory grows.
+TRIAL_RISE_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TrialBytesTrend:
+    """Did a worker's C allocator bytes in use rise trial over trial?
+
+    Attributes:
+        status: ``"rises"`` (the 95 % interval of the slope is above zero and the slope reaches
+            ``min_rise_bytes`` a trial), ``"slight"`` (above zero, below that), ``"flat"`` (the
+            interval's top is below ``min_rise_bytes``), ``"unclear"`` (too noisy to say) or
+            ``"too_few"`` (fewer than 3 readings).
+        per_trial_bytes: the Theil-Sen slope, bytes per trial.
+        ci_low: the interval's lower end (bytes per trial; ``-inf`` under 3 readings).
+        ci_high: its upper end.
+        first_bytes: the first reading.
+        last_bytes: the last reading.
+        n: the number of readings.
+        settled_from: the first reading the slope is read from (:func:`detect_warmup`: the
+            worker's first trials may load modules and fill caches), at most ``n - 3``.
+    """
+
+    status: str
+    per_trial_bytes: float
+    ci_low: float
+    ci_high: float
+    first_bytes: int
+    last_bytes: int
+    n: int
+    settled_from: int = 0
+
+
+def trial_bytes_trend(
+    in_use: Sequence[int], *, min_rise_bytes: float = TRIAL_RISE_BYTES, confidence: float = 0.95
+) -> TrialBytesTrend:
+    """The trend of one worker's bytes in use after each of its trials, in the order they ran.
+
+    Raises:
+        ConfigError: no readings, a negative or NaN one, ``min_rise_bytes`` <= 0, or a bad ``confidence``.
+    """
+    if len(in_use) == 0:
+        raise ConfigError("trial_bytes_trend needs the bytes in use after at least one trial, e.g. [4194304]")
+    if not min_rise_bytes > 0:
+        raise ConfigError(f"min_rise_bytes={min_rise_bytes!r} must be > 0 bytes per trial, e.g. 262144")
+    values = [float(v) for v in in_use]
+    if any(not v >= 0 for v in values):
+        raise ConfigError(f"bytes in use must be numbers >= 0, not {list(in_use)!r}")
+    first, last, n = int(values[0]), int(values[-1]), len(values)
+    if n < 3:
+        slope = values[-1] - values[0] if n == 2 else 0.0
+        return TrialBytesTrend("too_few", slope, -math.inf, math.inf, first, last, n, 0)
+    # a worker's first trials warm it (imports, first-call caches): the trend is read where the
+    # series settles, over 3 readings at least
+    settled = min(detect_warmup(values), n - 3)
+    est = robust_slope(values[settled:], confidence=confidence)
+    if est.ci_low > 0:
+        status = "rises" if est.slope >= min_rise_bytes else "slight"
+    elif est.ci_high < min_rise_bytes:
+        status = "flat"
+    else:
+        status = "unclear"
+    return TrialBytesTrend(status, est.slope, est.ci_low, est.ci_high, first, last, n, settled)

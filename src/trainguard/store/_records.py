@@ -18,6 +18,7 @@ __all__ = [
     "FittedSize",
     "StageRecord",
     "SessionSettings",
+    "BytesInUseReading",
 ]
 
 
@@ -184,3 +185,18 @@ class SessionSettings:
     session: int
     config: dict[str, Any]
     started_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class BytesInUseReading:
+    """The C allocator's bytes in use in a worker right after one attempt ended (after the
+    worker's cleanup and a ``gc.collect()``): ``allocator`` names whose count it is (``"glibc"``,
+    ``"jemalloc"``, ``"tcmalloc"``). Only the worker process's own: its children are not in it."""
+
+    run_id: int
+    index: int
+    attempt: int
+    worker_id: int
+    allocator: str
+    bytes_in_use: int
+    time: float

@@ -165,7 +165,15 @@ CREATE TABLE IF NOT EXISTS sample_series (
 
 #: Tables added after schema 1 without a version bump: a writer creates them in an older store of
 #: the same version, a reader treats them as empty when absent.
-ADDITIVE_TABLES = ("fitted_sizes", "trial_seeds", "stages", "trial_predictions", "run_uuids", "session_settings")
+ADDITIVE_TABLES = (
+    "fitted_sizes",
+    "trial_seeds",
+    "stages",
+    "trial_predictions",
+    "run_uuids",
+    "session_settings",
+    "bytes_in_use",
+)
 
 
 def describe_worker_end(reason: str | None, detail: dict[str, Any] | None = None) -> str:

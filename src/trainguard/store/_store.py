@@ -35,6 +35,7 @@ from urllib.parse import quote
 from trainguard._diskfull import sqlite_full
 from trainguard._text import require_utf8, utf8_problem
 from trainguard.exceptions import ConfigError, SchemaVersionError, StoreError
+from trainguard.store._bytes_in_use import BYTES_IN_USE_TABLE_DDL, BytesInUseRows
 from trainguard.store._full import store_full_error
 from trainguard.store._lock import RunLock
 from trainguard.store._peaks import PEAK_TABLE_DDL, PeakRows
@@ -206,7 +207,7 @@ def _check_run_args(name: Any, fn_ref: Any, params: Any, config: Any) -> None:
         raise ConfigError(f"config must be a dict, not {type(config).__name__}")
 
 
-class Store(PeakRows):
+class Store(PeakRows, BytesInUseRows):
     """The results store of runs, trials, attempts, workers, events and memory samples.
 
     One SQLite file in WAL mode. Only the supervisor writes (``readonly=False``, the default); any
@@ -1752,7 +1753,11 @@ def _max_or_none(a: int | None, b: int | None) -> int | None:
 
 
 def _ddl_statements() -> list[str]:
-    lines = [line for line in (DDL + PEAK_TABLE_DDL).splitlines() if not line.strip().startswith("--")]
+    lines = [
+        line
+        for line in (DDL + PEAK_TABLE_DDL + BYTES_IN_USE_TABLE_DDL).splitlines()
+        if not line.strip().startswith("--")
+    ]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 

@@ -491,6 +491,7 @@ class Session:
         stats = msg.get("stats") or {}
         if any(k in stats for k in ("census", "tfjs", "node", "fragmentation")) or stats.get("cleanup_s"):
             self.recorder.trial_stats(worker.worker_id, run.index, stats_message(run.index, stats), stats)
+        self.recorder.bytes_in_use(worker.worker_id, run.index, run.attempt, stats)
         duration = float(msg["duration_s"])
         flight = self.last.result(self.recorder, worker, msg, status, stats, rss_after)
         if status != "ok" and (msg.get("error") or {}).get("disk_full"):

@@ -297,6 +297,14 @@ class Recorder:
                 self.run_id, "trial_stats", message, data=stats, worker_id=worker_id, index=index
             )
 
+    def bytes_in_use(self, worker_id: int, index: int, attempt: int, stats: dict[str, Any]) -> None:
+        """The worker's C allocator bytes in use after the attempt, when its stats carry them."""
+        value = stats.get("bytes_in_use")
+        if self.run_id is None or not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return
+        allocator = str(stats.get("allocator") or "unknown")[:32]
+        self.store.record_bytes_in_use(self.run_id, index, attempt, worker_id, allocator, value)
+
     def add_samples(self, batches: dict[int, list[tuple[float, int, int | None, int | None]]]) -> None:
         if self.run_id is None:
             return

@@ -353,18 +353,47 @@ def _exception_error(exc: BaseException, status: str, framework: str | None) -> 
 
 def _after_trial(msg: dict[str, Any]) -> dict[str, Any]:
     """What a worker does and reads after each trial: allocator figures, the cleanups asked for
-    (else the release of TensorFlow's custom-gradient graphs, unless switched off), a census."""
+    (else the release of TensorFlow's custom-gradient graphs, unless switched off), the C
+    allocator's bytes in use after them and a ``gc.collect()``, a census."""
     stats = _framework_stats()
     if msg.get("cleanup"):
         stats["cleanup_s"] = _cleanup()
     elif (released_s := _release_tf_gradients()) is not None:
         stats["tf_custom_gradients_s"] = released_s
+    _read_bytes_in_use(stats, collect=not msg.get("cleanup"))
     if msg.get("census"):
         totals = _census_totals()
         if totals is not None:
             stats["census"] = totals
     stats["frameworks"] = _frameworks()
     return stats
+
+
+#: the C allocator's reader, bound at the first trial's end (None until then)
+_ALLOCATOR: list[Any] = [None]
+
+
+def _read_bytes_in_use(stats: dict[str, Any], *, collect: bool) -> None:
+    """Put the C allocator's bytes in use (and its name) in ``stats``, where it counts them; with
+    ``collect``, after a ``gc.collect()`` (``cleanup()`` has collected already), so that what the
+    trial left in reference cycles is freed first. Nothing is read, nor collected, where the
+    allocator has no such count (macOS, musl, mimalloc)."""
+    probe = _ALLOCATOR[0]
+    if probe is None:
+        try:
+            from trainguard.probes.allocator import AllocatorProbe
+
+            probe = _ALLOCATOR[0] = AllocatorProbe()
+        except Exception:  # noqa: BLE001 - evidence is best effort and must never fail a trial
+            return
+    if not probe.available:
+        return
+    if collect:
+        gc.collect()
+    value = probe.read()
+    if value is not None:
+        stats["bytes_in_use"] = value
+        stats["allocator"] = probe.name
 
 
 _WANTS_CONTEXT: dict[int, bool] = {}
