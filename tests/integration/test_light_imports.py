@@ -90,6 +90,7 @@ def test_public_names_are_pinned():
             "Comparison",
             "ConfigError",
             "Device",
+            "DiskFullError",
             "DoesNotFitError",
             "FitResult",
             "FrameworkOOMError",

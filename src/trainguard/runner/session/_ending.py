@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import DiskFullError
@@ -63,6 +64,7 @@ def trial_filled_the_disk(
         peak_rss_bytes=peak,
         duration_s=duration_s,
     )
+    worker.trial = None  # recorded: the shutdown does not end it a second time
     raise DiskFullError(
         what, path=note["path"], free_bytes=note.get("free_bytes"), what=what, checkpoints=True
     )
@@ -93,12 +95,34 @@ def stopped_for_disk(session: Session, err: DiskFullError) -> DiskFullError:
 
 
 def _before_shutdown_for_disk(session: Session) -> None:
-    """Room first: kill what still writes, remove every half-written checkpoint, free the reserve."""
+    """Room first: kill what still writes, remove every half-written checkpoint, free the reserve;
+    then the attempts those workers were running end ``disk_full`` (they run again on resume)."""
+    busy = [(w, w.trial) for w in session.pool.workers if w.state == "busy" and w.trial is not None]
     for worker in session.pool.workers:
         if worker.state == "busy":
             worker.handle.kill()
     session.stages.remove_partial()
     session.recorder.disk_full()
+    for worker, run in busy:
+        _record_stopped_attempt(session, worker, run)
+
+
+def _record_stopped_attempt(session: Session, worker: WorkerRecord, run: Attempt) -> None:
+    """A trial the full disk stopped (the store's write failed first, not its checkpoint)."""
+    try:
+        session.recorder.finish_attempt(
+            run.index,
+            run.attempt,
+            status=DISK_FULL,
+            error={
+                "status": DISK_FULL,
+                "message": f"stopped: the disk filled up while trial {run.index} ran; it runs again on resume",
+            },
+            peak_rss_bytes=worker.trial_peak_rss or None,
+            duration_s=time.monotonic() - run.started_mono if run.started_mono else None,
+        )
+    except Exception:  # noqa: BLE001 - the end of the run must still be recorded
+        logger.debug("could not record trial %d's stop for the full disk", run.index, exc_info=True)
 
 
 def shutdown(session: Session, status: str) -> None:

@@ -489,15 +489,16 @@ class Session:
                 "error": {"status": status, "message": f"the worker sent a result that is not JSON: {err}"},
             }
         stats = msg.get("stats") or {}
-        if any(k in stats for k in ("census", "tfjs", "node", "fragmentation")) or stats.get("cleanup_s"):
-            self.recorder.trial_stats(worker.worker_id, run.index, stats_message(run.index, stats), stats)
-        self.recorder.bytes_in_use(worker.worker_id, run.index, run.attempt, stats)
         duration = float(msg["duration_s"])
-        flight = self.last.result(self.recorder, worker, msg, status, stats, rss_after)
         if status != "ok" and (msg.get("error") or {}).get("disk_full"):
+            # before any other write to the store: on the same disk it would fail first
             from trainguard.runner.session._ending import trial_filled_the_disk
 
             trial_filled_the_disk(self, worker, run, msg["error"], peak, duration)  # raises
+        if any(k in stats for k in ("census", "tfjs", "node", "fragmentation")) or stats.get("cleanup_s"):
+            self.recorder.trial_stats(worker.worker_id, run.index, stats_message(run.index, stats), stats)
+        self.recorder.bytes_in_use(worker.worker_id, run.index, run.attempt, stats)
+        flight = self.last.result(self.recorder, worker, msg, status, stats, rss_after)
         self._finish_attempt(worker, run, status, msg.get("error"), value, peak, duration, flight=flight)
         worker.reserved_bytes = None
         if status == "ok":
