@@ -86,10 +86,11 @@ def _handle_list_options(handles: tuple[int, int]) -> dict[str, Any]:
     return {"close_fds": True, "startupinfo": info}
 
 
-class SocketPair:
-    """:class:`~trainguard.runner._protocol.PipePair`'s surface over two socket pairs."""
+class SocketPair(PipePair):
+    """:class:`~trainguard.runner._protocol.PipePair` over two socket pairs: its own ends and
+    child ends; ``close`` is the pipes' (the child's ends first, then the supervisor's)."""
 
-    __slots__ = ("to_worker", "from_worker", "child_read_fd", "child_write_fd", "_child_socks")
+    __slots__ = ("_child_socks",)
 
     def __init__(self, max_message_bytes: int) -> None:
         down_parent, down_child = socket.socketpair()  # supervisor -> worker
@@ -108,14 +109,6 @@ class SocketPair:
         self.child_read_fd = self.child_write_fd = -1
         for sock in socks:
             sock.close()
-
-    def close(self) -> None:
-        self.close_child_ends()
-        try:
-            self.to_worker.close()
-        except OSError:
-            pass
-        self.from_worker.close()
 
 
 def make_channel(channel: str, max_message_bytes: int) -> PipePair | SocketPair:
