@@ -77,6 +77,7 @@ def tensor_support_text(trend: stats.CountTrend) -> str:
 
 
 _GPU_WORDS = "GPU memory: "
+_TENSOR_WORDS = "TF.js tensors (tf.memory().numBytes): "
 
 
 class _Died(Exception):
@@ -367,11 +368,15 @@ class _NodeLoop(LoopBase):
             self.series, warm, slopes["slope_bytes_per_iter"], tolerance, verdict
         )
         if reason.startswith(_GPU_WORDS):  # the second series is TF.js's tensors here, not a GPU
-            reason = "TF.js tensors (tf.memory().numBytes): " + reason[len(_GPU_WORDS) :]
-            if tensor_decision is not None:
-                # the verdict rests on the tensors' bytes: report their growth, not a flat RSS's
-                metric = "tfjs tensor bytes"
-                slopes = settled_slope(self.series, tensor_decision, TENSOR_KEY)[1]
+            reason = _TENSOR_WORDS + reason[len(_GPU_WORDS) :]
+        elif _tensors_called_it(verdict, tensor_decision, self.error):
+            # RSS grew too, but TF.js's own byte count is exact where RSS carries warm-up and noise
+            assert tensor_decision is not None
+            reason = f"{_TENSOR_WORDS}{tensor_decision.reason}; RSS as well: {reason}"
+        if reason.startswith(_TENSOR_WORDS) and tensor_decision is not None:
+            # the verdict rests on the tensors' bytes: report their growth, not RSS's
+            metric = "tfjs tensor bytes"
+            slopes = settled_slope(self.series, tensor_decision, TENSOR_KEY)[1]
         reason += self.count_reason(verdict)
         return LeakReport(
             verdict=verdict,
@@ -403,6 +408,16 @@ class _NodeLoop(LoopBase):
                 else {"source": TENSOR_KEY, **analysis_dict(tensor_decision)},
             },
         )
+
+
+def _tensors_called_it(verdict: Verdict, tensor_decision: stats.Decision | None, error: Any) -> bool:
+    """Whether a leak both series saw is reported on TF.js's tensor bytes (exact) over RSS."""
+    return (
+        error is None
+        and verdict is Verdict.LEAK
+        and tensor_decision is not None
+        and tensor_decision.verdict is Verdict.LEAK
+    )
 
 
 def _slope(rows: list[dict[str, Any]], key: str) -> float | None:
