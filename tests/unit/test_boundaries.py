@@ -126,8 +126,8 @@ LONG_FUNCTIONS: set[str] = {
     "report/_run.py:render_run",
     "report/_svg.py:line_chart",
 }
-#: Classes allowed past 600 lines: the store, to be split by table.
-LONG_CLASSES: set[str] = {"store/_store.py:Store"}
+#: Classes allowed past 600 lines: none (the store is split by table into mixins).
+LONG_CLASSES: set[str] = set()
 
 
 def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

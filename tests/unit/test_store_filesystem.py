@@ -66,6 +66,30 @@ def test_bad_input_wal_on_a_network_filesystem_is_refused_in_one_line(tmp_path, 
         Store(tmp_path / "runs.db", journal="fast")
 
 
+def test_a_reader_waits_for_the_schema_of_a_store_a_run_has_only_put_in_wal_mode(tmp_path):
+    """A run sets WAL mode (which writes the file's header) a moment before its schema commits: a
+    reader in between waits for the schema instead of calling the store empty."""
+    import sqlite3
+    import threading
+
+    db = tmp_path / "s.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")  # the header is written, no table yet
+    conn.close()
+
+    def create() -> None:
+        with Store(db) as store:
+            store.begin_run("r", "m:f", [{"x": 0}], {})
+
+    timer = threading.Timer(0.3, create)
+    timer.start()
+    try:
+        with Store(db, readonly=True):  # before the fix: "is empty: nothing has been run with it yet"
+            pass
+    finally:
+        timer.join()
+
+
 def test_a_reader_waits_for_a_store_a_run_is_creating(tmp_path):
     """The file SQLite creates is empty until the creating run writes its first page: a reader
     (``show`` while a run starts) waits for it instead of calling it junk."""

@@ -11,8 +11,10 @@ exactly once even if the supervisor is killed at any instant.
 from __future__ import annotations
 
 from trainguard.store import _records
+from trainguard.store._codec import _dumps as encode_json
 from trainguard.store._liveness import interrupted_note
 from trainguard.store._records import *  # noqa: F403 - the records are the face's, as _records lists them
+from trainguard.store._runs import settings_change_words
 from trainguard.store._schema import (
     ATTEMPT_STATUSES,
     SCHEMA_VERSION,
@@ -20,8 +22,7 @@ from trainguard.store._schema import (
     WORKER_REASONS,
     describe_worker_end,
 )
-from trainguard.store._store import DEFAULT_STORE, Store, settings_change_words
-from trainguard.store._store import _dumps as encode_json
+from trainguard.store._store import DEFAULT_STORE, Store
 
 __all__ = [
     "interrupted_note",

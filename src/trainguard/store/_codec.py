@@ -1,0 +1,76 @@
+"""How the store encodes what it keeps: JSON text (never pickle) with one-line errors that name
+the part that cannot be encoded, and the checks of its integer and number arguments."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from trainguard.exceptions import ConfigError
+
+
+def _json_path_of_bad_value(value: Any, path: str) -> tuple[str, str] | None:
+    """Find the first value JSON cannot encode; return (where, type name)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _json_path_of_bad_value(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                return f"{path} key {key!r}", type(key).__name__
+            found = _json_path_of_bad_value(item, f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    return path, type(value).__name__
+
+
+def _dumps(value: Any, what: str) -> str:
+    """Encode ``value`` as JSON or raise a one-line ConfigError that names the offending part."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=True)
+    except RecursionError:
+        raise ConfigError(
+            f"{what} is nested too deep to store as JSON (more levels than Python's recursion limit of "
+            f"{sys.getrecursionlimit():,}): flatten it, e.g. a list of values instead of lists in lists",
+            what=what,
+        ) from None
+    except (TypeError, ValueError) as err:
+        found = _json_path_of_bad_value(value, what)
+        where, type_name = found if found else (what, type(value).__name__)
+        raise ConfigError(
+            f"{where} is a {type_name}, which trainguard cannot store (params and results are stored as "
+            f"JSON, never pickle): convert it to a JSON type first, e.g. float(x), int(x), x.tolist(), str(x)",
+            what=what,
+            type_name=type_name,
+        ) from err
+
+
+def _canonical(value: Any) -> str:
+    """JSON text that is equal for equal values whatever the dict key order (for resume checks)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an int, not {type(value).__name__} ({value!r})", value=repr(value))
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name}={value} must be >= {minimum}", value=value)
+    return value
+
+
+def _check_optional_number(value: Any, name: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number or None, not {type(value).__name__} ({value!r})")

@@ -1,0 +1,77 @@
+"""The store's stages of staged trials: each stage's checkpoint, peak and duration.
+
+A mixin of :class:`~trainguard.store.Store` (one table, one section): the connection, the
+schema and the locking are the store's own (``_store.py``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+from trainguard.exceptions import ConfigError
+from trainguard.store._base import StoreRows
+from trainguard.store._codec import (
+    _check_int,
+)
+from trainguard.store._records import (
+    StageRecord,
+)
+from trainguard.store._schema import (
+    STAGE_EVENTS,
+)
+
+
+class StageRows(StoreRows):
+    """The store's stages of staged trials."""
+
+    def add_stage(
+        self,
+        run_id: int,
+        index: int,
+        attempt: int,
+        stage: int,
+        *,
+        event: str,
+        worker_id: int | None = None,
+        rss_bytes: int | None = None,
+        peak_rss_bytes: int | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Record a staged trial's ``checkpoint`` (stage ``stage`` committed), ``resume`` (from
+        stage ``stage``) or ``restart`` (from the beginning; ``note`` says why)."""
+        _check_int(run_id, "run_id")
+        _check_int(index, "index", minimum=0)
+        _check_int(attempt, "attempt", minimum=1)
+        _check_int(stage, "stage", minimum=0)
+        if event not in STAGE_EVENTS:
+            raise ConfigError(f"stage event {event!r} is not one of {', '.join(STAGE_EVENTS)}")
+        now = time.time()
+        with self._write() as conn:
+            self._require_trial(conn, run_id, index)
+            conn.execute(
+                "INSERT INTO stages (run_id, idx, attempt, stage, worker_id, time, rss_bytes, peak_rss_bytes,"
+                " event, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, index, attempt, stage, worker_id, now, rss_bytes, peak_rss_bytes, event, note),
+            )
+            conn.execute("UPDATE runs SET updated_at=? WHERE run_id=?", (now, run_id))
+
+    def stages(self, run_id: int, index: int | None = None) -> list[StageRecord]:
+        """A run's stage history (of one trial when ``index`` is given), in the order written."""
+        query = (
+            "SELECT run_id, idx, attempt, stage, worker_id, time, rss_bytes, peak_rss_bytes, event, note"
+            " FROM stages WHERE run_id=?"
+        )
+        args: tuple[Any, ...] = (run_id,)
+        if index is not None:
+            query += " AND idx=?"
+            args += (index,)
+        with self._read() as conn:
+            try:
+                rows = conn.execute(query + " ORDER BY stage_pk", args).fetchall()
+            except sqlite3.OperationalError as err:
+                if "no such table" in str(err):
+                    return []
+                raise
+        return [StageRecord(*row) for row in rows]
