@@ -138,15 +138,74 @@ def find_batch_size(
         DoesNotFitError: even ``minimum`` did not fit (the message gives its peak).
         TrialError: a probe failed for another reason than memory (a bug in ``fn``).
     """
-    from trainguard.exceptions import ConfigError, DoesNotFitError, TrialError
     from trainguard.runner import Policy, Runner, device_key
     from trainguard.runner import prepare_fn as prepare
-    from trainguard.runner.policy import OOM_STATUSES, params_without
-    from trainguard.units import format_bytes, parse_duration, parse_size
+    from trainguard.units import parse_duration, parse_size
 
     params = dict(params or {})
     limit = parse_size(memory_limit, name="memory_limit", allow_none=True)
     gpu_limit = parse_size(gpu_memory_limit, name="gpu_memory_limit", allow_none=True)
+    start = _check_search(params, key, limit, gpu_limit, margin, tolerance, minimum, maximum)
+    spec = prepare(fn)
+    env = dict(runner_options.pop("env", None) or {})
+    env[PROBE_ENV] = "1"
+    policy = Policy(
+        memory_limit=limit,
+        gpu_memory_limit=gpu_limit,
+        peak_ratio=None,
+        predictive=False,
+        timeout=parse_duration(timeout, name="timeout", allow_none=True),
+    )
+    runner_options.setdefault("sample_interval", "20ms")
+    budget = int(limit * (1.0 - margin)) if limit else None
+    started = time.monotonic()
+    with Runner(workers=1, policy=policy, store=None, env=env, **runner_options) as runner:
+        device = device_key(
+            memory_limit=limit,
+            gpu_memory_limit=gpu_limit,
+            gpus=runner._config.gpu_slots,
+            env=runner._config.base_env,
+        )
+        probe = _Prober(runner, spec.ref if spec.kind != "pickle" else fn, params, key, budget)
+        lo, capped = search_size(probe, start, minimum=minimum, maximum=maximum, tolerance=tolerance)
+        if lo is None:
+            raise _does_not_fit(key, probe.probes[-1], budget, limit, gpu_limit, margin)
+    elapsed = time.monotonic() - started
+    stored = False
+    if store is not None:
+        _remember(store, spec.ref, params, key, accumulate, device, lo, margin, len(probe.probes), budget)
+        stored = True
+    return FitResult(
+        key=key,
+        size=lo.size,
+        peak_rss_bytes=lo.peak_rss_bytes,
+        limit_bytes=limit,
+        gpu_limit_bytes=gpu_limit,
+        budget_bytes=budget,
+        margin=float(margin),
+        probes=tuple(probe.probes),
+        elapsed_s=elapsed,
+        device=device,
+        stored=stored,
+        capped=capped,
+        params=params,
+    )
+
+
+def _check_search(
+    params: dict[str, Any],
+    key: str,
+    limit: int | None,
+    gpu_limit: int | None,
+    margin: Any,
+    tolerance: Any,
+    minimum: Any,
+    maximum: Any,
+) -> int:
+    """Refuse a search that cannot run, in one line; return the size it starts from (set in
+    ``params`` when absent)."""
+    from trainguard.exceptions import ConfigError
+
     if not limit and not gpu_limit:
         raise ConfigError(
             "find_batch_size needs a hard limit to fit under: give memory_limit='4GB' (and/or gpu_memory_limit)"
@@ -171,127 +230,122 @@ def find_batch_size(
         )
     if maximum is not None and maximum < max(start, minimum):
         raise ConfigError(f"maximum={maximum} is below the starting {key}={start}: raise maximum")
-    spec = prepare(fn)
-    env = dict(runner_options.pop("env", None) or {})
-    env[PROBE_ENV] = "1"
-    policy = Policy(
-        memory_limit=limit,
-        gpu_memory_limit=gpu_limit,
-        peak_ratio=None,
-        predictive=False,
-        timeout=parse_duration(timeout, name="timeout", allow_none=True),
-    )
-    runner_options.setdefault("sample_interval", "20ms")
-    budget = int(limit * (1.0 - margin)) if limit else None
-    probes: list[Probe] = []
-    started = time.monotonic()
-    cache: dict[int, Probe] = {}
+    return start
 
-    with Runner(workers=1, policy=policy, store=None, env=env, **runner_options) as runner:
-        device = device_key(
-            memory_limit=limit,
-            gpu_memory_limit=gpu_limit,
-            gpus=runner._config.gpu_slots,
-            env=runner._config.base_env,
-        )
 
-        def probe(size: int) -> Probe:
-            if size in cache:
-                return cache[size]
-            (result,) = runner.map(spec.ref if spec.kind != "pickle" else fn, [{**params, key: size}])
-            status = result.status if result.ok else str((result.error or {}).get("status"))
-            message = "" if result.ok else str((result.error or {}).get("message") or "")
-            if not result.ok and status not in OOM_STATUSES:
-                raise TrialError(
-                    f"the probe at {key}={size} failed with {status} ({message[:300]}), not out of memory: "
-                    f"fix the trial function (run it once with trainguard run to see the traceback)",
-                    error=result.error,
-                )
-            peak = result.peak_rss_bytes
-            fits = result.ok and (budget is None or (peak is not None and peak <= budget))
-            out = Probe(size, status, peak, fits, result.duration_s, message)
-            cache[size] = out
-            probes.append(out)
-            return out
+class _Prober:
+    """One probe per size, each the trial once in a fresh worker; a size probed twice is read back."""
 
-        lo: Probe | None = None
-        hi: Probe | None = None
-        first = probe(start)
-        capped = False
-        if first.fits:
-            lo = first
-            while True:
-                if maximum is not None and lo.size >= maximum:
-                    capped = True
-                    break
-                nxt = probe(lo.size * 2 if maximum is None else min(lo.size * 2, maximum))
-                if nxt.fits:
-                    lo = nxt
-                else:
-                    hi = nxt
-                    break
-        else:
-            hi = first
-            while hi.size > minimum:
-                nxt = probe(max(minimum, hi.size // 2))
-                if nxt.fits:
-                    lo = nxt
-                    break
-                hi = nxt
-            if lo is None:
-                over = (
-                    f"{format_bytes(budget)} (limit {format_bytes(limit)} less {margin:.0%})"
-                    if budget
-                    else (f"the GPU limit {format_bytes(gpu_limit)}")
-                )
-                raise DoesNotFitError(
-                    f"even {key}={hi.size} does not fit: it {hi.status.replace('_', ' ')} with a peak of "
-                    f"{format_bytes(hi.peak_rss_bytes)}, over {over}: raise the limit or make the model smaller",
-                    key=key,
-                    size=hi.size,
-                    peak_bytes=hi.peak_rss_bytes,
-                    limit_bytes=limit,
-                )
-        while hi is not None and hi.size - lo.size > max(1, int(lo.size * tolerance)):
-            mid = probe((lo.size + hi.size) // 2)
-            if mid.fits:
-                lo = mid
-            else:
-                hi = mid
-    elapsed = time.monotonic() - started
-    stored = False
-    if store is not None:
-        from trainguard.store import Store
+    def __init__(self, runner: Any, target: Any, params: dict[str, Any], key: str, budget: int | None):
+        self.runner, self.target, self.params, self.key, self.budget = runner, target, params, key, budget
+        self.cache: dict[int, Probe] = {}
+        self.probes: list[Probe] = []
 
-        own = not isinstance(store, Store)
-        handle = Store(store) if own else store
-        try:
-            handle.remember_size(
-                spec.ref,
-                params_without(params, [key, accumulate]),
-                device,
-                key,
-                lo.size,
-                peak_rss_bytes=lo.peak_rss_bytes,
-                source="fit",
-                detail={"margin": margin, "probes": len(probes), "budget_bytes": budget},
+    def __call__(self, size: int) -> Probe:
+        from trainguard.exceptions import TrialError
+        from trainguard.runner.policy import OOM_STATUSES
+
+        if size in self.cache:
+            return self.cache[size]
+        (result,) = self.runner.map(self.target, [{**self.params, self.key: size}])
+        status = result.status if result.ok else str((result.error or {}).get("status"))
+        message = "" if result.ok else str((result.error or {}).get("message") or "")
+        if not result.ok and status not in OOM_STATUSES:
+            raise TrialError(
+                f"the probe at {self.key}={size} failed with {status} ({message[:300]}), not out of memory: "
+                f"fix the trial function (run it once with trainguard run to see the traceback)",
+                error=result.error,
             )
-            stored = True
-        finally:
-            if own:
-                handle.close()
-    return FitResult(
-        key=key,
-        size=lo.size,
-        peak_rss_bytes=lo.peak_rss_bytes,
-        limit_bytes=limit,
-        gpu_limit_bytes=gpu_limit,
-        budget_bytes=budget,
-        margin=float(margin),
-        probes=tuple(probes),
-        elapsed_s=elapsed,
-        device=device,
-        stored=stored,
-        capped=capped,
-        params=params,
+        peak = result.peak_rss_bytes
+        fits = result.ok and (self.budget is None or (peak is not None and peak <= self.budget))
+        out = Probe(size, status, peak, fits, result.duration_s, message)
+        self.cache[size] = out
+        self.probes.append(out)
+        return out
+
+
+def search_size(
+    probe: Callable[[int], Probe], start: int, *, minimum: int, maximum: int | None, tolerance: float
+) -> tuple[Probe | None, bool]:
+    """The search, over any ``probe(size) -> Probe``: from ``start``, double while it fits (halve
+    while it does not, down to ``minimum``), then bisect the bracket to within ``tolerance``.
+    Returns the largest fitting probe (None when even ``minimum`` does not fit) and whether the
+    search stopped at ``maximum``."""
+    lo: Probe | None = None
+    hi: Probe | None = None
+    capped = False
+    first = probe(start)
+    if first.fits:
+        lo = first
+        while hi is None:
+            if maximum is not None and lo.size >= maximum:
+                capped = True
+                break
+            nxt = probe(lo.size * 2 if maximum is None else min(lo.size * 2, maximum))
+            lo, hi = (nxt, None) if nxt.fits else (lo, nxt)
+    else:
+        hi = first
+        while hi.size > minimum and lo is None:
+            nxt = probe(max(minimum, hi.size // 2))
+            lo, hi = (nxt, hi) if nxt.fits else (None, nxt)
+        if lo is None:
+            return None, False
+    while hi is not None and hi.size - lo.size > max(1, int(lo.size * tolerance)):
+        mid = probe((lo.size + hi.size) // 2)
+        lo, hi = (mid, hi) if mid.fits else (lo, mid)
+    return lo, capped
+
+
+def _does_not_fit(
+    key: str, hi: Probe, budget: int | None, limit: int | None, gpu_limit: int | None, margin: float
+) -> Exception:
+    from trainguard.exceptions import DoesNotFitError
+    from trainguard.units import format_bytes
+
+    over = (
+        f"{format_bytes(budget)} (limit {format_bytes(limit)} less {margin:.0%})"
+        if budget
+        else (f"the GPU limit {format_bytes(gpu_limit)}")
     )
+    return DoesNotFitError(
+        f"even {key}={hi.size} does not fit: it {hi.status.replace('_', ' ')} with a peak of "
+        f"{format_bytes(hi.peak_rss_bytes)}, over {over}: raise the limit or make the model smaller",
+        key=key,
+        size=hi.size,
+        peak_bytes=hi.peak_rss_bytes,
+        limit_bytes=limit,
+    )
+
+
+def _remember(
+    store: Any,
+    ref: str,
+    params: dict[str, Any],
+    key: str,
+    accumulate: str | None,
+    device: str,
+    lo: Probe,
+    margin: float,
+    probes: int,
+    budget: int | None,
+) -> None:
+    """Keep the size for later runs (``Policy(on_oom=Shrink(key))`` starts there)."""
+    from trainguard.runner.policy import params_without
+    from trainguard.store import Store
+
+    own = not isinstance(store, Store)
+    handle = Store(store) if own else store
+    try:
+        handle.remember_size(
+            ref,
+            params_without(params, [key, accumulate]),
+            device,
+            key,
+            lo.size,
+            peak_rss_bytes=lo.peak_rss_bytes,
+            source="fit",
+            detail={"margin": margin, "probes": probes, "budget_bytes": budget},
+        )
+    finally:
+        if own:
+            handle.close()

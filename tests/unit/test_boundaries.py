@@ -116,11 +116,8 @@ def test_host_memory_is_a_deprecated_name_of_tree_memory():
 #: runner's split (issue 22) did not reach yet: the report's renderers wait for report/_data.py
 #: (typed data apart from rendering), the CLI's two long parsers and the others are next.
 LONG_FUNCTIONS: set[str] = {
-    "cli/run.py:register",
-    "cli/run.py:run",
     "cli/show.py:_print_text",
     "comparison.py:compare",
-    "fitting.py:find_batch_size",
     "report/_compare.py:render_comparison",
     "report/_leak.py:render_leak",
     "report/_run.py:render_run",

@@ -30,6 +30,16 @@ MAX_TRIALS_CEILING = 1_000_000
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    _add_what_to_run(parser)
+    _add_where_it_runs(parser)
+    _add_recycling(parser)
+    _add_failures(parser)
+    _add_worker_setup(parser)
+    _add_output(parser)
+
+
+def _add_what_to_run(parser: argparse.ArgumentParser) -> None:
+    """`run`'s options for what runs and with which params."""
     parser.add_argument(
         "fn",
         metavar="FN",
@@ -71,6 +81,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="seed the run: each trial gets a seed derived from N and its index, the same on every "
         "attempt, and Python, numpy, torch, TensorFlow and Keras are seeded with it before the trial",
     )
+
+
+def _add_where_it_runs(parser: argparse.ArgumentParser) -> None:
+    """`run`'s options for how many workers and where they run."""
     parser.add_argument(
         "--workers",
         type=_workers_arg,
@@ -110,6 +124,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="R=N,...",
         help="with --backend ray: what each worker slot reserves on its node, e.g. CPU=2,GPU=1 (default CPU=1)",
     )
+
+
+def _add_recycling(parser: argparse.ArgumentParser) -> None:
+    """`run`'s options for the limits and when a worker is recycled."""
     from trainguard.cli._options import add_limits
 
     add_limits(parser)  # --memory-limit, --gpu-memory-limit, --timeout
@@ -150,6 +168,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="fail a trial whose result, as JSON, is larger than this (default 16MiB)",
     )
+
+
+def _add_failures(parser: argparse.ArgumentParser) -> None:
+    """`run`'s options for what happens to a failed trial."""
     parser.add_argument(
         "--retries", type=int, default=0, metavar="N", help="retry a failed trial N times (default 0)"
     )
@@ -160,6 +182,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="which failures are retried: comma-separated crash,memory,timeout,exception",
     )
     parser.add_argument("--stop-on-error", action="store_true", help="stop the run at the first failed trial")
+
+
+def _add_worker_setup(parser: argparse.ArgumentParser) -> None:
+    """`run`'s options for each worker's device, OOM recovery, framework, threads and allocator."""
     from trainguard.cli._device import add_device_arguments
 
     add_device_arguments(parser)
@@ -199,6 +225,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "portable; Windows: windows), portable (psutil + a process group only), ... "
         "(`trainguard doctor` lists what each guarantees here)",
     )
+
+
+def _add_output(parser: argparse.ArgumentParser) -> None:
+    """`run`'s options for where results go and what is printed."""
     parser.add_argument(
         "--store", default="trainguard.db", metavar="FILE", help="results store (default trainguard.db)"
     )
@@ -436,8 +466,40 @@ def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainguard.cli._display import error_text, say, to_json, visible
-    from trainguard.exceptions import ConfigError, FunctionChangedWarning, TrialError
+    from trainguard.cli._display import say, visible
+
+    _check_run_args(args)
+    target = _target(args)
+    params = load_params(args.params, args.max_trials)
+    policy = _policy(args)
+
+    with warnings.catch_warnings(record=True) as early:
+        warnings.simplefilter("always")
+        runner = _make_runner(args, policy)
+    for warning in early:
+        if not args.quiet:
+            say(f"trainguard run: warning: {visible(str(warning.message))}", sys.stderr)
+    with runner:
+        results, reused, stopped = _stream_results(args, runner, target, params)
+        session_name = args.name
+        if session_name is None:
+            from trainguard.runner import default_run_name
+            from trainguard.runner import prepare_fn as prepare
+
+            session_name = default_run_name(prepare(target).ref, params)
+    results.sort(key=lambda r: r.index)
+    failed = [r for r in results if not r.ok]
+    if stopped is not None and not args.quiet:
+        say(f"trainguard run: {visible(stopped)}", sys.stderr)
+    _say_outcome(args, session_name, results, reused, stopped, len(params))
+    if reused and not args.quiet:
+        _say_settings_change(args.store, session_name)
+    return 1 if failed or stopped is not None else 0
+
+
+def _check_run_args(args: argparse.Namespace) -> None:
+    """Refuse what no run can do, in one line each, before anything starts."""
+    from trainguard.exceptions import ConfigError
 
     if args.workers != "auto" and args.workers < 1:
         raise ConfigError(f"--workers {args.workers} must be at least 1, or auto")
@@ -457,49 +519,39 @@ def run(args: argparse.Namespace) -> int:
             else "give what to run: a function (trainguard run train.py:train ...) or a program "
             "(trainguard run --cmd 'node train.js' ...)"
         )
+
+
+def _target(args: argparse.Namespace) -> Any:
     if args.cmd is not None:
         from trainguard.runner import Command
 
-        target: Any = Command(args.cmd)
-    else:
-        target = args.fn
-    params = load_params(args.params, args.max_trials)
-    policy = _policy(args)
+        return Command(args.cmd)
+    return args.fn
 
-    with warnings.catch_warnings(record=True) as early:
-        warnings.simplefilter("always")
-        runner = _make_runner(args, policy)
-    for warning in early:
-        if not args.quiet:
-            say(f"trainguard run: warning: {visible(str(warning.message))}", sys.stderr)
-    results = []
+
+def _stream_results(
+    args: argparse.Namespace, runner: Any, target: Any, params: list[dict[str, Any]]
+) -> tuple[list[Any], int, Exception | None]:
+    """Run the trials, a line per trial (or the live display), and return the results, how many
+    were reused from the store, and the error that stopped the run (``--stop-on-error``)."""
+    from trainguard.cli._display import error_text, say, visible
+    from trainguard.exceptions import FunctionChangedWarning, TrialError
+
+    results: list[Any] = []
     show_live = not args.no_progress and not args.quiet and sys.stderr.isatty()
-
     per_trial_lines = not show_live and not args.quiet and not args.no_progress
     reused = 0
+    stopped: Exception | None = None
 
     def show_warning(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
         if not args.quiet:
             say(f"trainguard run: warning: {visible(message)}", sys.stderr)
 
-    with runner, warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("always", FunctionChangedWarning)
         warnings.showwarning = show_warning
         iterator = runner.imap(target, params, name=args.name)
-        live = None
-        if show_live:
-            from rich.console import Console
-            from rich.live import Live
-
-            console = Console(stderr=True)
-
-            def renderable() -> Any:
-                progress = runner.progress()
-                return _render(progress) if progress is not None else ""
-
-            live = Live(get_renderable=renderable, console=console, refresh_per_second=4, transient=False)
-            live.start()
-        stopped = None
+        live = _start_live(runner) if show_live else None
         try:
             for result in iterator:
                 results.append(result)
@@ -518,16 +570,37 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if live is not None:
                 live.stop()
-        session_name = args.name
-        if session_name is None:
-            from trainguard.runner import default_run_name
-            from trainguard.runner import prepare_fn as prepare
+    return results, reused, stopped
 
-            session_name = default_run_name(prepare(target).ref, params)
-    results.sort(key=lambda r: r.index)
+
+def _start_live(runner: Any) -> Any:
+    """The live progress display on a terminal's stderr, started."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console(stderr=True)
+
+    def renderable() -> Any:
+        progress = runner.progress()
+        return _render(progress) if progress is not None else ""
+
+    live = Live(get_renderable=renderable, console=console, refresh_per_second=4, transient=False)
+    live.start()
+    return live
+
+
+def _say_outcome(
+    args: argparse.Namespace,
+    session_name: str,
+    results: list[Any],
+    reused: int,
+    stopped: Exception | None,
+    trials: int,
+) -> None:
+    """The run's JSON on stdout (``--json``), or its one-line summary on stderr."""
+    from trainguard.cli._display import say, to_json, visible
+
     failed = [r for r in results if not r.ok]
-    if stopped is not None and not args.quiet:
-        say(f"trainguard run: {visible(stopped)}", sys.stderr)
     if args.json:
         say(
             to_json(
@@ -553,13 +626,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             where = f"{len(results)} ran now"
         say(
-            f"run {name}: {len(results) - len(failed)} ok, {len(failed)} failed of {len(params)}; {where} "
+            f"run {name}: {len(results) - len(failed)} ok, {len(failed)} failed of {trials}; {where} "
             f"(store {visible(args.store)}; `trainguard show {name}` for details)",
             sys.stderr,
         )
-    if reused and not args.quiet:
-        _say_settings_change(args.store, session_name)
-    return 1 if failed or stopped is not None else 0
 
 
 def _say_settings_change(store_path: str, name: str) -> None:
