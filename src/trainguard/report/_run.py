@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from trainguard.outcomes import ATTEMPT_WORDS, WorkerReason
+from trainguard.outcomes import ATTEMPT_WORDS, RECYCLE_REASONS, WorkerReason
 from trainguard.report import _svg
 from trainguard.report._axes import idle_gaps, memory_axis
 from trainguard.report._flight import flight_section
@@ -230,7 +230,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
             if w.ended_at is None:
                 continue
             detail = w.detail or {}
-            if w.reason == "recycled":
+            if w.reason in RECYCLE_REASONS:
                 recycles += 1
                 rule = detail.get("rule")
                 markers.append(
