@@ -77,7 +77,11 @@ def test_retention_recycles_for_retention_after_a_trim():
     assert decision.cause == "retention"
     assert decision.reason is WorkerReason.RECYCLED_RETENTION
     assert decision.trim_first  # malloc_trim(0) is tried before the recycle
-    assert "retention" in decision.message and "stayed flat" in decision.message and "keeps freed memory" in decision.message
+    assert (
+        "retention" in decision.message
+        and "stayed flat" in decision.message
+        and "keeps freed memory" in decision.message
+    )
     assert decision.values["rss_growth_per_trial_bytes"] > 9 * 2**20
     assert abs(decision.values["in_use_growth_per_trial_bytes"]) < 8 * 2**10
     # decided again on the RSS after the trim: recycled now, for the same cause

@@ -329,9 +329,7 @@ def first_recycle(
         )
     in_use = tuple(bytes_in_use or ())
     for n in range(1, len(rss_after_bytes) + 1):
-        history = WorkerHistory(
-            n, tuple(rss_after_bytes[:n]), tuple(peak_bytes[:n]), bytes_in_use=in_use[:n]
-        )
+        history = WorkerHistory(n, tuple(rss_after_bytes[:n]), tuple(peak_bytes[:n]), bytes_in_use=in_use[:n])
         decision = decide_recycle(policy, history)
         if decision is not None:
             return n, decision

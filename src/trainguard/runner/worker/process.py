@@ -648,7 +648,12 @@ def _trim() -> dict[str, Any]:
         trimmed = malloc_trim()
     except Exception:  # noqa: BLE001 - a failed trim only means the worker is recycled
         trimmed = False
-    return {"op": "trimmed", "trimmed": trimmed, "rss_before_bytes": before, "rss_bytes": _status_kb("VmRSS:") or 0}
+    return {
+        "op": "trimmed",
+        "trimmed": trimmed,
+        "rss_before_bytes": before,
+        "rss_bytes": _status_kb("VmRSS:") or 0,
+    }
 
 
 def _stage_channel(inbox: Any, outbox: Any) -> Callable[..., None]:
