@@ -196,7 +196,12 @@ def measured_trial(params: dict[str, Any]) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     gc.collect()
     in_use, allocator = _bytes_in_use()
-    return {"rss_after_bytes": _rss_bytes(), "seconds": seconds, "bytes_in_use": in_use, "allocator": allocator}
+    return {
+        "rss_after_bytes": _rss_bytes(),
+        "seconds": seconds,
+        "bytes_in_use": in_use,
+        "allocator": allocator,
+    }
 
 
 #: this worker's allocator probe, bound at its first trial
