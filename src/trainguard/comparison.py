@@ -8,8 +8,11 @@ the trial's own growth shows as it would in a plain loop) and reports the growth
 95 % interval (:func:`trainguard.leaks.stats.robust_slope` over the worker's RSS after each trial,
 read inside the worker after ``gc.collect()``; the first trial, which holds the framework's import
 and warm-up, is left out when there are four or more), the peak RSS of the worker tree, the median
-seconds per trial and the failures. A configuration whose backend package or allocator library is
-not installed is skipped with the reason.
+seconds per trial and the failures. Beside RSS it gives the C allocator's bytes in use, read in
+the worker after the same ``gc.collect()`` (:mod:`trainguard.probes.allocator`: glibc's
+``mallinfo2``, jemalloc's or tcmalloc's own count), at the end of the loop: RSS that grows while
+they do not is memory the allocator keeps, not memory the trial holds. A configuration whose
+backend package or allocator library is not installed is skipped with the reason.
 
 JSON shape (``Comparison.to_dict()``, ``trainguard compare --json``)::
 
@@ -29,6 +32,9 @@ JSON shape (``Comparison.to_dict()``, ``trainguard compare --json``)::
           "growing": true,                                   # the interval is above 0
           "peak_rss_bytes": 812000000, "seconds_per_trial": 1.21, "wall_s": 17.3,
           "rss_after_bytes": [...],                          # one reading per trial that finished
+          "bytes_in_use_bytes": 41000000,                    # the C allocator's, after the last trial
+          "bytes_in_use_after_bytes": [...],                 # after each trial (null where not counted)
+          "bytes_in_use_allocator": "glibc",                 # whose count it is (null: none)
           "vs_baseline": {"time_ratio": 1.0, "growth_change": "baseline"},
           "words": "grows +9.7 MiB/trial [+9.2, +10.3]"
         }
@@ -76,6 +82,9 @@ class ConfigurationResult:
     seconds_per_trial: float | None = None
     wall_s: float | None = None
     rss_after_bytes: list[int] = field(default_factory=list)
+    bytes_in_use_bytes: int | None = None
+    bytes_in_use_after_bytes: list[int | None] = field(default_factory=list)
+    bytes_in_use_allocator: str | None = None
     vs_baseline: dict[str, Any] = field(default_factory=dict)
     words: str = ""
 
@@ -101,10 +110,21 @@ class Comparison:
         """A plain-text table, one row per configuration, then the recommendation."""
         from trainguard.units import format_bytes
 
-        rows = [("configuration", "growth/trial [95 % interval]", "peak RSS", "s/trial", "failed", "note")]
+        rows = [
+            (
+                "configuration",
+                "growth/trial [95 % interval]",
+                "peak RSS",
+                "RSS at end",
+                "in use at end",
+                "s/trial",
+                "failed",
+                "note",
+            )
+        ]
         for r in self.results:
             if r.skipped:
-                rows.append((r.label, "-", "-", "-", "-", f"skipped: {r.skipped}"))
+                rows.append((r.label, "-", "-", "-", "-", "-", "-", f"skipped: {r.skipped}"))
                 continue
             growth = (
                 f"{format_bytes(r.growth_bytes_per_trial, signed=True)} "
@@ -120,6 +140,8 @@ class Comparison:
                     r.label,
                     growth,
                     format_bytes(r.peak_rss_bytes),
+                    format_bytes(r.rss_after_bytes[-1]) if r.rss_after_bytes else "-",
+                    "-" if r.bytes_in_use_bytes is None else format_bytes(r.bytes_in_use_bytes),
                     "-" if r.seconds_per_trial is None else f"{r.seconds_per_trial:.2f}",
                     f"{r.failures}/{r.trials}",
                     note,
@@ -159,7 +181,8 @@ def _rss_bytes() -> int:
 
 
 def measured_trial(params: dict[str, Any]) -> dict[str, Any]:
-    """Worker side: run the user's trial once, then read this process's RSS after ``gc.collect()``."""
+    """Worker side: run the user's trial once, then read this process's RSS and its C allocator's
+    bytes in use (None where it has no such count) after ``gc.collect()``."""
     from trainguard.runner import load_fn as load
 
     kind, payload = params["fn_kind"], params["fn_payload"]
@@ -172,7 +195,27 @@ def measured_trial(params: dict[str, Any]) -> dict[str, Any]:
     fn(dict(params["params"]))
     seconds = time.perf_counter() - start
     gc.collect()
-    return {"rss_after_bytes": _rss_bytes(), "seconds": seconds}
+    in_use, allocator = _bytes_in_use()
+    return {
+        "rss_after_bytes": _rss_bytes(),
+        "seconds": seconds,
+        "bytes_in_use": in_use,
+        "allocator": allocator,
+    }
+
+
+#: this worker's allocator probe, bound at its first trial
+_PROBE: list[Any] = []
+
+
+def _bytes_in_use() -> tuple[int | None, str | None]:
+    from trainguard.probes.allocator import AllocatorProbe
+
+    if not _PROBE:
+        _PROBE.append(AllocatorProbe())
+    probe = _PROBE[0]
+    value = probe.read() if probe.available else None
+    return value, (probe.name if value is not None else None)
 
 
 # -- the comparison -----------------------------------------------------------------------------
@@ -335,6 +378,8 @@ def _summarise(
     ok = [r for r in done if r.ok]
     failed = [r for r in done if not r.ok]
     rss = [int(r.value["rss_after_bytes"]) for r in ok]
+    in_use = [r.value.get("bytes_in_use") for r in ok]
+    counted = [r.value.get("allocator") for r in ok if r.value.get("bytes_in_use") is not None]
     series = rss[1:] if len(rss) >= 4 else rss  # the first trial holds the import and warm-up
     slope = low = high = None
     growing = None
@@ -368,6 +413,9 @@ def _summarise(
         seconds_per_trial=seconds,
         wall_s=wall,
         rss_after_bytes=rss,
+        bytes_in_use_bytes=in_use[-1] if in_use else None,
+        bytes_in_use_after_bytes=in_use,
+        bytes_in_use_allocator=counted[-1] if counted else None,
         words=words,
     )
 

@@ -88,3 +88,27 @@ def test_compare_cli_json_and_usage_errors(tmp_path, capsys):
     assert main(["compare", GROWS, "--allocator", "hoard"]) == 2
     err = capsys.readouterr().err.strip()
     assert "unknown allocator 'hoard'" in err and len(err.splitlines()) == 1
+
+
+def test_bytes_in_use_stand_beside_rss_at_the_end_of_each_loop():
+    from trainguard.probes.allocator import AllocatorProbe
+    from trainguard.report import render_comparison_html
+
+    if not AllocatorProbe().available:
+        pytest.skip("this platform's allocator has no bytes-in-use count")
+    result = compare(GROWS, {"mb": 4}, trials=4)
+    (row,) = result.results
+    after = row.bytes_in_use_after_bytes
+    # the trial keeps 4 MiB of malloc'd memory a call: the allocator's count rises by that, exactly
+    # but for the bookkeeping of the trial's own objects
+    steps = [b - a for a, b in zip(after, after[1:], strict=False)]
+    assert len(after) == 4 and all(abs(s - 4 * MIB) < 256 * 1024 for s in steps), after
+    assert row.bytes_in_use_bytes == after[-1] and row.bytes_in_use_allocator == AllocatorProbe().name
+    assert 16 * MIB <= row.bytes_in_use_bytes < row.rss_after_bytes[-1]
+    header, _, first = result.table().splitlines()[:3]
+    assert "RSS at end" in header and "in use at end" in header
+    shown = f"{row.bytes_in_use_bytes / MIB:.1f} MiB"
+    assert shown in first, (shown, first)
+    assert result.to_dict()["results"][0]["bytes_in_use_bytes"] == row.bytes_in_use_bytes
+    html = render_comparison_html(result.to_dict())
+    assert "in use at end" in html

@@ -4,7 +4,7 @@ trial, and one line per worker saying whether it rose trial over trial."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["by_trial", "worker_trends", "trend_line", "trend_lines", "bytes_in_use_json"]
@@ -75,12 +75,21 @@ def trend_line(worker: dict[str, Any], *, named: bool) -> str:
     )
 
 
-def trend_lines(readings: Sequence[Any]) -> list[str]:
+#: what a worker's line adds when the policy recycled it and named why it grew
+_RECYCLED = {"recycled_retention": "recycled for retention", "recycled_leak": "recycled for a leak"}
+
+
+def trend_lines(readings: Sequence[Any], ended: Mapping[int, str | None] | None = None) -> list[str]:
     """The lines ``show`` prints: none when no bytes in use were recorded (an allocator without
-    the count, or a store written before they were)."""
+    the count, or a store written before they were). ``ended``: each worker's end reason; a worker
+    recycled for a leak or for retention says which."""
     workers = worker_trends(readings)
     named = len(workers) > 1
-    lines = [trend_line(w, named=named) for w in workers[:MAX_WORKER_LINES]]
+    ended = ended or {}
+    lines = []
+    for w in workers[:MAX_WORKER_LINES]:
+        why = _RECYCLED.get(ended.get(w["worker_id"]) or "")
+        lines.append(trend_line(w, named=named) + (f"; {why}" if why else ""))
     rest = workers[MAX_WORKER_LINES:]
     if rest:
         rising = sum(w["trend"]["status"] == "rises" for w in rest)

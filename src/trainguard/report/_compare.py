@@ -19,6 +19,8 @@ converted by :func:`from_comparison`), or this shape, where every field but ``na
           "growth_ci_low_bytes_per_trial": 9.2e6,   # its 95 % interval
           "growth_ci_high_bytes_per_trial": 11.0e6,
           "peak_rss_bytes": 812e6,
+          "rss_end_bytes": 790e6,                   # RSS after the last trial
+          "bytes_in_use_bytes": 41e6,               # the C allocator's bytes in use then
           "seconds_per_trial": 1.6,
           "series_bytes": [601e6, 612e6, ...]       # one reading per trial, drawn on one scale
         }
@@ -66,6 +68,8 @@ def from_comparison(data: dict[str, Any]) -> dict[str, Any]:
                 "growth_ci_low_bytes_per_trial": r.get("growth_ci_low_bytes_per_trial"),
                 "growth_ci_high_bytes_per_trial": r.get("growth_ci_high_bytes_per_trial"),
                 "peak_rss_bytes": r.get("peak_rss_bytes"),
+                "rss_end_bytes": (r.get("rss_after_bytes") or [None])[-1],
+                "bytes_in_use_bytes": r.get("bytes_in_use_bytes"),
                 "seconds_per_trial": r.get("seconds_per_trial"),
                 "series_bytes": r.get("rss_after_bytes") or [],
             }
@@ -120,6 +124,8 @@ def render_comparison(comparison: dict[str, Any]) -> str:
             {"label": "95 % low", "kind": "sbytes"},
             {"label": "95 % high", "kind": "sbytes"},
             {"label": "peak RSS", "kind": "bytes"},
+            {"label": "RSS at end", "kind": "bytes"},
+            {"label": "in use at end", "kind": "bytes"},
             {"label": "s / trial", "kind": "seconds"},
             {"label": "note", "kind": "text"},
         ]
@@ -137,6 +143,8 @@ def render_comparison(comparison: dict[str, Any]) -> str:
                 _num(c.get("growth_ci_low_bytes_per_trial")),
                 _num(c.get("growth_ci_high_bytes_per_trial")),
                 _num(c.get("peak_rss_bytes")),
+                _num(c.get("rss_end_bytes")),
+                _num(c.get("bytes_in_use_bytes")),
                 _num(c.get("seconds_per_trial")),
                 clean(c.get("reason") or ""),
             ]

@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from trainguard.outcomes import ATTEMPT_WORDS, WorkerReason
+from trainguard.outcomes import ATTEMPT_WORDS, RECYCLE_REASONS, WorkerReason
 from trainguard.report import _svg
 from trainguard.report._axes import idle_gaps, memory_axis
 from trainguard.report._flight import flight_section
@@ -129,6 +129,13 @@ def _growth_rows(attempts: list[Any], workers: list[Any]) -> list[dict[str, Any]
     return out
 
 
+def _recycled_words(workers: list[Any], recycles: int) -> str:
+    """``"3 recycled (2 for retention, 1 for a leak)"``: the causes the policy named, where it did."""
+    causes = (("retention", "recycled_retention"), ("a leak", "recycled_leak"))
+    parts = [f"{n} for {word}" for word, reason in causes if (n := sum(w.reason == reason for w in workers))]
+    return f"{recycles} recycled" + (f" ({', '.join(parts)})" if parts else "")
+
+
 def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None = None) -> str:
     """The HTML of run ``info`` (a :class:`~trainguard.store.RunInfo`) read from ``store``."""
     run_id = info.run_id
@@ -230,7 +237,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
             if w.ended_at is None:
                 continue
             detail = w.detail or {}
-            if w.reason == "recycled":
+            if w.reason in RECYCLE_REASONS:
                 recycles += 1
                 rule = detail.get("rule")
                 markers.append(
@@ -440,7 +447,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
             f"{summary.sessions} sessions" if summary and summary.sessions > 1 else "one session",
         ),
         ("peak RSS", fmt_bytes(peak), peak_sub, meter),
-        ("workers", str(len(workers)), f"{recycles} recycled · {kills} killed or crashed"),
+        ("workers", str(len(workers)), f"{_recycled_words(workers, recycles)} · {kills} killed or crashed"),
     ]
     card_html = "".join(
         f'<div class="card"><div class="l">{text(c[0])}</div><div class="v">{text(c[1])}</div>'

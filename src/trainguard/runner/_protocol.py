@@ -19,6 +19,7 @@ supervisor -> worker::
      "cleanup": bool, "census": bool, "mixed_precision": bool}
     {"op": "exit"}
     {"op": "stage_reply", "go_on": bool}                 # the answer to a "stage" message
+    {"op": "trim"}                                       # malloc_trim(0) between trials; answers "trimmed"
 
 worker -> supervisor::
 
@@ -28,6 +29,8 @@ worker -> supervisor::
     {"op": "fn_ok", "key": int} | {"op": "fn_error", "key": int, "message": str, "traceback": str}
     {"op": "stage", "index": int, "attempt": int, "stage": int, "rss_bytes": int, "pressure": bool}
                                     # a staged trial committed checkpoint "stage"; waits for stage_reply
+    {"op": "trimmed", "trimmed": bool, "rss_before_bytes": int, "rss_bytes": int}
+                                    # the answer to "trim": whether malloc_trim(0) was called, RSS around it
     {"op": "result", "index": int, "attempt": int, "status": str, "value_json": str|None,
      "error": dict|None, "duration_s": float, "rss_bytes": int, "hwm_bytes": int|None,
      "stats": dict}
@@ -129,6 +132,7 @@ _SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
         ("rss_bytes", int, False),
         ("pressure", bool, True),
     ],
+    "trimmed": [("trimmed", bool, False), ("rss_before_bytes", int, False), ("rss_bytes", int, False)],
     "result": [
         ("index", int, False),
         ("attempt", int, False),

@@ -17,7 +17,10 @@ Recycling rules, checked after every trial, first match wins:
                       runs the Runner) is added to the prediction, so the whole tree stays in budget.
 
 The growth per trial is a robust slope (Theil-Sen, as in :mod:`trainguard.leaks.stats`) so a single
-noisy reading does not recycle a worker.
+noisy reading does not recycle a worker. A memory rule's decision also names why the worker grew,
+from its RSS and its C allocator's bytes in use after each trial (:func:`growth_cause`): a leak
+(both grew) or retention (RSS grew, bytes in use stayed flat: the allocator keeps freed memory). A
+retention is first answered with ``malloc_trim(0)`` in the worker, and recycled only if RSS stays.
 
 Out of memory (``Policy(on_oom=Shrink(...))``): a trial ended by any OOM cause (killed at
 ``memory_limit``/``gpu_memory_limit``, a framework OOM exception, the OS OOM killer) runs again in a
@@ -70,6 +73,7 @@ from trainguard.runner.policy._recycle import (
     predict_next_peak,
     worker_history,
 )
+from trainguard.runner.policy._retention import GrowthCause, SlopeInterval, growth_cause, slope_interval
 from trainguard.runner.policy._retry import failure_category, should_retry
 from trainguard.runner.policy._values import positive_int
 from trainguard.units import parse_duration, parse_size
@@ -99,6 +103,10 @@ __all__ = [
     "growth_per_trial",
     "predict_next_peak",
     "first_recycle",
+    "GrowthCause",
+    "SlopeInterval",
+    "growth_cause",
+    "slope_interval",
     "EndCause",
     "classify_end",
     "BUDGET_HEADROOM",

@@ -2,15 +2,24 @@
 
 Rules, first match wins: ``max_trials``, ``recycle_above``, ``recycle_growth``, then the predictive
 ones (``predictive_limit``, ``predictive_budget``) from the worker's own robust growth per trial.
+
+When a memory rule fires (any but ``max_trials``), the decision also names why the worker grew, from
+its RSS and its allocator's bytes in use after each trial (:func:`growth_cause`): ``"leak"`` (both
+grew), ``"retention"`` (RSS grew, bytes in use stayed flat: the allocator keeps freed memory) or
+None (too few readings, or no clear cause). A retention decision of ``recycle_above`` or
+``recycle_growth`` (:data:`TRIM_RULES`) asks first for a ``malloc_trim(0)`` in the worker
+(``trim_first``); the supervisor then decides again with the RSS after it as the latest reading.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import ConfigError
+from trainguard.outcomes import WorkerReason
+from trainguard.runner.policy._retention import growth_cause
 from trainguard.runner.policy._values import median
 from trainguard.units import format_bytes, format_bytes_apart
 
@@ -28,6 +37,7 @@ __all__ = [
     "PREDICT_WINDOW",
     "decide_recycle",
     "decide_stage",
+    "TRIM_RULES",
     "first_recycle",
 ]
 
@@ -49,6 +59,12 @@ class WorkerHistory:
     #: readings left out between the first and the kept latest ones (:func:`worker_history`): the
     #: reading at position ``k >= 1`` is the worker's trial ``k + earlier``
     earlier: int = 0
+    #: the C allocator's bytes in use after each trial, aligned with ``rss_after_bytes`` (None where
+    #: it had no reading; empty where none is known)
+    bytes_in_use: tuple[int | None, ...] = ()
+    #: the latest RSS reading is the one after a ``malloc_trim(0)`` the supervisor asked for after
+    #: that trial (a decision made again on it: no second trim)
+    trimmed: bool = False
 
     @property
     def readings(self) -> int:
@@ -67,29 +83,61 @@ def worker_history(
     rss_after_bytes: Sequence[int],
     peak_bytes: Sequence[int],
     supervisor_rss_bytes: int = 0,
+    bytes_in_use: Sequence[int | None] = (),
 ) -> WorkerHistory:
     """The :class:`WorkerHistory` of a worker's full readings: the first and the latest
     :data:`HISTORY_KEPT`, in time that does not grow with the worker's length of service."""
     leave_out = max(0, len(rss_after_bytes) - 1 - HISTORY_KEPT)
     if not leave_out:
-        return WorkerHistory(trials_done, tuple(rss_after_bytes), tuple(peak_bytes), supervisor_rss_bytes)
+        return WorkerHistory(
+            trials_done,
+            tuple(rss_after_bytes),
+            tuple(peak_bytes),
+            supervisor_rss_bytes,
+            bytes_in_use=tuple(bytes_in_use),
+        )
 
-    def kept(values: Sequence[int]) -> tuple[int, ...]:
+    def kept(values: Sequence[Any]) -> tuple[Any, ...]:
         return (values[0], *values[-HISTORY_KEPT:]) if len(values) > HISTORY_KEPT + 1 else tuple(values)
 
     return WorkerHistory(
-        trials_done, kept(rss_after_bytes), kept(peak_bytes), supervisor_rss_bytes, leave_out
+        trials_done,
+        kept(rss_after_bytes),
+        kept(peak_bytes),
+        supervisor_rss_bytes,
+        leave_out,
+        kept(bytes_in_use),
     )
 
 
 @dataclass(frozen=True, slots=True)
 class RecycleDecision:
-    """Recycle the worker: ``rule`` names which rule fired, ``values`` the numbers it saw."""
+    """Recycle the worker: ``rule`` names which rule fired, ``values`` the numbers it saw.
+
+    ``cause`` is why a memory rule's worker grew (``"leak"``, ``"retention"``, or None when unknown
+    or not a memory rule); ``trim_first`` asks the supervisor to try ``malloc_trim(0)`` in the
+    worker and decide again before recycling it (a retention not yet trimmed).
+    """
 
     rule: str
     values: dict[str, Any] = field(default_factory=dict)
     message: str = ""
+    cause: str | None = None
+    trim_first: bool = False
 
+    @property
+    def reason(self) -> WorkerReason:
+        """The worker's end reason for this recycle (the store's word)."""
+        if self.cause == "retention":
+            return WorkerReason.RECYCLED_RETENTION
+        if self.cause == "leak":
+            return WorkerReason.RECYCLED_LEAK
+        return WorkerReason.RECYCLED
+
+
+#: The rules a ``malloc_trim(0)`` can answer: they read the RSS the worker holds now, which a trim
+#: lowers; the predictive ones read the next trial's peak, which it does not.
+TRIM_RULES = frozenset({"recycle_above", "recycle_growth"})
 
 #: Readings the growth slope looks at: the worker's latest trials (Theil-Sen is quadratic in them).
 SLOPE_WINDOW = 32
@@ -143,7 +191,24 @@ def predict_next_peak(history: WorkerHistory) -> float | None:
 
 
 def decide_recycle(policy: Policy, history: WorkerHistory) -> RecycleDecision | None:
-    """Whether to recycle a worker after its latest trial; None keeps it. First matching rule wins."""
+    """Whether to recycle a worker after its latest trial; None keeps it. First matching rule wins;
+    a memory rule's decision names the cause of the growth (see the module's docstring)."""
+    decision = _first_rule(policy, history)
+    if decision is None or decision.rule == "max_trials":
+        return decision
+    cause = growth_cause(history.rss_after_bytes, history.bytes_in_use)
+    if cause is None:
+        return decision
+    return replace(
+        decision,
+        values={**decision.values, **cause.values()},
+        message=f"{decision.message}; {cause.words}",
+        cause=cause.kind,
+        trim_first=cause.kind == "retention" and not history.trimmed and decision.rule in TRIM_RULES,
+    )
+
+
+def _first_rule(policy: Policy, history: WorkerHistory) -> RecycleDecision | None:
     n = history.trials_done
     rss = history.rss_after_bytes
     last = rss[-1] if rss else None
@@ -244,17 +309,27 @@ def _predictive(policy: Policy, history: WorkerHistory, unit: str) -> RecycleDec
 
 
 def first_recycle(
-    policy: Policy, rss_after_bytes: Sequence[int], peak_bytes: Sequence[int]
+    policy: Policy,
+    rss_after_bytes: Sequence[int],
+    peak_bytes: Sequence[int],
+    bytes_in_use: Sequence[int | None] | None = None,
 ) -> tuple[int, RecycleDecision] | None:
     """Replay one worker's recorded per-trial series through :func:`decide_recycle`.
 
     Returns ``(trials_done, decision)`` at the first trial after which the worker would have been
     recycled, or None if it never would. A tool for tests and for tuning a policy offline.
+    ``bytes_in_use`` (the allocator's, one per trial) lets the decision name the growth's cause; a
+    retention decision comes with ``trim_first`` (live, the supervisor tries ``malloc_trim(0)`` first).
     """
     if len(rss_after_bytes) != len(peak_bytes):
         raise ConfigError("rss_after_bytes and peak_bytes must have one reading per trial each")
+    if bytes_in_use is not None and len(bytes_in_use) != len(rss_after_bytes):
+        raise ConfigError(
+            "bytes_in_use must have one reading per trial, as rss_after_bytes has (None where there was none)"
+        )
+    in_use = tuple(bytes_in_use or ())
     for n in range(1, len(rss_after_bytes) + 1):
-        history = WorkerHistory(n, tuple(rss_after_bytes[:n]), tuple(peak_bytes[:n]))
+        history = WorkerHistory(n, tuple(rss_after_bytes[:n]), tuple(peak_bytes[:n]), bytes_in_use=in_use[:n])
         decision = decide_recycle(policy, history)
         if decision is not None:
             return n, decision

@@ -46,6 +46,7 @@ from trainguard.runner.session._results import (
 )
 from trainguard.runner.session._sampling import TreeSampling
 from trainguard.runner.session._stages import Stages
+from trainguard.runner.session._trim import on_trimmed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -444,6 +445,8 @@ class Session:
             raise ConfigError(f"worker {worker.worker_id} could not start: {msg['message']}")
         elif op == "result":
             self._on_result(worker, msg)
+        elif op == "trimmed":
+            on_trimmed(self, worker, msg)
 
     def _on_ready(self, worker: WorkerRecord, msg: dict[str, Any]) -> None:
         worker.handle.on_ready(msg)
@@ -476,9 +479,7 @@ class Session:
             worker.state = "idle"
             worker.cur_rss = rss_after
             peak = max(worker.trial_peak_rss, rss_after, hwm)
-            worker.trials_done += 1
-            worker.rss_after.append(rss_after)
-            worker.peaks.append(peak)
+            worker.trial_ended(rss_after, peak, (msg.get("stats") or {}).get("bytes_in_use"))
         status = msg["status"]
         try:
             value = json.loads(msg["value_json"]) if status == "ok" else None
@@ -522,7 +523,9 @@ class Session:
         if not self._queue or self._stop_result is not None:
             return
         decision = decide_recycle(self.policy, self.pool.history(worker))
-        if decision is not None:
+        if decision is not None and decision.trim_first:
+            self.pool.trim(worker)  # decided again on its answer (_on_trimmed)
+        elif decision is not None:
             self.pool.retire(worker, decision)
         elif self._queue:
             self.pool.maybe_prestart(worker, stats)

@@ -297,6 +297,7 @@ class Pool:
             worker.rss_after,
             worker.peaks,
             self.supervisor_rss() if with_supervisor else 0,
+            worker.bytes_in_use,
         )
 
     def supervisor_rss(self) -> int:
@@ -568,7 +569,7 @@ class Pool:
             pass
         self.recorder.end_worker(
             worker,
-            "recycled",
+            decision.reason.value,
             {"rule": decision.rule, "why": decision.message, "trials": worker.trials_done, **decision.values},
         )
         logger.info("worker %d recycled: %s", worker.worker_id, decision.message)
@@ -581,6 +582,16 @@ class Pool:
         )
         # wait for it to be gone before a replacement starts: its memory must be free first
         self.reap(worker, grace_s=10.0)
+
+    def trim(self, worker: WorkerRecord) -> None:
+        """Ask an idle worker for ``malloc_trim(0)`` before deciding on its recycle (a retention):
+        it takes no trial until it answers (the loop's ``trimmed``)."""
+        with self.lock:
+            worker.state = "trimming"
+        try:
+            worker.handle.send({"op": "trim"})
+        except OSError:
+            pass  # it died; the EOF on its pipe reports the death
 
     def reap(self, worker: WorkerRecord, grace_s: float) -> int | None:
         rc, killed = worker.handle.end(grace_s)

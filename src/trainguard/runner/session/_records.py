@@ -54,11 +54,13 @@ class WorkerRecord:
     slot: int
     handle: BaseWorker  # the process, wherever the backend runs it
     started_mono: float
-    state: str = "starting"  # starting, loading, idle, busy, exiting, dead
+    state: str = "starting"  # starting, loading, idle, busy, trimming, exiting, dead
     trial: Attempt | None = None
     trials_done: int = 0
     rss_after: list[int] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)
+    # the C allocator's bytes in use after each trial, aligned with rss_after (None: no reading)
+    bytes_in_use: list[int | None] = field(default_factory=list)
     cur_rss: int | None = None
     trial_peak_rss: int = 0
     trial_peak_gpu: int | None = None
@@ -81,3 +83,10 @@ class WorkerRecord:
     waited: bool = False
     prestart_said: bool = False
     budget_kill: BudgetKill | None = None  # why the sampler killed it at the memory budget
+
+    def trial_ended(self, rss_after: int, peak: int, bytes_in_use: Any) -> None:
+        """Count a trial the worker finished, with its readings (called under the pool's lock)."""
+        self.trials_done += 1
+        self.rss_after.append(rss_after)
+        self.peaks.append(peak)
+        self.bytes_in_use.append(bytes_in_use if isinstance(bytes_in_use, int) else None)

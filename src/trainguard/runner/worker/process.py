@@ -632,8 +632,28 @@ def _serve(inbox: Any, outbox: Any, threads: int | None, max_result_bytes: int |
                 if isinstance(exc, ConfigError) and getattr(exc, "nested", False):
                     reply["nested"] = str(exc)
                 write_message(outbox, reply)
+        elif op == "trim":
+            write_message(outbox, _trim())
         elif op == "exit":
             return
+
+
+def _trim() -> dict[str, Any]:
+    """glibc's ``malloc_trim(0)`` between trials, when the supervisor asks (a retention recycle
+    tries it first); the reply says whether the call was made and the RSS after it."""
+    from trainguard.frameworks import malloc_trim
+
+    before = _status_kb("VmRSS:") or 0
+    try:
+        trimmed = malloc_trim()
+    except Exception:  # noqa: BLE001 - a failed trim only means the worker is recycled
+        trimmed = False
+    return {
+        "op": "trimmed",
+        "trimmed": trimmed,
+        "rss_before_bytes": before,
+        "rss_bytes": _status_kb("VmRSS:") or 0,
+    }
 
 
 def _stage_channel(inbox: Any, outbox: Any) -> Callable[..., None]:
