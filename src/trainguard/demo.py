@@ -30,7 +30,6 @@ from typing import Any
 
 from trainguard._measured_loop import DemoHalf, TreeSampler, TrialCallback, run_naive, theil_sen_slope
 from trainguard.exceptions import ConfigError, missing
-from trainguard.outcomes import RECYCLE_REASONS
 
 __all__ = [
     "DemoHalf",
@@ -126,7 +125,7 @@ def run_with_runner(
         growth_bytes_per_trial=theil_sen_slope(peaks[1:]),
         values=tuple(r.value for r in results),
         failed=sum(r.status != "ok" for r in results),
-        recycles=sum(w.reason in RECYCLE_REASONS for w in worker_rows),
+        recycles=sum(w.reason == "recycled" for w in worker_rows),
         workers_started=len(worker_rows),
         series=tuple((t - t0, v) for t, v in sampler.series),
         run_name=name,

@@ -25,7 +25,7 @@ __all__ = [
     "RETRY_CATEGORIES",
     "ATTEMPT_WORDS",
     "WORKER_REASONS",
-    "RECYCLE_REASONS",
+    "RECYCLE_CAUSES",
 ]
 
 
@@ -117,12 +117,6 @@ class WorkerReason(str, Enum):
         return str(self.value)
 
     RECYCLED = ("recycled", "recycled by policy")
-    # a memory rule recycled it and its two series named the cause (runner/policy/_retention.py)
-    RECYCLED_LEAK = ("recycled_leak", "recycled for a leak (its allocator's bytes in use grew with its RSS)")
-    RECYCLED_RETENTION = (
-        "recycled_retention",
-        "recycled for retention (its allocator keeps freed memory: RSS grew, bytes in use did not)",
-    )
     KILLED_MEMORY = ("killed_memory", "killed at the memory limit")
     KILLED_GPU_MEMORY = ("killed_gpu_memory", "killed at the GPU memory limit")
     KILLED_TIMEOUT = ("killed_timeout", "killed at the trial timeout")
@@ -141,18 +135,16 @@ class WorkerReason(str, Enum):
     INTERRUPTED = ("interrupted", "lost: its supervisor stopped before recording why it ended")
 
     @property
-    def is_recycle(self) -> bool:
-        """The policy recycled the worker (whatever the cause it named)."""
-        return self.value in RECYCLE_REASONS
-
-    @property
     def is_kill(self) -> bool:
         """The worker was ended from outside (a limit, the OS, a crash), not recycled or shut down."""
         return self in _KILL_REASONS
 
 
-#: The end reasons of a worker the policy recycled (plain, for a leak, for retention).
-RECYCLE_REASONS: frozenset[str] = frozenset({"recycled", "recycled_leak", "recycled_retention"})
+#: Why a recycled worker grew, where a memory rule named it (its detail's ``cause``): the words.
+RECYCLE_CAUSES: dict[str, str] = {
+    "leak": "for a leak (its allocator's bytes in use grew with its RSS)",
+    "retention": "for retention (its allocator keeps freed memory: RSS grew, bytes in use did not)",
+}
 
 _KILL_REASONS = frozenset(
     {

@@ -75,7 +75,7 @@ def test_retention_recycles_for_retention_after_a_trim():
     n, decision = first_recycle(POLICY, RETENTION_RSS, _peaks(RETENTION_RSS), RETENTION_IN_USE)
     assert decision.rule == "recycle_growth"
     assert decision.cause == "retention"
-    assert decision.reason is WorkerReason.RECYCLED_RETENTION
+    assert decision.cause == "retention" and decision.reason is WorkerReason.RECYCLED
     assert decision.trim_first  # malloc_trim(0) is tried before the recycle
     assert (
         "retention" in decision.message
@@ -93,13 +93,13 @@ def test_retention_recycles_for_retention_after_a_trim():
         trimmed=True,
     )
     again = decide_recycle(POLICY, history)
-    assert again is not None and again.reason is WorkerReason.RECYCLED_RETENTION and not again.trim_first
+    assert again is not None and again.cause == "retention" and not again.trim_first
 
 
 def test_both_growing_is_a_leak_never_retention():
     _, decision = first_recycle(POLICY, LEAK_RSS, _peaks(LEAK_RSS), LEAK_IN_USE)
     assert decision.cause == "leak"
-    assert decision.reason is WorkerReason.RECYCLED_LEAK
+    assert decision.cause == "leak" and decision.reason is WorkerReason.RECYCLED
     assert not decision.trim_first
     # bytes in use growing by a fifth of RSS's growth (under the leak's quarter) is not retention either
     partly = [b + (i * 2 << 20) for i, b in enumerate(RETENTION_IN_USE)]

@@ -76,13 +76,13 @@ def trend_line(worker: dict[str, Any], *, named: bool) -> str:
 
 
 #: what a worker's line adds when the policy recycled it and named why it grew
-_RECYCLED = {"recycled_retention": "recycled for retention", "recycled_leak": "recycled for a leak"}
+_RECYCLED = {"retention": "recycled for retention", "leak": "recycled for a leak"}
 
 
 def trend_lines(readings: Sequence[Any], ended: Mapping[int, str | None] | None = None) -> list[str]:
     """The lines ``show`` prints: none when no bytes in use were recorded (an allocator without
-    the count, or a store written before they were). ``ended``: each worker's end reason; a worker
-    recycled for a leak or for retention says which."""
+    the count, or a store written before they were). ``ended``: the cause each recycled worker's
+    policy named (``"leak"``, ``"retention"``); such a worker's line says which."""
     workers = worker_trends(readings)
     named = len(workers) > 1
     ended = ended or {}

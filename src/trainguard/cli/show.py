@@ -291,7 +291,7 @@ def _print_text(
     if len(trials) > args.max_trials:
         table.caption = f"{len(trials) - args.max_trials} more trials not shown (--max-trials N or --json)"
     out.print(table)
-    for line in trend_lines(in_use, {w.worker_id: w.reason for w in workers}):
+    for line in trend_lines(in_use, {w.worker_id: (w.detail or {}).get("cause") for w in workers}):
         out.print(escape(line))
     if workers:
         wt = Table(title="workers", title_justify="left")

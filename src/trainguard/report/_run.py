@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from trainguard.outcomes import ATTEMPT_WORDS, RECYCLE_REASONS, WorkerReason
+from trainguard.outcomes import ATTEMPT_WORDS, WorkerReason
 from trainguard.report import _svg
 from trainguard.report._axes import idle_gaps, memory_axis
 from trainguard.report._flight import flight_section
@@ -131,8 +131,12 @@ def _growth_rows(attempts: list[Any], workers: list[Any]) -> list[dict[str, Any]
 
 def _recycled_words(workers: list[Any], recycles: int) -> str:
     """``"3 recycled (2 for retention, 1 for a leak)"``: the causes the policy named, where it did."""
-    causes = (("retention", "recycled_retention"), ("a leak", "recycled_leak"))
-    parts = [f"{n} for {word}" for word, reason in causes if (n := sum(w.reason == reason for w in workers))]
+    causes = (("retention", "retention"), ("a leak", "leak"))
+    parts = [
+        f"{n} for {word}"
+        for word, cause in causes
+        if (n := sum(w.reason == "recycled" and (w.detail or {}).get("cause") == cause for w in workers))
+    ]
     return f"{recycles} recycled" + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -237,7 +241,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
             if w.ended_at is None:
                 continue
             detail = w.detail or {}
-            if w.reason in RECYCLE_REASONS:
+            if w.reason == "recycled":
                 recycles += 1
                 rule = detail.get("rule")
                 markers.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainguard.outcomes import ATTEMPT_STATUSES as _ATTEMPT_STATUSES
+from trainguard.outcomes import RECYCLE_CAUSES
 from trainguard.outcomes import WORKER_REASONS as _WORKER_REASONS
 
 #: Bump on any incompatible change to the tables below; a store with another version is refused
@@ -193,6 +194,8 @@ def describe_worker_end(reason: str | None, detail: dict[str, Any] | None = None
         return "running (or its supervisor stopped)"
     text = WORKER_REASONS.get(reason, reason.replace("_", " "))
     detail = detail or {}
+    if reason == "recycled" and detail.get("cause") in RECYCLE_CAUSES:
+        text += " " + RECYCLE_CAUSES[detail["cause"]]
     extras: list[str] = []
     if isinstance(detail.get("why"), str):
         extras.append(detail["why"])

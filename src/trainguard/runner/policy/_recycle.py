@@ -127,11 +127,7 @@ class RecycleDecision:
 
     @property
     def reason(self) -> WorkerReason:
-        """The worker's end reason for this recycle (the store's word)."""
-        if self.cause == "retention":
-            return WorkerReason.RECYCLED_RETENTION
-        if self.cause == "leak":
-            return WorkerReason.RECYCLED_LEAK
+        """The worker's end reason for this recycle (the store's word; the cause goes in its detail)."""
         return WorkerReason.RECYCLED
 
 
