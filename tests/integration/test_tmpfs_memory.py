@@ -38,7 +38,9 @@ def test_a_trial_writing_into_dev_shm_is_killed_for_memory_and_its_file_is_remov
     policy = Policy(memory_limit="300MB", peak_ratio=None)
     try:
         with Runner(workers=1, policy=policy, store=tmp_path / "s.db") as runner:
-            (result,) = runner.map(f"{TRIALS}:fill_shm", [{"path": path, "mb": 600, "hold_s": 15}], name="shm")
+            (result,) = runner.map(
+                f"{TRIALS}:fill_shm", [{"path": path, "mb": 600, "hold_s": 15}], name="shm"
+            )
             events = runner.store.events(runner.store.get_run("shm").run_id)
         # written with write() and closed: its RSS stays near the bare worker's; the file is memory
         assert result.status == "failed" and result.error["status"] == "killed_memory", result.error

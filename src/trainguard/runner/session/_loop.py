@@ -46,7 +46,6 @@ from trainguard.runner.session._results import (
 )
 from trainguard.runner.session._sampling import TreeSampling
 from trainguard.runner.session._stages import Stages
-from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -466,7 +465,7 @@ class Session:
             self._queue.appendleft(resumed)
             self.pool.retire(worker, decision)
             return
-        self._tmpfs_left(worker, run)
+        self.recorder.tmpfs_removed(worker, run, worker.handle.trial_ended())
         reading = self.pool.read_tree(worker, rediscover=True)
         own_rss = int(msg.get("rss_bytes") or 0)
         rss_after = reading[0] if reading else own_rss
@@ -605,28 +604,6 @@ class Session:
             self._stop_result = result
             self._queue.clear()
 
-    def _tmpfs_left(self, worker: WorkerRecord, run: Attempt) -> None:
-        """Remove the files the trial left in /dev/shm (their memory outlives it) and say so."""
-        removed = worker.handle.trial_ended()
-        if not removed:
-            return
-        total = sum(f.memory_bytes for f in removed)
-        names = ", ".join(f.path for f in removed[:5]) + (
-            f" and {len(removed) - 5} more" if len(removed) > 5 else ""
-        )
-        message = (
-            f"worker {worker.worker_id} (trial {run.index} attempt {run.attempt}) left "
-            f"{len(removed)} file(s) holding {format_bytes(total)} in tmpfs: removed {names}"
-        )
-        logger.info("%s", message)
-        self.recorder.event(
-            "tmpfs_removed",
-            message,
-            data={"paths": [f.path for f in removed], "bytes": total},
-            worker=worker,
-            index=run.index,
-        )
-
     # -- deaths -----------------------------------------------------------------------------------
 
     def _on_death(self, worker: WorkerRecord) -> None:
@@ -640,8 +617,8 @@ class Session:
         with self.pool.lock:
             run, kill = worker.trial, worker.kill or worker.handle.kill_decision
             worker.trial = None
-        if run is not None:
-            self._tmpfs_left(worker, run)
+        if run is not None:  # the files its trial left in /dev/shm: their memory outlives it
+            self.recorder.tmpfs_removed(worker, run, worker.handle.trial_ended())
         if kill is not None:  # the sampler thread killed it; the loop records it (one store writer)
             during = f" (trial {run.index} attempt {run.attempt})" if run is not None else ""
             budget = worker.budget_kill
