@@ -10,6 +10,10 @@ pages) is read ``--reads`` times in a row by each method, side by side in one ru
 - ``ProcessTree.read + tmpfs watch``: the same with the tmpfs watch's per-tick check (one
   ``stat`` of ``/dev/shm``; its scan of fds and of the folder runs only when it changed);
 - ``tmpfs scan``: one full scan of the tree's fds and of ``/dev/shm`` (what runs on a change);
+- ``ProcessTree.split``: the split by kind from ``/proc/PID/status`` (read only when the RSS is
+  over the limit or tmpfs holds something);
+- ``held_outside``: every process's fds read once (a trial's end with a file to remove);
+- ``begin + end``: what each trial pays at its dispatch and its end (no file to remove);
 - ``psutil memory_full_info``: what the brief warns against, for scale.
 
     PYTHONPATH=src .venv/bin/python bench/tree_read_cost.py [--children 3] [--reads 2000]
@@ -86,6 +90,16 @@ def main() -> None:
 
             results["ProcessTree.read + tmpfs watch"] = _per_read_us(read_with_watch, args.reads)
             results["tmpfs scan"] = _per_read_us(lambda: watch.scan(tree.pids(), sole=True), 200)
+            results["ProcessTree.split"] = _per_read_us(tree.split, args.reads)
+
+            def trial() -> None:
+                watch.begin()
+                watch.end(tree.pids())
+
+            results["begin + end of a trial (per trial, nothing in tmpfs)"] = _per_read_us(trial, 200)
+            from trainguard.process.tmpfs import held_outside
+
+            results["held_outside (all /proc fds)"] = _per_read_us(lambda: held_outside({(0, 0)}, pids), 20)
         procs = [psutil.Process(p) for p in pids]
         results["psutil memory_full_info"] = _per_read_us(
             lambda: [p.memory_full_info() for p in procs], max(20, args.reads // 20)

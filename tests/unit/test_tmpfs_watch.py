@@ -168,3 +168,12 @@ def test_no_trial_no_watch():
     watch = TmpfsWatch(os.getuid())
     watch.tick([ME], sole=True)  # before any begin: nothing read
     assert watch.memory_bytes == 0 and watch.end() == []
+
+
+def test_a_trial_that_goes_on_elsewhere_keeps_its_files(folder):
+    watch = TmpfsWatch(os.getuid(), folder=folder)
+    watch.begin()
+    _write(f"{folder}/next-stage-reads-it", 1)
+    watch.tick([ME], sole=True)
+    assert watch.end([ME], remove=False) == []
+    assert os.listdir(folder) == ["next-stage-reads-it"] and not watch.active

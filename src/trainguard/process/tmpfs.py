@@ -299,11 +299,15 @@ class TmpfsWatch:
         self._files = now
         self.cgroup_shmem = cgroup_shmem_bytes(self._cgroup_path())
 
-    def end(self, pids: Iterable[int] = ()) -> list[TmpfsFile]:
-        """The trial ended: remove the files it made at the top of the folder; return them."""
+    def end(self, pids: Iterable[int] = (), *, remove: bool = True) -> list[TmpfsFile]:
+        """The trial ended: remove the files it made at the top of the folder; return them.
+        ``remove=False``: it goes on elsewhere (a staged trial's next stage), its files are kept."""
         pids = tuple(pids)
         with self._lock:
             if not self._active:
+                return []
+            if not remove:
+                self._active, self._files = False, {}
                 return []
             self._scan(pids, self._sole)
             self._active = False

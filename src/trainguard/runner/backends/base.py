@@ -112,8 +112,9 @@ class BaseWorker(ABC):
     def trial_started(self) -> None:  # noqa: B027 - optional hook
         """A trial was sent to this worker (loop thread)."""
 
-    def trial_ended(self) -> tuple[TmpfsFile, ...]:
-        """The running trial ended (loop thread): remove the files it left in ``/dev/shm``; return them."""
+    def trial_ended(self, *, remove: bool = True) -> tuple[TmpfsFile, ...]:
+        """The running trial ended (loop thread): remove the files it left in ``/dev/shm``; return
+        them. ``remove=False``: it goes on in another worker (a stage), its files stay."""
         return ()
 
     def gpu_bytes(self, gpu_by_pid: dict[int, int] | None) -> int | None:

@@ -151,11 +151,12 @@ class LocalWorker(BaseWorker):
         if self.tmpfs is not None:
             self.tmpfs.begin()
 
-    def trial_ended(self) -> tuple[TmpfsFile, ...]:
+    def trial_ended(self, *, remove: bool = True) -> tuple[TmpfsFile, ...]:
         if self.tmpfs is None:
             return ()
         # the worker ended before the session said the trial did (a kill): removed then, said now
-        removed, self._tmpfs_removed = self._tmpfs_removed + tuple(self.tmpfs.end(self.sampler.pids())), ()
+        now = self.tmpfs.end(self.sampler.pids(), remove=remove)
+        removed, self._tmpfs_removed = self._tmpfs_removed + tuple(now), ()
         return removed
 
     def kill(self) -> None:
