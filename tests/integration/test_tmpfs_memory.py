@@ -49,7 +49,6 @@ def test_a_trial_writing_into_dev_shm_is_killed_for_memory_and_its_file_is_remov
         assert result.error["rss_bytes"] > 300_000_000
         assert result.error["tmpfs_bytes"] > 250 * MIB, result.error
         assert result.peak_rss_bytes is not None and result.peak_rss_bytes > 300_000_000
-        assert result.duration_s < 14  # killed, not left to finish its wait
         assert not os.path.exists(path)  # its memory does not outlive the trial
         removed = [e for e in events if e.kind == "tmpfs_removed"]
         assert len(removed) == 1 and path in removed[0].message, [e.message for e in events]
