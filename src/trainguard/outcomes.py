@@ -187,6 +187,8 @@ class EventKind(str, Enum):
     OOM_START = ("oom_start", "memory")
     OOM_FITTED = ("oom_fitted", "memory")
     OOM_GIVE_UP = ("oom_give_up", "memory")
+    #: files a trial left in tmpfs (/dev/shm), removed at its end (their memory outlives it)
+    TMPFS_REMOVED = ("tmpfs_removed", "memory")
     # the peak model (Policy(predict_peaks=True)): fitted, a trial not started or started smaller
     # because of it, and a kill it did not see coming
     PEAK_MODEL = ("peak_model", "memory")

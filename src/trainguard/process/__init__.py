@@ -3,6 +3,9 @@
 - :mod:`~trainguard.process.tree`: find a root's processes and read their memory from ``/proc``;
   :class:`ProcessTree` is one tree read many times a second.
 - :mod:`~trainguard.process.memory`: a tree's memory summed once (:func:`tree_memory`).
+- :mod:`~trainguard.process.charge` (pure): what a memory limit counts (anonymous and shared
+  memory, not reclaimable file-backed pages); :mod:`~trainguard.process.tmpfs`: the tmpfs memory a
+  trial holds (files no RSS shows) and the files it leaves in ``/dev/shm``.
 - :mod:`~trainguard.process.cgroup`: a cgroup v2 per tree, the subreaper fallback.
 - :mod:`~trainguard.process.kill`: ending a tree (cgroup, process group, every descendant).
 - :mod:`~trainguard.process.watch`: the one fixed-rate loop "read the tree -> check limits -> act"

@@ -12,8 +12,10 @@ Where a cgroup v2 can be made (:meth:`TreeCgroup.create`), its ``cgroup.procs`` 
 even after the root died, and ``cgroup.kill`` ends them all at once.
 
 **Reading.** RSS comes from ``/proc/PID/statm`` (one short read; :class:`ProcessTree` keeps the fds
-open, one ``pread`` per process per sample), USS and PSS from ``/proc/PID/smaps_rollup`` (costs
-more, read only when asked). Off Linux everything falls back to psutil.
+open, one ``pread`` per process per sample); its split by kind (anonymous, file-backed, shmem:
+:class:`~trainguard.process.charge.MemorySplit`) from ``/proc/PID/status`` (ten times the cost,
+read only when a sample needs it); USS and PSS from ``/proc/PID/smaps_rollup`` (costs more, read
+only when asked). Off Linux everything falls back to psutil.
 
 **Ending.** :func:`kill_tree` sends SIGKILL to the cgroup (when there is one), the root's process
 group, every descendant found, and any earlier-seen pid that is still the same process (start
@@ -32,6 +34,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from trainguard.process.charge import MemorySplit
+
 if TYPE_CHECKING:
     from trainguard.process.cgroup import TreeCgroup
 
@@ -40,6 +44,7 @@ __all__ = [
     "HAVE_PROC",
     "statm_rss_bytes",
     "smaps_rollup_bytes",
+    "status_split",
     "children",
     "descendants",
     "unexeced_fork_parent",
@@ -101,6 +106,30 @@ def smaps_rollup_bytes(pid: int) -> SmapsRollup | None:
             return SmapsRollup(uss, pss)
     except (OSError, ValueError, IndexError):
         return None
+
+
+_STATUS_KEYS = (b"RssAnon:", b"RssFile:", b"RssShmem:")
+
+
+def status_split(pid: int) -> tuple[int, int, int] | None:
+    """``(anonymous, file-backed, shmem)`` resident bytes of ``pid`` from ``/proc/PID/status``
+    (one read); None when it is gone, or for a process without an address space (a zombie, a
+    kernel thread: no ``Rss*`` lines)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    out = []
+    for key in _STATUS_KEYS:
+        at = data.find(key)
+        if at < 0:
+            return None
+        try:
+            out.append(int(data[at + len(key) : data.index(b"kB", at)]) * 1024)
+        except ValueError:
+            return None
+    return out[0], out[1], out[2]
 
 
 # -- finding --------------------------------------------------------------------------------------
@@ -330,6 +359,30 @@ class ProcessTree:
                 values = [smaps_rollup_bytes(pid) for pid in self._fds]
                 uss_total = None if any(v is None for v in values) else sum(v.uss_bytes for v in values if v)
             return rss, uss_total
+
+    def split(self, *, tmpfs_bytes: int = 0, cgroup_shmem_bytes: int | None = None) -> MemorySplit | None:
+        """The tree's resident pages by kind (``/proc/PID/status`` of each process seen at the last
+        read), with the tmpfs readings given; None off Linux or when the root is gone. A fork that
+        has not called exec yet is charged what :meth:`read` charges it, as anonymous pages."""
+        if not HAVE_PROC:
+            return None
+        with self._lock:
+            if self._closed:
+                return None
+            members = list(self._fds)
+            forks = dict(self._forks)
+        anon = file = shmem = 0
+        for pid in members:
+            if pid in forks and unexeced_fork_parent(pid) is not None:
+                anon += fork_charge_bytes(pid, forks[pid])
+                continue
+            kinds = status_split(pid)
+            if kinds is None:
+                if pid == self.root_pid:
+                    return None
+                continue  # it ended since the last read: it holds nothing now
+            anon, file, shmem = anon + kinds[0], file + kinds[1], shmem + kinds[2]
+        return MemorySplit(anon, file, shmem, tmpfs_bytes, cgroup_shmem_bytes)
 
     def _read_psutil(self, uss: bool) -> tuple[int, int | None] | None:
         try:

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainguard.runner.policy import EndCause, KillDecision, Policy
+
+if TYPE_CHECKING:
+    from trainguard.process.charge import MemorySplit
+    from trainguard.process.tmpfs import TmpfsFile
 
 __all__ = ["WorkerSpec", "Inbox", "BaseWorker", "BaseBackend"]
 
@@ -94,6 +98,24 @@ class BaseWorker(ABC):
     @abstractmethod
     def pids(self) -> tuple[int, ...]:
         """The tree's processes as last found (for GPU memory by pid)."""
+
+    def memory_split(
+        self, rss_bytes: int, *, limit_bytes: int | None, sole: bool, private: bool
+    ) -> MemorySplit | None:
+        """After a :meth:`read` that gave ``rss_bytes`` (sampler thread): the tree's memory by kind
+        and what it holds in tmpfs, where that could change the limit's decision or the figure
+        recorded (:func:`~trainguard.process.charge.needs_split`); None otherwise, or where this
+        backend cannot read it (the RSS is then what counts). ``sole``: this worker runs the run's
+        only trial now; ``private``: the RSS given is the tree's private memory (USS)."""
+        return None
+
+    def trial_started(self) -> None:  # noqa: B027 - optional hook
+        """A trial was sent to this worker (loop thread)."""
+
+    def trial_ended(self, *, remove: bool = True) -> tuple[TmpfsFile, ...]:
+        """The running trial ended (loop thread): remove the files it left in ``/dev/shm``; return
+        them. ``remove=False``: it goes on in another worker (a stage), its files stay."""
+        return ()
 
     def gpu_bytes(self, gpu_by_pid: dict[int, int] | None) -> int | None:
         """The tree's GPU memory, given this host's GPU memory by pid (None when NVML is absent);

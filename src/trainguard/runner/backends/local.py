@@ -18,7 +18,9 @@ from trainguard import process as proctree
 from trainguard.exceptions import ConfigError
 from trainguard.frameworks import min_log_level, replay_capture
 from trainguard.process import ProcessTree, TreeCgroup, popen_options, resolve_tracking, tier_tree
+from trainguard.process.charge import MemorySplit, needs_split
 from trainguard.process.oom_score import raise_oom_score
+from trainguard.process.tmpfs import TmpfsFile, TmpfsWatch
 from trainguard.runner._channel import SocketPair, inherit_options, make_channel, resolve_channel
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, PipePair
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
@@ -84,6 +86,13 @@ class LocalWorker(BaseWorker):
             if self.tier not in ("portable", "windows")
             else tier_tree(proc, self.tier, spec.memory_limit_bytes)
         )
+        # what the trial holds in tmpfs (Linux): files no RSS shows
+        self.tmpfs: TmpfsWatch | None = (
+            TmpfsWatch(os.getuid(), cgroup_path=self._cgroup_path)
+            if self.tier not in ("portable", "windows") and proctree.HAVE_PROC
+            else None
+        )
+        self._tmpfs_removed: tuple[TmpfsFile, ...] = ()
         self.fn_kind = spec.fn_kind
         self.capture_dir = spec.capture_dir
         self.env = spec.env
@@ -113,6 +122,42 @@ class LocalWorker(BaseWorker):
 
     def pids(self) -> tuple[int, ...]:
         return tuple(self.sampler.pids())
+
+    def _cgroup_path(self) -> str | None:
+        cgroup = self.sampler.cgroup
+        return None if cgroup is None else str(cgroup.path)
+
+    def memory_split(
+        self, rss_bytes: int, *, limit_bytes: int | None, sole: bool, private: bool
+    ) -> MemorySplit | None:
+        watch = self.tmpfs
+        if watch is None:
+            return None
+        watch.tick(self.sampler.pids(), sole=sole)
+        if private:
+            # the USS given is what counts of the tree's pages (its private shmem pages too, so
+            # not the cgroup's shmem): the tmpfs files it holds come on top of it
+            if not needs_split(rss_bytes, watch.memory_bytes, limit_bytes):
+                return None
+            return MemorySplit(rss_bytes, 0, 0, watch.memory_bytes, None)
+        if not needs_split(rss_bytes, max(watch.memory_bytes, watch.cgroup_shmem or 0), limit_bytes):
+            return None
+        split: MemorySplit | None = self.sampler.split(
+            tmpfs_bytes=watch.memory_bytes, cgroup_shmem_bytes=watch.cgroup_shmem
+        )
+        return split
+
+    def trial_started(self) -> None:
+        if self.tmpfs is not None:
+            self.tmpfs.begin()
+
+    def trial_ended(self, *, remove: bool = True) -> tuple[TmpfsFile, ...]:
+        if self.tmpfs is None:
+            return ()
+        # the worker ended before the session said the trial did (a kill): removed then, said now
+        now = self.tmpfs.end(self.sampler.pids(), remove=remove)
+        removed, self._tmpfs_removed = self._tmpfs_removed + tuple(now), ()
+        return removed
 
     def kill(self) -> None:
         self.sampler.kill(started_after=self.started_wall)
@@ -182,6 +227,9 @@ class LocalWorker(BaseWorker):
             out_fd=_stderr_fd(),
             level=min_log_level(self.env),
         )
+        if self.tmpfs is not None and self.tmpfs.active:
+            # its trial's files in /dev/shm go with it, also when the run ends in the middle of one
+            self._tmpfs_removed = tuple(self.tmpfs.end(self.sampler.pids()))
         self.sampler.close()
         if self.sampler.cgroup is not None:
             self.sampler.cgroup.remove()

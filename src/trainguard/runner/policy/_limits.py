@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainguard.process import signal_name
-from trainguard.units import format_bytes_apart
+from trainguard.units import format_bytes, format_bytes_apart
 
 if TYPE_CHECKING:
+    from trainguard.process.charge import MemorySplit
     from trainguard.runner.policy import Policy
 
 __all__ = ["KillDecision", "check_limits", "EndCause", "classify_end"]
@@ -17,27 +18,52 @@ __all__ = ["KillDecision", "check_limits", "EndCause", "classify_end"]
 
 @dataclass(frozen=True, slots=True)
 class KillDecision:
-    """Kill the trial's process tree now. ``status`` is the attempt status to record."""
+    """Kill the trial's process tree now. ``status`` is the attempt status to record; ``memory``
+    the tree's memory by kind at a ``memory_limit`` kill, where the backend read it."""
 
     status: Literal["killed_memory", "killed_gpu_memory", "killed_budget", "timeout"]
     limit: float
     value: float
     message: str
+    memory: MemorySplit | None = None
+
+
+def split_words(split: MemorySplit) -> str:
+    """What a memory figure counted and what it did not, in words:
+    ``"anonymous 40.0 MiB + shmem/tmpfs 600.0 MiB counted; file-backed 12.0 MiB not counted"``."""
+    parts = [f"anonymous {format_bytes(split.anon_bytes)}"]
+    if split.shared_bytes:
+        parts.append(f"shmem/tmpfs {format_bytes(split.shared_bytes)}")
+    words = " + ".join(parts) + " counted"
+    if split.file_bytes:
+        words += f"; file-backed {format_bytes(split.file_bytes)} not counted (reclaimable)"
+    return words
 
 
 def check_limits(
-    policy: Policy, *, rss_bytes: int | None, gpu_bytes: int | None, elapsed_s: float | None
+    policy: Policy,
+    *,
+    rss_bytes: int | None,
+    gpu_bytes: int | None,
+    elapsed_s: float | None,
+    memory: MemorySplit | None = None,
 ) -> KillDecision | None:
-    """Whether a running trial must be killed now, from one sample of its tree."""
-    memory: tuple[tuple[Literal["killed_memory", "killed_gpu_memory"], int | None, int | None, str], ...] = (
-        ("killed_memory", policy.memory_limit, rss_bytes, "memory_limit: tree RSS"),
+    """Whether a running trial must be killed now, from one sample of its tree.
+
+    ``memory``: the sample's split by kind, when read: the memory limit then counts anonymous and
+    shared memory (shmem, tmpfs files), not file-backed pages (:mod:`trainguard.process.charge`).
+    """
+    counted = memory.counted_bytes if memory is not None else rss_bytes
+    limits: tuple[tuple[Literal["killed_memory", "killed_gpu_memory"], int | None, int | None, str], ...] = (
+        ("killed_memory", policy.memory_limit, counted, "memory_limit: tree RSS"),
         ("killed_gpu_memory", policy.gpu_memory_limit, gpu_bytes, "gpu_memory_limit: GPU memory"),
     )
-    for status, limit, value, words in memory:
+    for status, limit, value, words in limits:
         if limit is not None and value is not None and value > limit:
-            return KillDecision(
-                status, limit, value, "killed at {} {} > {}".format(words, *format_bytes_apart(value, limit))
-            )
+            message = "killed at {} {} > {}".format(words, *format_bytes_apart(value, limit))
+            if status == "killed_memory" and memory is not None:
+                return KillDecision(status, limit, value, f"{message} ({split_words(memory)})", memory)
+            return KillDecision(status, limit, value, message)
     if policy.timeout is not None and elapsed_s is not None and elapsed_s > policy.timeout:
         return KillDecision(
             "timeout",
@@ -104,6 +130,13 @@ def classify_end(
             detail.update(sum_bytes=int(kill.value), budget_bytes=int(kill.limit))
         else:
             detail.update(rss_bytes=int(kill.value), limit_bytes=int(kill.limit))
+            if kill.memory is not None:
+                detail.update(
+                    anon_bytes=kill.memory.anon_bytes,
+                    shared_bytes=kill.memory.shared_bytes,
+                    file_bytes=kill.memory.file_bytes,
+                    tmpfs_bytes=kill.memory.tmpfs_bytes,
+                )
         detail["signal"] = "SIGKILL"
         return EndCause(kill.status if in_trial else None, reason, detail, kill.message)
     oom_rose = (

@@ -346,6 +346,7 @@ class Session:
                 worker.trial_peak_rss = worker.cur_rss or 0
                 worker.trial_peak_gpu = None
                 worker.kill = None
+            worker.handle.trial_started()
             self.recorder.start_attempt(run.index, run.attempt, worker.worker_id)
             self.predictions.started(run)
             staged = self.stages.message(worker, run, self._data)
@@ -467,6 +468,7 @@ class Session:
             self._queue.appendleft(resumed)
             self.pool.retire(worker, decision)
             return
+        self.recorder.tmpfs_removed(worker, run, worker.handle.trial_ended())
         reading = self.pool.read_tree(worker, rediscover=True)
         own_rss = int(msg.get("rss_bytes") or 0)
         rss_after = reading[0] if reading else own_rss
@@ -618,6 +620,8 @@ class Session:
         with self.pool.lock:
             run, kill = worker.trial, worker.kill or worker.handle.kill_decision
             worker.trial = None
+        if run is not None:  # the files its trial left in /dev/shm: their memory outlives it
+            self.recorder.tmpfs_removed(worker, run, worker.handle.trial_ended())
         if kill is not None:  # the sampler thread killed it; the loop records it (one store writer)
             during = f" (trial {run.index} attempt {run.attempt})" if run is not None else ""
             budget = worker.budget_kill

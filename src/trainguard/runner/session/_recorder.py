@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from trainguard.exceptions import DiskFullError, FunctionChangedWarning
 
 if TYPE_CHECKING:
-    from trainguard.runner.session._records import WorkerRecord
+    from trainguard.process.tmpfs import TmpfsFile
+    from trainguard.runner.session._records import Attempt, WorkerRecord
     from trainguard.store import RunInfo, Store, TrialRecord
 
 __all__ = ["Recorder"]
@@ -168,6 +169,28 @@ class Recorder:
             data=data,
             worker_id=worker.worker_id if worker is not None else None,
             index=index,
+        )
+
+    def tmpfs_removed(self, worker: WorkerRecord, run: Attempt, removed: tuple[TmpfsFile, ...]) -> None:
+        """The files a trial left in tmpfs, removed at its end (their memory outlives it): said."""
+        if not removed:
+            return
+        from trainguard.units import format_bytes
+
+        total = sum(f.memory_bytes for f in removed)
+        names = ", ".join(f.path for f in removed[:5])
+        more = f" and {len(removed) - 5} more" if len(removed) > 5 else ""
+        message = (
+            f"worker {worker.worker_id} (trial {run.index} attempt {run.attempt}) left {len(removed)} "
+            f"file(s) holding {format_bytes(total)} in tmpfs: removed {names}{more}"
+        )
+        logger.info("%s", message)
+        self.event(
+            "tmpfs_removed",
+            message,
+            data={"paths": [f.path for f in removed], "bytes": total},
+            worker=worker,
+            index=run.index,
         )
 
     def warn_changed(self, reused: int, fn_ref: str) -> None:

@@ -18,9 +18,11 @@ from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
+    from trainguard.process.charge import MemorySplit
     from trainguard.runner.policy import Policy
     from trainguard.runner.session._pool import Pool
     from trainguard.runner.session._recorder import Recorder
+    from trainguard.runner.session._records import WorkerRecord
 
 __all__ = ["TreeSampling"]
 
@@ -80,18 +82,22 @@ class TreeSampling:
         with pool.lock:
             workers = [w for w in pool.workers if w.state != "dead"]
         now_wall = time.time()
+        sole = sum(1 for w in workers if w.trial is not None) == 1
         for worker in workers:
             reading = pool.read_tree(worker, uss=self.uss)
             if reading is None:
                 continue
             rss, uss = reading
+            split = self._split(worker, rss, sole)
+            # what is recorded: the RSS, or more while tmpfs holds what the tree has not mapped
+            seen = rss if split is None else split.seen_bytes
             gpu = worker.handle.gpu_bytes(gpu_map)
             with pool.lock:
-                worker.cur_rss = rss
+                worker.cur_rss = seen
                 run, kill = worker.trial, worker.kill
                 if run is not None:
-                    worker.trial_peak_rss = max(worker.trial_peak_rss, rss)
-                    worker.stage_peak_rss = max(worker.stage_peak_rss, rss)
+                    worker.trial_peak_rss = max(worker.trial_peak_rss, seen)
+                    worker.stage_peak_rss = max(worker.stage_peak_rss, seen)
                     if gpu is not None:
                         worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
                 self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
@@ -108,7 +114,11 @@ class TreeSampling:
             if run is None or kill is not None or worker.handle.enforces_limits:
                 continue
             decision = check_limits(
-                self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=now_mono - run.started_mono
+                self.policy,
+                rss_bytes=rss,
+                gpu_bytes=gpu,
+                elapsed_s=now_mono - run.started_mono,
+                memory=split,
             )
             decision = decision or grace_kill
             if decision is not None:
@@ -126,6 +136,21 @@ class TreeSampling:
             with pool.lock:
                 if total > budget and (self._budget_over is None or total > self._budget_over[0]):
                     self._budget_over = (total, now_wall)
+
+    def _split(self, worker: WorkerRecord, rss: int, sole: bool) -> MemorySplit | None:
+        """The tree's memory by kind and in tmpfs, where it matters (a trial runs, and the RSS is
+        over the limit or tmpfs holds something); a failed reading is logged and skipped."""
+        if worker.trial is None or worker.handle.enforces_limits:
+            return None
+        try:
+            return worker.handle.memory_split(
+                rss, limit_bytes=self.policy.memory_limit, sole=sole, private=self.pool.private
+            )
+        except Exception:  # noqa: BLE001 - a sampler fault must never end the run
+            logger.exception(
+                "reading the tmpfs memory of worker %d failed; reading skipped", worker.worker_id
+            )
+            return None
 
     def flush(self, force: bool = False) -> None:
         """Store the samples taken since the last flush (at most once a second unless forced), and

@@ -268,7 +268,9 @@ class Stages:
         self, worker: WorkerRecord, run: Attempt, duration_s: float
     ) -> tuple[Attempt, RecycleDecision]:
         """The worker left at a checkpoint: the attempt is recorded ``staged``; the trial goes on
-        from there in a fresh worker (the attempt returned) and this worker is recycled (the rule)."""
+        from there in a fresh worker (the attempt returned) and this worker is recycled (the rule);
+        the files it made in /dev/shm stay for its next stage."""
+        worker.handle.trial_ended(remove=False)
         with self.pool.lock:
             worker.trial = None
             worker.state = "idle"

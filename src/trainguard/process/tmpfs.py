@@ -1,0 +1,336 @@
+"""Memory a trial holds in tmpfs, and the files it leaves in ``/dev/shm``.
+
+A file in tmpfs is memory, and no RSS shows it unless it is mapped: a trial that writes 2.5 GB into
+``/dev/shm`` with ``write()`` reads as a few MB, and the file stays (and holds its memory) after the
+trial, after its worker, until someone removes it. :class:`TmpfsWatch` follows one worker's tree
+through one trial:
+
+- **Which files are the trial's.** Files its processes hold open on a tmpfs (``/proc/PID/fd``:
+  ``/dev/shm``, a tmpfs ``/tmp``, a ``memfd``) that were not in ``/dev/shm`` when the trial began,
+  and files that appeared in ``/dev/shm`` during the trial, owned by the worker's user, while this
+  worker ran the run's only trial (with several trials at once, only a file one of them holds open
+  is known to be its). trainguard's own files (``trainguard-share-...``, named by
+  :mod:`trainguard._tempdirs`) are never the trial's.
+- **Cheap on the watchdog's path.** Each tick costs one ``stat`` of ``/dev/shm`` (its mtime moves
+  when an entry is made or removed) and one ``stat`` of each file already found (a file being
+  written grows); the tree's fds and the folder are listed only when the folder changed or once a
+  second (a file opened in another tmpfs).
+- **Its cgroup's shmem.** Where the kernel accounts memory for the worker's cgroup, memory.stat's
+  ``shmem`` holds every shmem page the worker's tree charged (mapped or not, deleted files held
+  open included), read with the scan.
+- **Removal.** At the trial's end, the files it made at the top of ``/dev/shm`` that are still
+  there (the same inode, owned by the worker's user) are removed, unless a process outside the
+  tree holds one open (every ``/proc/PID/fd`` is read, once, only when there is a file to remove).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from trainguard._tempdirs import owned_name_re
+
+__all__ = [
+    "TmpfsFile",
+    "TmpfsWatch",
+    "tmpfs_devices",
+    "open_tmpfs_files",
+    "folder_files",
+    "held_outside",
+    "cgroup_shmem_bytes",
+]
+
+logger = logging.getLogger(__name__)
+
+SHM_FOLDER = "/dev/shm"
+#: how often the tree's fds and the folder are listed when the folder has not changed
+RESCAN_S = 1.0
+
+Key = tuple[int, int]  # (st_dev, st_ino)
+
+
+@dataclass(frozen=True, slots=True)
+class TmpfsFile:
+    """One tmpfs file: where it was found (a path, or ``/proc/PID/fd/N`` for one held open),
+    its owner, the memory it occupies (allocated blocks, not its size: a sparse file holds only
+    what was written), and whether the tree was seen holding it open."""
+
+    path: str
+    dev: int
+    ino: int
+    uid: int
+    memory_bytes: int
+    held: bool = False
+    #: where it can be stat'ed again (its path, or the fd of the process holding it)
+    probe: str = ""
+
+    @property
+    def key(self) -> Key:
+        return (self.dev, self.ino)
+
+
+_devices: list[frozenset[int]] = []
+
+
+def tmpfs_devices() -> frozenset[int]:
+    """The device numbers of this machine's tmpfs mounts (read once per process)."""
+    if not _devices:
+        found: set[int] = set()
+        try:
+            with open("/proc/self/mountinfo") as fh:
+                rows = fh.read().splitlines()
+        except OSError:
+            rows = []
+        for row in rows:
+            head, _, tail = row.partition(" - ")
+            if tail.split(" ", 1)[0] != "tmpfs":
+                continue
+            try:
+                major, minor = head.split()[2].split(":")
+                found.add(os.makedev(int(major), int(minor)))
+            except (IndexError, ValueError):
+                continue
+        _devices.append(frozenset(found))
+    return _devices[0]
+
+
+def _file_of(path: str, probe: str, st: os.stat_result, held: bool) -> TmpfsFile:
+    return TmpfsFile(path, st.st_dev, st.st_ino, st.st_uid, st.st_blocks * 512, held, probe)
+
+
+def open_tmpfs_files(pids: Iterable[int], devices: frozenset[int] | None = None) -> dict[Key, TmpfsFile]:
+    """The regular tmpfs files (and memfds) the processes ``pids`` hold open, each once."""
+    devices = tmpfs_devices() if devices is None else devices
+    found: dict[Key, TmpfsFile] = {}
+    for pid in pids:
+        folder = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(folder)
+        except OSError:
+            continue
+        for fd in fds:
+            probe = f"{folder}/{fd}"
+            try:
+                st = os.stat(probe)
+                if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in found:
+                    continue
+                target = os.readlink(probe) if st.st_dev in devices or st.st_nlink == 0 else ""
+            except OSError:
+                continue
+            if st.st_dev in devices or target.startswith("/memfd:"):
+                found[(st.st_dev, st.st_ino)] = _file_of(target, probe, st, True)
+    return found
+
+
+def folder_files(folder: str = SHM_FOLDER) -> dict[Key, TmpfsFile]:
+    """The regular files at the top of ``folder``, but trainguard's own."""
+    ours = owned_name_re()
+    found: dict[Key, TmpfsFile] = {}
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return found
+    for entry in entries:
+        if ours.match(entry.name):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found[(st.st_dev, st.st_ino)] = _file_of(entry.path, entry.path, st, False)
+    return found
+
+
+def held_outside(keys: set[Key], tree: Iterable[int]) -> set[Key]:
+    """Which of the files ``keys`` a process outside ``tree`` (and not this one) holds open."""
+    skip = {*tree, os.getpid()}
+    held: set[Key] = set()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return set(keys)  # unreadable: every file may be someone's
+    for pid in pids:
+        if pid in skip:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in keys:
+                held.add((st.st_dev, st.st_ino))
+    return held
+
+
+def cgroup_shmem_bytes(cgroup_path: str | None) -> int | None:
+    """The ``shmem`` of a cgroup's memory.stat; None where the kernel does not report it there."""
+    if cgroup_path is None:
+        return None
+    try:
+        with open(os.path.join(cgroup_path, "memory.stat"), "rb") as fh:
+            for line in fh:
+                if line.startswith(b"shmem "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _mtime_ns(folder: str) -> int | None:
+    try:
+        return os.stat(folder).st_mtime_ns
+    except OSError:
+        return None
+
+
+class TmpfsWatch:
+    """One worker's tmpfs memory through each of its trials (see the module's words).
+
+    :meth:`begin` at a trial's start and :meth:`end` at its end (it removes what the trial left),
+    from the session's loop; :meth:`tick` at every sample of the tree, from its watchdog thread.
+    One lock keeps them apart.
+
+    Args:
+        uid: the worker's user.
+        cgroup_path: a function giving the worker's cgroup folder (None without one).
+        folder: the tmpfs folder whose files are diffed (``/dev/shm``).
+    """
+
+    def __init__(
+        self,
+        uid: int,
+        *,
+        cgroup_path: Callable[[], str | None] | None = None,
+        folder: str = SHM_FOLDER,
+        rescan_s: float = RESCAN_S,
+    ) -> None:
+        self.uid = uid
+        self.folder = folder
+        self.rescan_s = rescan_s
+        self._cgroup_path = cgroup_path or (lambda: None)
+        self._active = False
+        self._baseline: set[Key] = set()
+        self._files: dict[Key, TmpfsFile] = {}
+        self._mtime: int | None = None
+        self._last_scan = 0.0
+        self._sole = False
+        self._lock = threading.Lock()
+        self.cgroup_shmem: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    @property
+    def memory_bytes(self) -> int:
+        """The memory the trial's tmpfs files occupy (0 between trials)."""
+        return sum(f.memory_bytes for f in self._files.values()) if self._active else 0
+
+    @property
+    def files(self) -> tuple[TmpfsFile, ...]:
+        return tuple(self._files.values())
+
+    def begin(self) -> None:
+        """A trial starts: what is in the folder now is not its."""
+        with self._lock:
+            self._begin()
+
+    def _begin(self) -> None:
+        self._mtime = _mtime_ns(self.folder)
+        self._baseline = set(folder_files(self.folder))
+        self._files = {}
+        self._last_scan = time.monotonic()
+        self._active = True
+
+    def tick(self, pids: Iterable[int], *, sole: bool) -> None:
+        """One sample: scan when the folder changed or a second passed, else re-stat the files found.
+        ``sole``: the worker runs the run's only trial now (a new unheld file may be its)."""
+        with self._lock:
+            if self._active:
+                self._tick(pids, sole)
+
+    def _tick(self, pids: Iterable[int], sole: bool) -> None:
+        self._sole = sole
+        mtime = _mtime_ns(self.folder)
+        if mtime != self._mtime or time.monotonic() - self._last_scan >= self.rescan_s:
+            self._mtime = mtime
+            self._scan(pids, sole)
+            return
+        for key, found in list(self._files.items()):
+            try:
+                st = os.stat(found.probe)
+            except OSError:
+                continue  # gone from that path: the next scan says whether it still exists
+            if (st.st_dev, st.st_ino) == key:
+                self._files[key] = replace(found, memory_bytes=st.st_blocks * 512)
+
+    def scan(self, pids: Iterable[int], *, sole: bool) -> None:
+        """List the tree's open tmpfs files and the folder's: take the trial's, drop the removed."""
+        with self._lock:
+            self._scan(pids, sole)
+
+    def _scan(self, pids: Iterable[int], sole: bool) -> None:
+        self._last_scan = time.monotonic()
+        held = open_tmpfs_files(pids)
+        listed = folder_files(self.folder)
+        ours = owned_name_re()
+        now: dict[Key, TmpfsFile] = {}
+        for key, found in held.items():
+            if key in self._baseline or ours.match(os.path.basename(found.path.removesuffix(" (deleted)"))):
+                continue
+            # a file in the folder keeps its path there (where it is removed from at the end)
+            now[key] = replace(listed[key], held=True) if key in listed else found
+        for key, found in listed.items():
+            if key in now or key in self._baseline or found.uid != self.uid:
+                continue
+            before = self._files.get(key)
+            if before is not None or sole:
+                now[key] = replace(found, held=before.held) if before is not None else found
+        self._files = now
+        self.cgroup_shmem = cgroup_shmem_bytes(self._cgroup_path())
+
+    def end(self, pids: Iterable[int] = (), *, remove: bool = True) -> list[TmpfsFile]:
+        """The trial ended: remove the files it made at the top of the folder; return them.
+        ``remove=False``: it goes on elsewhere (a staged trial's next stage), its files are kept."""
+        pids = tuple(pids)
+        with self._lock:
+            if not self._active:
+                return []
+            if not remove:
+                self._active, self._files = False, {}
+                return []
+            self._scan(pids, self._sole)
+            self._active = False
+            candidates = {
+                key: found
+                for key, found in self._files.items()
+                if os.path.dirname(found.path) == self.folder and found.uid == self.uid
+            }
+            self._files = {}
+        if not candidates:
+            return []
+        kept = held_outside(set(candidates), pids)
+        removed: list[TmpfsFile] = []
+        for key, found in candidates.items():
+            if key in kept:
+                logger.info("%s is held open outside the trial's tree: left in place", found.path)
+                continue
+            try:
+                st = os.lstat(found.path)
+                if (st.st_dev, st.st_ino) != key or st.st_uid != self.uid:
+                    continue  # replaced since: not the trial's file
+                os.unlink(found.path)
+            except OSError:
+                continue
+            removed.append(found)
+        return removed
