@@ -41,16 +41,21 @@ def _holder(path: str) -> subprocess.Popen[bytes]:
     return proc
 
 
-def test_a_file_made_while_the_trial_runs_alone_is_counted_and_removed(folder):
+def test_a_file_made_while_the_trial_runs_alone_is_counted_and_removed_once_seen_held(folder):
     _write(f"{folder}/before", 1)
     watch = TmpfsWatch(os.getuid(), folder=folder)
     watch.begin()
-    _write(f"{folder}/made", 3)
-    watch.tick([ME], sole=True)
-    assert watch.memory_bytes == 3 * MIB  # the file from before is not the trial's
+    held = open(f"{folder}/made", "wb")
+    held.write(b"\1" * (3 * MIB))
+    held.flush()
+    watch.tick([ME], sole=True)  # the tree holds it open: the trial's
+    held.close()
+    _write(f"{folder}/never-held", 2)  # written and closed between two scans: maybe another's
+    watch.scan([ME], sole=True)
+    assert watch.memory_bytes == 5 * MIB  # both count; the file from before does not
     removed = watch.end([ME])
     assert [f.path for f in removed] == [f"{folder}/made"]
-    assert sorted(os.listdir(folder)) == ["before"]
+    assert sorted(os.listdir(folder)) == ["before", "never-held"]
     assert watch.memory_bytes == 0 and not watch.active
 
 

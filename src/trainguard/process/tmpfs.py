@@ -314,7 +314,9 @@ class TmpfsWatch:
             candidates = {
                 key: found
                 for key, found in self._files.items()
-                if os.path.dirname(found.path) == self.folder and found.uid == self.uid
+                # only a file the tree was seen holding open: a new unheld file counts toward the
+                # trial's memory (it may be the trial's), but may be another program's to keep
+                if os.path.dirname(found.path) == self.folder and found.uid == self.uid and found.held
             }
             self._files = {}
         if not candidates:
