@@ -99,6 +99,15 @@ def test_policy_and_store_agree_on_attempt_statuses():
     assert set(policy.ATTEMPT_STATUSES) == set(store.ATTEMPT_STATUSES)
 
 
+def test_the_reports_policy_defaults_are_the_policys():
+    # the report marks changed policy values against trainguard/_policy_defaults.py, kept apart
+    # from runner.policy so that the report never imports the runner
+    from trainguard._policy_defaults import POLICY_DEFAULTS
+    from trainguard.runner.policy import Policy
+
+    assert dict(POLICY_DEFAULTS) == Policy().to_dict(), "update trainguard/_policy_defaults.py"
+
+
 def test_host_memory_is_a_deprecated_name_of_tree_memory():
     import warnings
 
