@@ -128,8 +128,6 @@ LONG_FUNCTIONS: set[str] = {
     "cli/show.py:_print_text",
     "comparison.py:compare",
     "report/_compare.py:render_comparison",
-    "report/_leak.py:render_leak",
-    "report/_run.py:render_run",
     "report/_svg.py:line_chart",
 }
 #: Classes allowed past 600 lines: none (the store is split by table into mixins).
@@ -243,10 +241,17 @@ def _cycle_edges(edges: dict[tuple[str, str], list[str]]) -> set[tuple[str, str]
     return {(a, b) for a, b in edges if reaches(b, a)}
 
 
-#: Edges still on a cycle, to be removed: the report reads the policy's defaults (to mark the
-#: values a run changed) and the leak statistics' slope (the growth per worker) itself, while the
-#: runner and the leak report hand themselves to it. They go with report/_data.py.
-KNOWN_CYCLE_EDGES = {("report", "runner"), ("report", "leaks"), ("runner", "report"), ("leaks", "report")}
+#: Edges still on a cycle, to be removed: none. The last four (the report reading the policy's
+#: defaults and the leak statistics' slope from the runner and the leak check, which hand themselves
+#: to the report) went with report/_data.py: the slope and the defaults now sit below both.
+KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
+
+
+def test_the_report_imports_neither_the_runner_nor_the_leak_check():
+    # the runner (Runner.report) and the leak check (LeakReport.to_html) hand themselves to the
+    # report package; the report never reaches back, not even inside a function
+    edges = _package_edges()
+    assert {e: edges[e] for e in (("report", "runner"), ("report", "leaks")) if e in edges} == {}
 
 
 def test_no_import_cycle_between_packages_counting_imports_inside_functions():

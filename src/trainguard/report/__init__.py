@@ -28,6 +28,8 @@ from trainguard.report._output import (
 
 if TYPE_CHECKING:
     from trainguard.comparison import Comparison
+    from trainguard.leaks import LeakReport
+    from trainguard.store import RunInfo, Store
 
 __all__ = [
     "report",
@@ -44,7 +46,7 @@ __all__ = [
 ]
 
 
-def find_run(store: Any, run: str | int) -> Any:
+def find_run(store: Store, run: str | int) -> RunInfo:
     """The :class:`~trainguard.store.RunInfo` named ``run`` (or with that id).
 
     Raises:
@@ -75,12 +77,13 @@ def find_run(store: Any, run: str | int) -> Any:
     raise ConfigError(f"no run named {run!r} in {store.path}: {listing}: pass one of them")
 
 
-def render_run_html(store: Any, run: str | int) -> tuple[str, Any]:
+def render_run_html(store: Store, run: str | int) -> tuple[str, RunInfo]:
     """The HTML text of one run's report and its :class:`~trainguard.store.RunInfo`."""
+    from trainguard.report._data import RunReportData
     from trainguard.report._run import render_run
 
     info = find_run(store, run)
-    return render_run(store, info, environment_now=_environment_now()), info
+    return render_run(RunReportData.from_store(store, info, environment_now=_environment_now)), info
 
 
 def _environment_now() -> dict[str, Any]:
@@ -96,7 +99,10 @@ def _environment_now() -> dict[str, Any]:
 
 
 def report(
-    run: str | int, *, store: Any = "trainguard.db", path: str | os.PathLike[str] | None = None
+    run: str | int,
+    *,
+    store: Store | str | os.PathLike[str] = "trainguard.db",
+    path: str | os.PathLike[str] | None = None,
 ) -> str:
     """Write the self-contained HTML report of one run and return its path.
 
@@ -116,23 +122,22 @@ def report(
 
     if path is not None:
         check_output_path(path, flag="path=")
-    owned = not isinstance(store, Store)
-    opened = Store(store, readonly=True) if owned else store
-    try:
-        html, info = render_run_html(opened, run)
-    finally:
-        if owned:
-            opened.close()
+    if isinstance(store, Store):
+        html, info = render_run_html(store, run)
+    else:
+        with Store(store, readonly=True) as opened:
+            html, info = render_run_html(opened, run)
     if path is None:
         path = default_report_name(info.name)
     return str(write_html(path, html, flag="path="))
 
 
-def render_leak_html(leak_report: Any, *, title: str | None = None) -> str:
-    """The HTML text of a :class:`~trainguard.leaks.LeakReport`."""
+def render_leak_html(leak_report: LeakReport | dict[str, Any], *, title: str | None = None) -> str:
+    """The HTML text of a :class:`~trainguard.leaks.LeakReport` (or its ``to_dict()``)."""
     from trainguard.report._leak import render_leak
+    from trainguard.report._leak_data import LeakReportData
 
-    return render_leak(leak_report, title=title)
+    return render_leak(LeakReportData.from_report(leak_report), title=title)
 
 
 def render_comparison_html(comparison: Comparison | dict[str, Any]) -> str:
