@@ -127,8 +127,6 @@ def test_host_memory_is_a_deprecated_name_of_tree_memory():
 LONG_FUNCTIONS: set[str] = {
     "cli/show.py:_print_text",
     "comparison.py:compare",
-    "report/_compare.py:render_comparison",
-    "report/_svg.py:line_chart",
 }
 #: Classes allowed past 600 lines: none (the store is split by table into mixins).
 LONG_CLASSES: set[str] = set()

@@ -125,7 +125,7 @@ def test_leak_report_shows_holders_and_count_evidence_when_reported():
 
 
 def test_comparison_bad_input_is_one_line():
-    from trainguard.report._compare import render_comparison
+    from trainguard.report import render_comparison_html as render_comparison
 
     for bad, needle in (([], "must be a dict"), ({"configurations": [{"x": 1}]}, "'name' string")):
         with pytest.raises(ConfigError, match=needle) as info:

@@ -142,11 +142,11 @@ def render_leak_html(leak_report: LeakReport | dict[str, Any], *, title: str | N
 
 def render_comparison_html(comparison: Comparison | dict[str, Any]) -> str:
     """The HTML text of a comparison of configurations (see :func:`write_comparison`)."""
-    from trainguard.report._compare import render_comparison
+    from trainguard.report._compare import ComparisonData, render_comparison
 
     if hasattr(comparison, "to_dict"):
         comparison = comparison.to_dict()
-    return render_comparison(comparison)
+    return render_comparison(ComparisonData.from_comparison(comparison))
 
 
 def write_comparison(
