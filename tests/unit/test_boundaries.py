@@ -125,7 +125,6 @@ def test_host_memory_is_a_deprecated_name_of_tree_memory():
 #: runner's split (issue 22) did not reach yet: the report's renderers wait for report/_data.py
 #: (typed data apart from rendering), the CLI's two long parsers and the others are next.
 LONG_FUNCTIONS: set[str] = {
-    "cli/show.py:_print_text",
     "comparison.py:compare",
 }
 #: Classes allowed past 600 lines: none (the store is split by table into mixins).

@@ -29,6 +29,7 @@ from trainguard.report._output import (
 if TYPE_CHECKING:
     from trainguard.comparison import Comparison
     from trainguard.leaks import LeakReport
+    from trainguard.report._data import RunRecords, RunReportData
     from trainguard.store import RunInfo, Store
 
 __all__ = [
@@ -43,7 +44,21 @@ __all__ = [
     "STDOUT",
     "default_report_name",
     "find_run",
+    "RunRecords",
+    "RunReportData",
 ]
+
+#: the data layer's records, imported when first asked for (this module imports only the standard
+#: library at the top)
+_DATA_NAMES = frozenset({"RunRecords", "RunReportData"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DATA_NAMES:
+        from trainguard.report import _data
+
+        return getattr(_data, name)
+    raise AttributeError(f"module 'trainguard.report' has no attribute {name!r}")
 
 
 def find_run(store: Store, run: str | int) -> RunInfo:

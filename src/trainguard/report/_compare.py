@@ -201,7 +201,7 @@ def render_comparison(data: ComparisonData) -> str:
             {"label": "note", "kind": "text"},
         ]
     )
-    rows = [
+    rows: list[list[Any]] = [
         [clean(c.name), clean(c.status)]
         + [clean(c.settings.get(k)) if c.settings.get(k) is not None else "" for k in data.setting_keys]
         + [
