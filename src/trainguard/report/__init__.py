@@ -8,6 +8,11 @@ Everything a user typed or a trial returned is shown as text, never as markup.
 This module is imported by ``import trainguard`` (so that ``trainguard.report`` is the function,
 not the package), so it imports nothing at the top but the standard library.
 
+Each report's data is read apart from its rendering: :class:`RunReportData` (``from_store``; its
+:class:`RunRecords` are the rows ``trainguard show`` reads too), ``_leak_data.LeakReportData`` and
+``_compare.ComparisonData``, frozen and typed; the renderers take only those. This package imports
+neither the runner nor the leak check: they hand themselves to it.
+
 * :func:`report` / ``trainguard report RUN -o run.html`` / ``Runner.report(path)``: one run.
 * ``LeakReport.to_html(path)`` / ``trainguard leakcheck ... --html leak.html``: one leak check.
 * :func:`write_comparison`: configurations side by side (the input shape is documented there).
