@@ -210,3 +210,14 @@ def test_comparison_data_reads_both_shapes_and_rejects_bad_ones() -> None:
         ComparisonData.from_comparison({"title": "x"})
     with pytest.raises(ConfigError, match=r"configurations\[0\]"):
         ComparisonData.from_comparison({"configurations": [{"settings": {}}]})
+
+
+def test_recycles_count_every_cause_and_name_the_ones_the_policy_gave(tmp_path: Path) -> None:
+    with Store(tmp_path / "causes.db") as s:
+        info = s.begin_run("causes", "m:f", [{}, {}], {})
+        for w, reason in enumerate(["recycled_retention", "recycled"]):
+            s.start_worker(info.run_id, w, 10 + w, {"slot": 0})
+            s.end_worker(info.run_id, w, reason=reason, detail=None)
+        data = RunReportData.from_store(s, info)
+    assert (data.recycles, data.kills) == (2, 0)
+    assert data.recycle_causes == (("retention", 1),)
