@@ -61,7 +61,7 @@ def test_minmax_downsample_keeps_extremes_in_order_and_bounds_the_count():
 
 
 def test_leak_report_markup_keeps_untrusted_text_as_text():
-    from trainguard.report._leak import render_leak
+    from trainguard.report import render_leak_html as render_leak
 
     report = {
         "verdict": "leak",
@@ -90,7 +90,7 @@ def test_leak_report_markup_keeps_untrusted_text_as_text():
 
 
 def test_leak_report_shows_holders_and_count_evidence_when_reported():
-    from trainguard.report._leak import render_leak
+    from trainguard.report import render_leak_html as render_leak
 
     report = {
         "verdict": "leak",
@@ -125,7 +125,7 @@ def test_leak_report_shows_holders_and_count_evidence_when_reported():
 
 
 def test_comparison_bad_input_is_one_line():
-    from trainguard.report._compare import render_comparison
+    from trainguard.report import render_comparison_html as render_comparison
 
     for bad, needle in (([], "must be a dict"), ({"configurations": [{"x": 1}]}, "'name' string")):
         with pytest.raises(ConfigError, match=needle) as info:
@@ -140,7 +140,7 @@ def test_growth_rows_of_a_long_serving_worker_stay_small():
     import tracemalloc
     from types import SimpleNamespace
 
-    from trainguard.report._run import GROWTH_POINTS, _growth_rows, evenly_sampled
+    from trainguard.report._data import GROWTH_POINTS, evenly_sampled, growth_per_worker
 
     n = 8_000
     attempts = [
@@ -150,14 +150,15 @@ def test_growth_rows_of_a_long_serving_worker_stay_small():
         for i in range(n)
     ]
     workers = [SimpleNamespace(worker_id=1, config={"slot": 0}, reason_text="run ended")]
-    _growth_rows(attempts[:50], workers)  # imports outside the measurement
+    growth_per_worker(attempts[:50], workers)  # imports outside the measurement
     tracemalloc.start()
     try:
-        [row] = _growth_rows(attempts, workers)
+        [row] = growth_per_worker(attempts, workers)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 40 * 2**20, peak
-    assert row["trials"] == n and abs(row["slope"] - 1000) < 5 and row["low"] < 1000 < row["high"]
+    assert row.trials == n and row.slope is not None and abs(row.slope - 1000) < 5
+    assert row.low is not None and row.high is not None and row.low < 1000 < row.high
     x, y = evenly_sampled(list(range(n)), GROWTH_POINTS)
     assert len(x) == GROWTH_POINTS and x[0] == 0 and x[-1] == n - 1 and y == x

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainguard.outcomes import EventKind
+
+if TYPE_CHECKING:
+    from trainguard.report import RunRecords
+    from trainguard.store import BytesInUseReading, EventRecord, Sample, TrialRecord, WorkerRecord
 
 HELP = "show one run: summary, per-trial results and memory, workers and why they ended, recent events"
 
@@ -63,16 +68,19 @@ def run(args: argparse.Namespace) -> int:
 
         print(to_json(_json_payload(v), indent=2))
         return 0
-    workers, events, samples, trial_memory = v["workers"], v["events"], v["samples"], v["trial_memory"]
+    events, samples, trial_memory = v["events"], v["samples"], v["trial_memory"]
     attempt_json, pressure_events, stages = v["attempt_json"], v["pressure_events"], v["stages"]
-    sessions, trial_sessions, note, predictions = v["sessions"], v["trial_sessions"], v["note"], v["predictions"]
+    sessions, trial_sessions, note, predictions = (
+        v["sessions"],
+        v["trial_sessions"],
+        v["note"],
+        v["predictions"],
+    )
     pool_events = v["pool_events"]
     if args.trial is not None:
         print_trial(args.trial, attempt_json, pressure_events)
         return 0
-    _print_text(
-        args, info, summary, trials, workers, events, samples, trial_memory, predictions, v["bytes_in_use"]
-    )
+    _print_text(args, v["records"], events, samples, trial_memory, predictions, v["bytes_in_use"])
     _print_sessions(sessions, trial_sessions)
     from trainguard.cli._display import console
     from trainguard.cli._display import markup_safe as escape
@@ -107,19 +115,22 @@ def _find_run(store: Any, args: argparse.Namespace) -> Any:
 
 def _read_run(store: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Everything ``show`` prints of one run, read in one pass over the store."""
+    from trainguard.report import RunRecords
     from trainguard.store import interrupted_note
 
     info = _find_run(store, args)
     run_id = info.run_id
-    summary = store.summary(run_id)
-    trials = store.trials(run_id)
+    # the run's own rows, read as the run report reads them
+    records = RunRecords.from_store(store, info)
+    summary, trials = records.summary, records.trials
     sessions = store.session_settings(run_id)
     pressure = list(EventKind.in_view("pressure"))
     return {
+        "records": records,
         "info": info,
         "summary": summary,
         "trials": trials,
-        "workers": store.workers(run_id),
+        "workers": records.workers,
         # the pool's events have their own table (and JSON key), each once: not among the recent
         # ones; the pressure events too: they have their own section, said once
         "events": store.events(run_id, limit=args.events, exclude=(*POOL_EVENT_KINDS, *pressure)),
@@ -216,16 +227,38 @@ def _trial_outcome(trial) -> str:  # noqa: ANN001 - TrialRecord
 
 
 def _print_text(
-    args, info, summary, trials, workers, events, samples, trial_memory=None, predictions=None, in_use=()
+    args: argparse.Namespace,
+    records: RunRecords,
+    events: Sequence[EventRecord],
+    samples: Sequence[Sample],
+    trial_memory: dict[int, dict[str, Any]] | None = None,
+    predictions: dict[int, dict[str, Any]] | None = None,
+    in_use: Sequence[BytesInUseReading] = (),
 ) -> None:
-    from rich.table import Table
-
-    from trainguard.cli._display import console, short_value, sparkline, when
+    """The run's summary, its trials, its workers and the recent events, as tables."""
+    from trainguard.cli._bytes_in_use import trend_lines
+    from trainguard.cli._display import console
     from trainguard.cli._display import markup_safe as escape
-    from trainguard.units import format_bytes, format_duration
 
     out = console(pipe_width=160)  # the trials table has a params column: lines stay whole in a file
-    run_seed = info.config.get("seed")
+    _print_summary(out, records, samples)
+    out.print(_trials_table(args, records.trials, trial_memory or {}, predictions or {}, in_use))
+    for line in trend_lines(in_use, {w.worker_id: (w.detail or {}).get("cause") for w in records.workers}):
+        out.print(escape(line))
+    if records.workers:
+        out.print(_workers_table(records.workers))
+    if events:
+        out.print(_events_table(events))
+
+
+def _print_summary(out: Any, records: RunRecords, samples: Sequence[Sample]) -> None:
+    from trainguard.cli._display import markup_safe as escape
+    from trainguard.cli._display import sparkline, when
+    from trainguard.units import format_bytes, format_duration
+
+    summary = records.summary
+    assert summary is not None  # show reads a run that exists
+    run_seed = records.info.config.get("seed")
     out.print(
         f"[bold]{escape(summary.name)}[/]  {escape(summary.status)}  ({escape(summary.fn_ref)})"
         + (f"   seed {run_seed}" if run_seed is not None else "")
@@ -237,17 +270,33 @@ def _print_text(
         f"workers {summary.workers_started}"
         + (f"   sessions {summary.sessions}" if summary.sessions > 1 else "")
     )
-    rss = [
-        s.rss_bytes for s in samples if s.rss_bytes > 0
-    ]  # stores written before zombie workers were skipped hold zeros
+    # stores written before zombie workers were skipped hold zeros
+    rss = [s.rss_bytes for s in samples if s.rss_bytes > 0]
     if rss:
         out.print(
             f"worker-tree RSS over time ({len(rss)} samples, highest worker per sample): "
             f"{format_bytes(min(rss))} .. {format_bytes(max(rss))}"
         )
         out.print(f"  {sparkline(rss, 80)}")
+
+
+def _trials_table(
+    args: argparse.Namespace,
+    trials: Sequence[TrialRecord],
+    trial_memory: dict[int, dict[str, Any]],
+    predictions: dict[int, dict[str, Any]],
+    in_use: Sequence[BytesInUseReading],
+) -> Any:
+    from rich.table import Table
+
+    from trainguard.cli._bytes_in_use import by_trial
+    from trainguard.cli._display import markup_safe as escape
+    from trainguard.cli._display import short_value
+    from trainguard.units import format_bytes, format_duration
+
     table = Table(title="trials", title_justify="left")
     seeded = any(t.seed is not None for t in trials)
+    after = by_trial(in_use)
     columns: list[tuple[str, Literal["left", "right"]]] = [
         ("#", "right"),
         ("status", "left"),
@@ -258,16 +307,12 @@ def _print_text(
         ("worker", "right"),
         ("duration", "right"),
     ]
-    predictions = predictions or {}
     if predictions:
         columns.insert(6, ("predicted", "right"))
     if seeded:
         columns.append(("seed", "right"))
     if trial_memory:
         columns.append(("tf.memory / heap at end", "left"))
-    from trainguard.cli._bytes_in_use import by_trial, trend_lines
-
-    after = by_trial(in_use)
     if after:
         columns.append(("in use after", "right"))
     for name, justify in columns:
@@ -290,47 +335,53 @@ def _print_text(
         )
     if len(trials) > args.max_trials:
         table.caption = f"{len(trials) - args.max_trials} more trials not shown (--max-trials N or --json)"
-    out.print(table)
-    for line in trend_lines(in_use, {w.worker_id: (w.detail or {}).get("cause") for w in workers}):
-        out.print(escape(line))
-    if workers:
-        wt = Table(title="workers", title_justify="left")
-        # the Ray backend records where each worker ran (host, node); the local one does not
-        on_nodes = any((w.config or {}).get("node_id") for w in workers)
-        worker_columns = [
-            "worker",
-            "pid",
-            *(["node"] if on_nodes else []),
-            "started",
-            "lived",
-            "ended because",
-        ]
-        for heading in worker_columns:
-            wt.add_column(
-                heading,
-                no_wrap=heading != "ended because",
-                justify="right" if heading in ("worker", "pid", "lived") else "left",
-            )
-        for w in workers:
-            lived = None if w.ended_at is None else w.ended_at - w.started_at
-            config = w.config or {}
-            node = f"{config.get('host') or '?'} {str(config.get('node_id') or '')[:8]}"
-            wt.add_row(
-                str(w.worker_id),
-                str(w.pid),
-                *((escape(node),) if on_nodes else ()),
-                when(w.started_at),
-                format_duration(lived),
-                escape(w.reason_text),
-            )
-        out.print(wt)
-    if events:
-        et = Table(title=f"recent events (last {len(events)})", title_justify="left")
-        for name in ("time", "kind", "message"):
-            et.add_column(name, no_wrap=name != "message")
-        for e in events:
-            et.add_row(when(e.time)[11:], escape(e.kind), escape(e.message))
-        out.print(et)
+    return table
+
+
+def _workers_table(workers: Sequence[WorkerRecord]) -> Any:
+    from rich.table import Table
+
+    from trainguard.cli._display import markup_safe as escape
+    from trainguard.cli._display import when
+    from trainguard.units import format_duration
+
+    wt = Table(title="workers", title_justify="left")
+    # the Ray backend records where each worker ran (host, node); the local one does not
+    on_nodes = any((w.config or {}).get("node_id") for w in workers)
+    worker_columns = ["worker", "pid", *(["node"] if on_nodes else []), "started", "lived", "ended because"]
+    for heading in worker_columns:
+        wt.add_column(
+            heading,
+            no_wrap=heading != "ended because",
+            justify="right" if heading in ("worker", "pid", "lived") else "left",
+        )
+    for w in workers:
+        lived = None if w.ended_at is None else w.ended_at - w.started_at
+        config = w.config or {}
+        node = f"{config.get('host') or '?'} {str(config.get('node_id') or '')[:8]}"
+        wt.add_row(
+            str(w.worker_id),
+            str(w.pid),
+            *((escape(node),) if on_nodes else ()),
+            when(w.started_at),
+            format_duration(lived),
+            escape(w.reason_text),
+        )
+    return wt
+
+
+def _events_table(events: Sequence[EventRecord]) -> Any:
+    from rich.table import Table
+
+    from trainguard.cli._display import markup_safe as escape
+    from trainguard.cli._display import when
+
+    et = Table(title=f"recent events (last {len(events)})", title_justify="left")
+    for name in ("time", "kind", "message"):
+        et.add_column(name, no_wrap=name != "message")
+    for e in events:
+        et.add_row(when(e.time)[11:], escape(e.kind), escape(e.message))
+    return et
 
 
 #: Events of the pool's shape: workers at once (and why), threads per worker, the memory budget.

@@ -8,6 +8,11 @@ Everything a user typed or a trial returned is shown as text, never as markup.
 This module is imported by ``import trainguard`` (so that ``trainguard.report`` is the function,
 not the package), so it imports nothing at the top but the standard library.
 
+Each report's data is read apart from its rendering: :class:`RunReportData` (``from_store``; its
+:class:`RunRecords` are the rows ``trainguard show`` reads too), ``_leak_data.LeakReportData`` and
+``_compare.ComparisonData``, frozen and typed; the renderers take only those. This package imports
+neither the runner nor the leak check: they hand themselves to it.
+
 * :func:`report` / ``trainguard report RUN -o run.html`` / ``Runner.report(path)``: one run.
 * ``LeakReport.to_html(path)`` / ``trainguard leakcheck ... --html leak.html``: one leak check.
 * :func:`write_comparison`: configurations side by side (the input shape is documented there).
@@ -28,6 +33,9 @@ from trainguard.report._output import (
 
 if TYPE_CHECKING:
     from trainguard.comparison import Comparison
+    from trainguard.leaks import LeakReport
+    from trainguard.report._data import RunRecords, RunReportData
+    from trainguard.store import RunInfo, Store
 
 __all__ = [
     "report",
@@ -41,10 +49,24 @@ __all__ = [
     "STDOUT",
     "default_report_name",
     "find_run",
+    "RunRecords",
+    "RunReportData",
 ]
 
+#: the data layer's records, imported when first asked for (this module imports only the standard
+#: library at the top)
+_DATA_NAMES = frozenset({"RunRecords", "RunReportData"})
 
-def find_run(store: Any, run: str | int) -> Any:
+
+def __getattr__(name: str) -> Any:
+    if name in _DATA_NAMES:
+        from trainguard.report import _data
+
+        return getattr(_data, name)
+    raise AttributeError(f"module 'trainguard.report' has no attribute {name!r}")
+
+
+def find_run(store: Store, run: str | int) -> RunInfo:
     """The :class:`~trainguard.store.RunInfo` named ``run`` (or with that id).
 
     Raises:
@@ -75,12 +97,13 @@ def find_run(store: Any, run: str | int) -> Any:
     raise ConfigError(f"no run named {run!r} in {store.path}: {listing}: pass one of them")
 
 
-def render_run_html(store: Any, run: str | int) -> tuple[str, Any]:
+def render_run_html(store: Store, run: str | int) -> tuple[str, RunInfo]:
     """The HTML text of one run's report and its :class:`~trainguard.store.RunInfo`."""
+    from trainguard.report._data import RunReportData
     from trainguard.report._run import render_run
 
     info = find_run(store, run)
-    return render_run(store, info, environment_now=_environment_now()), info
+    return render_run(RunReportData.from_store(store, info, environment_now=_environment_now)), info
 
 
 def _environment_now() -> dict[str, Any]:
@@ -96,7 +119,10 @@ def _environment_now() -> dict[str, Any]:
 
 
 def report(
-    run: str | int, *, store: Any = "trainguard.db", path: str | os.PathLike[str] | None = None
+    run: str | int,
+    *,
+    store: Store | str | os.PathLike[str] = "trainguard.db",
+    path: str | os.PathLike[str] | None = None,
 ) -> str:
     """Write the self-contained HTML report of one run and return its path.
 
@@ -116,32 +142,31 @@ def report(
 
     if path is not None:
         check_output_path(path, flag="path=")
-    owned = not isinstance(store, Store)
-    opened = Store(store, readonly=True) if owned else store
-    try:
-        html, info = render_run_html(opened, run)
-    finally:
-        if owned:
-            opened.close()
+    if isinstance(store, Store):
+        html, info = render_run_html(store, run)
+    else:
+        with Store(store, readonly=True) as opened:
+            html, info = render_run_html(opened, run)
     if path is None:
         path = default_report_name(info.name)
     return str(write_html(path, html, flag="path="))
 
 
-def render_leak_html(leak_report: Any, *, title: str | None = None) -> str:
-    """The HTML text of a :class:`~trainguard.leaks.LeakReport`."""
+def render_leak_html(leak_report: LeakReport | dict[str, Any], *, title: str | None = None) -> str:
+    """The HTML text of a :class:`~trainguard.leaks.LeakReport` (or its ``to_dict()``)."""
     from trainguard.report._leak import render_leak
+    from trainguard.report._leak_data import LeakReportData
 
-    return render_leak(leak_report, title=title)
+    return render_leak(LeakReportData.from_report(leak_report), title=title)
 
 
 def render_comparison_html(comparison: Comparison | dict[str, Any]) -> str:
     """The HTML text of a comparison of configurations (see :func:`write_comparison`)."""
-    from trainguard.report._compare import render_comparison
+    from trainguard.report._compare import ComparisonData, render_comparison
 
     if hasattr(comparison, "to_dict"):
         comparison = comparison.to_dict()
-    return render_comparison(comparison)
+    return render_comparison(ComparisonData.from_comparison(comparison))
 
 
 def write_comparison(

@@ -34,13 +34,14 @@ Numbers are bytes and seconds; a missing or non-finite number shows as "-".
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trainguard.report import _svg
 from trainguard.report._html import clean, fmt_bytes, fmt_seconds, page, text
 
-__all__ = ["render_comparison", "from_comparison"]
+__all__ = ["render_comparison", "from_comparison", "ComparisonData", "ConfigurationRow"]
 
 
 def _num(value: Any) -> float | None:
@@ -89,34 +90,104 @@ def from_comparison(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def render_comparison(comparison: dict[str, Any]) -> str:
-    """HTML of a comparison (see the module docstring for the shapes).
+@dataclass(frozen=True, slots=True)
+class ConfigurationRow:
+    """One configuration of a comparison, its numbers finite or None."""
 
-    Raises:
-        ConfigError: ``comparison`` is not a dict with a list of configurations, each with a name.
-    """
-    from trainguard.exceptions import ConfigError
+    name: str
+    status: str
+    settings: Mapping[str, Any]
+    reason: str
+    trials: int | None
+    failed: int | None
+    growth: float | None
+    growth_low: float | None
+    growth_high: float | None
+    peak_rss_bytes: float | None
+    #: RSS after the last trial, and the C allocator's bytes in use then
+    rss_end_bytes: float | None
+    bytes_in_use_bytes: float | None
+    seconds_per_trial: float | None
+    #: one reading per trial, (trial number from 1, bytes)
+    series: tuple[tuple[float, float], ...]
 
-    if isinstance(comparison, dict) and "results" in comparison and "configurations" not in comparison:
-        comparison = from_comparison(comparison)
 
-    if not isinstance(comparison, dict) or not isinstance(comparison.get("configurations"), list):
-        raise ConfigError(
-            "a comparison must be a dict with a 'configurations' list, e.g. {'configurations': [{'name': 'tf'}]}"
+@dataclass(frozen=True, slots=True)
+class ComparisonData:
+    """A comparison as the report shows it (see the module docstring for the input shapes)."""
+
+    title: str
+    subtitle: str
+    recommendations: tuple[str, ...]
+    series_label: str
+    configurations: tuple[ConfigurationRow, ...]
+    #: every settings key any configuration has, in the order first seen
+    setting_keys: tuple[str, ...]
+
+    @property
+    def measured(self) -> tuple[ConfigurationRow, ...]:
+        """The configurations that ran (not skipped)."""
+        return tuple(c for c in self.configurations if c.status != "skipped")
+
+    @classmethod
+    def from_comparison(cls, comparison: Any) -> ComparisonData:
+        """Read and check a comparison in either shape.
+
+        Raises:
+            ConfigError: ``comparison`` is not a dict with a list of configurations, each with a name.
+        """
+        from trainguard.exceptions import ConfigError
+
+        if isinstance(comparison, dict) and "results" in comparison and "configurations" not in comparison:
+            comparison = from_comparison(comparison)
+        if not isinstance(comparison, dict) or not isinstance(comparison.get("configurations"), list):
+            raise ConfigError(
+                "a comparison must be a dict with a 'configurations' list, e.g. {'configurations': [{'name': 'tf'}]}"
+            )
+        configs = comparison["configurations"]
+        for i, c in enumerate(configs):
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+                raise ConfigError(f"configurations[{i}] must be a dict with a 'name' string, not {c!r:.80}")
+        setting_keys: list[str] = []
+        for c in configs:
+            for k in c.get("settings") or {}:
+                if k not in setting_keys:
+                    setting_keys.append(str(k))
+        return cls(
+            title=clean(comparison.get("title") or "comparison"),
+            subtitle=str(comparison.get("subtitle") or f"{len(configs)} configurations"),
+            recommendations=tuple(r for r in comparison.get("recommendations") or [] if r),
+            series_label=str(comparison.get("series_label") or "Peak RSS of each trial"),
+            configurations=tuple(_configuration(c) for c in configs),
+            setting_keys=tuple(setting_keys),
         )
-    configs = comparison["configurations"]
-    for i, c in enumerate(configs):
-        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-            raise ConfigError(f"configurations[{i}] must be a dict with a 'name' string, not {c!r:.80}")
-    title = clean(comparison.get("title") or "comparison")
-    setting_keys: list[str] = []
-    for c in configs:
-        for k in c.get("settings") or {}:
-            if k not in setting_keys:
-                setting_keys.append(str(k))
+
+
+def _configuration(c: dict[str, Any]) -> ConfigurationRow:
+    series = [_num(v) for v in c.get("series_bytes") or c.get("peaks_bytes") or []]
+    return ConfigurationRow(
+        name=c["name"],
+        status=str(c.get("status") or "ok"),
+        settings=c.get("settings") or {},
+        reason=str(c.get("reason") or ""),
+        trials=c.get("trials") if isinstance(c.get("trials"), int) else None,
+        failed=c.get("failed") if isinstance(c.get("failed"), int) else None,
+        growth=_num(c.get("growth_bytes_per_trial")),
+        growth_low=_num(c.get("growth_ci_low_bytes_per_trial")),
+        growth_high=_num(c.get("growth_ci_high_bytes_per_trial")),
+        peak_rss_bytes=_num(c.get("peak_rss_bytes")),
+        rss_end_bytes=_num(c.get("rss_end_bytes")),
+        bytes_in_use_bytes=_num(c.get("bytes_in_use_bytes")),
+        seconds_per_trial=_num(c.get("seconds_per_trial")),
+        series=tuple((float(j + 1), v) for j, v in enumerate(series) if v is not None),
+    )
+
+
+def render_comparison(data: ComparisonData) -> str:
+    """HTML of a comparison."""
     columns = (
         [{"label": "configuration", "kind": "text"}, {"label": "status", "kind": "status"}]
-        + [{"label": k.replace("_", " "), "kind": "text"} for k in setting_keys]
+        + [{"label": k.replace("_", " "), "kind": "text"} for k in data.setting_keys]
         + [
             {"label": "trials", "kind": "num"},
             {"label": "failed", "kind": "num"},
@@ -130,36 +201,59 @@ def render_comparison(comparison: dict[str, Any]) -> str:
             {"label": "note", "kind": "text"},
         ]
     )
-    rows = []
-    for c in configs:
-        settings = c.get("settings") or {}
-        rows.append(
-            [clean(c["name"]), clean(c.get("status") or "ok")]
-            + [clean(settings.get(k)) if settings.get(k) is not None else "" for k in setting_keys]
-            + [
-                c.get("trials") if isinstance(c.get("trials"), int) else None,
-                c.get("failed") if isinstance(c.get("failed"), int) else None,
-                _num(c.get("growth_bytes_per_trial")),
-                _num(c.get("growth_ci_low_bytes_per_trial")),
-                _num(c.get("growth_ci_high_bytes_per_trial")),
-                _num(c.get("peak_rss_bytes")),
-                _num(c.get("rss_end_bytes")),
-                _num(c.get("bytes_in_use_bytes")),
-                _num(c.get("seconds_per_trial")),
-                clean(c.get("reason") or ""),
-            ]
-        )
-    measured = [c for c in configs if (c.get("status") or "ok") != "skipped"]
+    rows: list[list[Any]] = [
+        [clean(c.name), clean(c.status)]
+        + [clean(c.settings.get(k)) if c.settings.get(k) is not None else "" for k in data.setting_keys]
+        + [
+            c.trials,
+            c.failed,
+            c.growth,
+            c.growth_low,
+            c.growth_high,
+            c.peak_rss_bytes,
+            c.rss_end_bytes,
+            c.bytes_in_use_bytes,
+            c.seconds_per_trial,
+            clean(c.reason),
+        ]
+        for c in data.configurations
+    ]
+    rec_html = (
+        '<section id="recommendations"><h2>What to use</h2><ul class="plain">'
+        + "".join(f"<li>{text(r)}</li>" for r in data.recommendations)
+        + "</ul></section>"
+        if data.recommendations
+        else ""
+    )
+    page_data = {
+        "kind": "comparison",
+        "tables": {"configurations": {"filter": len(rows) > 8, "columns": columns, "rows": rows}},
+    }
+    charts = "".join(_charts(data))
+    body = (
+        f'<header class="top"><div class="kind">trainguard comparison</div><h1>{text(data.title)}</h1>'
+        f'<div class="sub">{text(data.subtitle)}</div></header><main>'
+        f"{rec_html}"
+        f'<section id="table"><h2>Side by side</h2><p class="note">Click a column to sort.</p>'
+        f'<div data-table="configurations"></div></section>'
+        f'<section id="charts"><h2>Measured</h2>{charts or "<p class=muted>Nothing was measured.</p>"}</section></main>'
+    )
+    return page(title=f"{data.title} · trainguard", body=body, data=page_data, kind="compare")
+
+
+def _charts(data: ComparisonData) -> list[str]:
+    """The measured configurations' growth intervals, peaks, speed and per-trial series."""
+    measured = data.measured
+    colour = [_svg.PALETTE[i % len(_svg.PALETTE)] for i in range(len(measured))]
     intervals = [
         _svg.Interval(
-            c["name"],
-            _num(c.get("growth_bytes_per_trial")),
-            _num(c.get("growth_ci_low_bytes_per_trial")),
-            _num(c.get("growth_ci_high_bytes_per_trial")),
-            f"{c['name']}: {fmt_bytes(_num(c.get('growth_bytes_per_trial')), signed=True)}/trial, 95 % interval "
-            f"{fmt_bytes(_num(c.get('growth_ci_low_bytes_per_trial')), signed=True)} .. "
-            f"{fmt_bytes(_num(c.get('growth_ci_high_bytes_per_trial')), signed=True)}",
-            colour=_svg.PALETTE[i % len(_svg.PALETTE)],
+            c.name,
+            c.growth,
+            c.growth_low,
+            c.growth_high,
+            f"{c.name}: {fmt_bytes(c.growth, signed=True)}/trial, 95 % interval "
+            f"{fmt_bytes(c.growth_low, signed=True)} .. {fmt_bytes(c.growth_high, signed=True)}",
+            colour=colour[i],
         )
         for i, c in enumerate(measured)
     ]
@@ -169,21 +263,23 @@ def render_comparison(comparison: dict[str, Any]) -> str:
             "<h3>Growth per trial, with its 95 % interval</h3>"
             + _svg.interval_plot(intervals, title="growth per trial by configuration")
         )
-    peaks = _bars(measured, "peak_rss_bytes", lambda v: f"peak {fmt_bytes(v)}")
+    peaks = [(c.name, c.peak_rss_bytes, f"{c.name}: peak {fmt_bytes(c.peak_rss_bytes)}") for c in measured]
     if any(v is not None for _, v, _ in peaks):
         parts.append("<h3>Peak RSS</h3>" + _svg.bar_chart(peaks, title="peak RSS by configuration"))
-    speed = _bars(measured, "seconds_per_trial", lambda v: f"{fmt_seconds(v)} per trial")
+    speed = [
+        (c.name, c.seconds_per_trial, f"{c.name}: {fmt_seconds(c.seconds_per_trial)} per trial")
+        for c in measured
+    ]
     if any(v is not None for _, v, _ in speed):
         parts.append(
             "<h3>Seconds per trial</h3>"
             + _svg.bar_chart(speed, unit_kind="seconds", title="seconds per trial")
         )
-    lines = []
-    for i, c in enumerate(measured):
-        series = [_num(v) for v in c.get("series_bytes") or c.get("peaks_bytes") or []]
-        pts = [(float(j + 1), v) for j, v in enumerate(series) if v is not None]
-        if pts:
-            lines.append(_svg.Line(c["name"], [pts], colour=_svg.PALETTE[i % len(_svg.PALETTE)], dots=True))
+    lines = [
+        _svg.Line(c.name, [list(c.series)], colour=colour[i], dots=True)
+        for i, c in enumerate(measured)
+        if c.series
+    ]
     if lines:
         legend = (
             '<div class="legend">'
@@ -193,7 +289,7 @@ def render_comparison(comparison: dict[str, Any]) -> str:
             + "</div>"
         )
         parts.append(
-            f"<h3>{text(comparison.get('series_label') or 'Peak RSS of each trial')}</h3>"
+            f"<h3>{text(data.series_label)}</h3>"
             + legend
             + _svg.line_chart(
                 lines=lines,
@@ -204,31 +300,4 @@ def render_comparison(comparison: dict[str, Any]) -> str:
                 height=260,
             )
         )
-    recs = [r for r in comparison.get("recommendations") or [] if r]
-    rec_html = (
-        '<section id="recommendations"><h2>What to use</h2><ul class="plain">'
-        + "".join(f"<li>{text(r)}</li>" for r in recs)
-        + "</ul></section>"
-        if recs
-        else ""
-    )
-    data = {
-        "kind": "comparison",
-        "tables": {"configurations": {"filter": len(rows) > 8, "columns": columns, "rows": rows}},
-    }
-    body = (
-        f'<header class="top"><div class="kind">trainguard comparison</div><h1>{text(title)}</h1>'
-        f'<div class="sub">{text(comparison.get("subtitle") or f"{len(configs)} configurations")}</div></header><main>'
-        f"{rec_html}"
-        f'<section id="table"><h2>Side by side</h2><p class="note">Click a column to sort.</p>'
-        f'<div data-table="configurations"></div></section>'
-        f'<section id="charts"><h2>Measured</h2>{"".join(parts) or "<p class=muted>Nothing was measured.</p>"}</section></main>'
-    )
-    return page(title=f"{title} · trainguard", body=body, data=data, kind="compare")
-
-
-def _bars(
-    measured: list[dict[str, Any]], key: str, describe: Callable[[float | None], str]
-) -> list[tuple[str, float | None, str]]:
-    """One bar per configuration: its name, its ``key`` value and the bar's tooltip."""
-    return [(c["name"], _num(c.get(key)), f"{c['name']}: {describe(_num(c.get(key)))}") for c in measured]
+    return parts

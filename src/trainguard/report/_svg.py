@@ -288,6 +288,40 @@ def line_chart(
     ``shades`` as light backgrounds inside it (a warm-up)."""
     strip = 12 if spans else 0
     frame = _Frame(width=width, height=height + strip, bottom=34 + strip)
+    _fit_frame(frame, lines, bands, markers, hlines, spans, x_range, y_range)
+    p = frame.parts
+    label = f' aria-label="{text(title)}"' if title else ""
+    ident = f' id="{text(chart_id)}"' if chart_id else ""
+    p.append(
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {frame.width} {frame.height}"'
+        f' role="img"{ident}{label} preserveAspectRatio="xMinYMin meet" data-y-min="{frame.y_min:.6g}"'
+        f' data-y-max="{frame.y_max:.6g}" data-plot-top="{frame.top}" data-plot-height="{_n(frame.plot_h)}">'
+    )
+    if title:
+        p.append(f"<title>{text(title)}</title>")
+    _grid(frame, x_kind, y_kind, x_label, strip)
+    _draw_shades(frame, shades)
+    _draw_bands(frame, bands)
+    _draw_lines(frame, lines)
+    _draw_hlines(frame, hlines)
+    _draw_markers(frame, markers)
+    _draw_spans(frame, spans)
+    p.append("</svg>")
+    return "".join(p)
+
+
+def _fit_frame(
+    frame: _Frame,
+    lines: Sequence[Line],
+    bands: Sequence[Band],
+    markers: Sequence[VMarker],
+    hlines: Sequence[HLine],
+    spans: Sequence[Span],
+    x_range: tuple[float, float] | None,
+    y_range: tuple[float, float] | None,
+) -> None:
+    """The frame's ranges: those given, else what is drawn (y padded by 6 %, never below 0 for
+    readings that are not)."""
     xs = [x for line in lines for seg in line.segments for x, _ in seg]
     xs += [m.x for m in markers] + [s.x1 for s in spans] + [s.x0 for s in spans]
     ys = [y for line in lines for seg in line.segments for _, y in seg]
@@ -307,30 +341,30 @@ def line_chart(
         frame.y_max = hi + pad
     if frame.y_max <= frame.y_min:
         frame.y_max = frame.y_min + 1.0
-    p = frame.parts
-    label = f' aria-label="{text(title)}"' if title else ""
-    ident = f' id="{text(chart_id)}"' if chart_id else ""
-    p.append(
-        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {frame.width} {frame.height}"'
-        f' role="img"{ident}{label} preserveAspectRatio="xMinYMin meet" data-y-min="{frame.y_min:.6g}"'
-        f' data-y-max="{frame.y_max:.6g}" data-plot-top="{frame.top}" data-plot-height="{_n(frame.plot_h)}">'
-    )
-    if title:
-        p.append(f"<title>{text(title)}</title>")
-    _grid(frame, x_kind, y_kind, x_label, strip)
+
+
+def _draw_shades(frame: _Frame, shades: Sequence[Span]) -> None:
     for shade in shades:
         x0, x1 = frame.px(max(shade.x0, frame.x_min)), frame.px(min(shade.x1, frame.x_max))
-        p.append(
+        frame.parts.append(
             f'<rect class="{shade.css_class}" x="{_n(x0)}" y="{frame.top}" width="{_n(max(0.0, x1 - x0))}"'
             f' height="{_n(frame.plot_h)}" fill="{shade.colour}" fill-opacity="0.12">'
             f"<title>{text(shade.tooltip)}</title></rect>"
         )
+
+
+def _draw_bands(frame: _Frame, bands: Sequence[Band]) -> None:
     for band in bands:
         pts = " ".join(f"{_n(frame.px(x))},{_n(frame.py(y))}" for x, y in band.points)
-        p.append(
+        frame.parts.append(
             f'<polygon class="band" points="{pts}" fill="{band.colour}" fill-opacity="{band.opacity}"'
             f' stroke="none"><title>{text(band.label)}</title></polygon>'
         )
+
+
+def _draw_lines(frame: _Frame, lines: Sequence[Line]) -> None:
+    """Each line as one path of its segments (each downsampled to two points a pixel column), with
+    its dots where asked."""
     columns = int(frame.plot_w)
     for line in lines:
         d_parts = []
@@ -346,27 +380,33 @@ def line_chart(
         if not d_parts:
             continue
         dash = f' stroke-dasharray="{line.dash}"' if line.dash else ""
-        p.append(
+        frame.parts.append(
             f'<path class="{line.css_class}" d="{" ".join(d_parts)}" fill="none" stroke="{line.colour}"'
             f' stroke-width="{line.width}" stroke-linejoin="round"{dash}><title>{text(line.label)}</title></path>'
         )
         if dots:
-            p.append(
+            frame.parts.append(
                 f'<g class="dots" fill="{line.colour}">'
                 + "".join(f'<circle cx="{_n(a)}" cy="{_n(b)}" r="2"/>' for a, b in dots)
                 + "</g>"
             )
+
+
+def _draw_hlines(frame: _Frame, hlines: Sequence[HLine]) -> None:
     for h in hlines:
         if not frame.y_min <= h.y <= frame.y_max:
             continue
         y = frame.py(h.y)
         dash = f' stroke-dasharray="{h.dash}"' if h.dash else ""
-        p.append(
+        frame.parts.append(
             f'<g class="limit"><line x1="{frame.left}" x2="{_n(frame.left + frame.plot_w)}" y1="{_n(y)}" y2="{_n(y)}"'
             f' stroke="{h.colour}" stroke-width="1.4"{dash}/>'
             f'<text x="{_n(frame.left + frame.plot_w - 4)}" y="{_n(y + 13 if y < frame.top + 20 else y - 4)}" text-anchor="end" fill="{h.colour}"'
             f' class="lbl">{text(h.label)}</text></g>'
         )
+
+
+def _draw_markers(frame: _Frame, markers: Sequence[VMarker]) -> None:
     for m in markers:
         if not frame.x_min <= m.x <= frame.x_max:
             continue
@@ -378,27 +418,31 @@ def line_chart(
             if m.symbol
             else ""
         )
-        p.append(
+        frame.parts.append(
             f'<g class="{m.css_class}"><title>{text(m.tooltip)}</title>'
             f'<line x1="{_n(x)}" x2="{_n(x)}" y1="{frame.top}" y2="{_n(frame.top + frame.plot_h)}"'
             f' stroke="{m.colour}" stroke-width="1.3"{dash}/>{sym}'
             f'<rect x="{_n(x - 4)}" y="{frame.top}" width="8" height="{_n(frame.plot_h)}" fill="transparent"/></g>'
         )
-    if spans:
-        if len(spans) > frame.plot_w / 4:  # more boxes than can be told apart
-            spans = _merge_spans(spans, frame.px)
-        y0 = frame.top + frame.plot_h + 3
-        p.append('<g class="trials">')
-        for s in spans:
-            x0, x1 = frame.px(max(s.x0, frame.x_min)), frame.px(min(s.x1, frame.x_max))
-            w = max(1.0, x1 - x0 - 0.6)
-            p.append(
-                f'<rect class="{s.css_class}" x="{_n(x0)}" y="{y0}" width="{_n(w)}" height="9"'
-                f' fill="{s.colour}"><title>{text(s.tooltip)}</title></rect>'
-            )
-        p.append("</g>")
-    p.append("</svg>")
-    return "".join(p)
+
+
+def _draw_spans(frame: _Frame, spans: Sequence[Span]) -> None:
+    """The strip under the plot: one box per span, neighbours merged when too many to tell apart."""
+    if not spans:
+        return
+    if len(spans) > frame.plot_w / 4:  # more boxes than can be told apart
+        spans = _merge_spans(spans, frame.px)
+    y0 = frame.top + frame.plot_h + 3
+    p = frame.parts
+    p.append('<g class="trials">')
+    for s in spans:
+        x0, x1 = frame.px(max(s.x0, frame.x_min)), frame.px(min(s.x1, frame.x_max))
+        w = max(1.0, x1 - x0 - 0.6)
+        p.append(
+            f'<rect class="{s.css_class}" x="{_n(x0)}" y="{y0}" width="{_n(w)}" height="9"'
+            f' fill="{s.colour}"><title>{text(s.tooltip)}</title></rect>'
+        )
+    p.append("</g>")
 
 
 def _grid(frame: _Frame, x_kind: str, y_kind: str, x_label: str, strip: int = 0) -> None:

@@ -744,6 +744,7 @@ class Runner:
                 "this Runner has not run anything yet: call map() or imap() first, or pass run=NAME"
             )
         store = self._open_store()
+        assert store is not None  # a Runner with a store argument opens one
         return report(name, store=store, path=path)
 
     @property

@@ -623,20 +623,7 @@ class Session:
         if run is not None:  # the files its trial left in /dev/shm: their memory outlives it
             self.recorder.tmpfs_removed(worker, run, worker.handle.trial_ended())
         if kill is not None:  # the sampler thread killed it; the loop records it (one store writer)
-            during = f" (trial {run.index} attempt {run.attempt})" if run is not None else ""
-            budget = worker.budget_kill
-            self.recorder.event(
-                "kill" if budget is None else "budget_kill",
-                f"worker {worker.worker_id}{during} {kill.message}",
-                data={
-                    "status": kill.status,
-                    "limit": kill.limit,
-                    "value": kill.value,
-                    **(budget.values if budget is not None else {}),
-                },
-                worker=worker,
-                index=run.index if run is not None else None,
-            )
+            self.recorder.kill(worker, run, kill)
         if worker.protocol_error is not None:
             cause = EndCause(
                 "protocol_error" if run is not None else None,

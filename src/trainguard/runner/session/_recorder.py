@@ -171,6 +171,23 @@ class Recorder:
             index=index,
         )
 
+    def kill(self, worker: WorkerRecord, run: Attempt | None, kill: Any) -> None:
+        """A worker the watchdog killed (at a limit, or at the run's budget): the event."""
+        during = f" (trial {run.index} attempt {run.attempt})" if run is not None else ""
+        budget = worker.budget_kill
+        self.event(
+            "kill" if budget is None else "budget_kill",
+            f"worker {worker.worker_id}{during} {kill.message}",
+            data={
+                "status": kill.status,
+                "limit": kill.limit,
+                "value": kill.value,
+                **(budget.values if budget is not None else {}),
+            },
+            worker=worker,
+            index=run.index if run is not None else None,
+        )
+
     def tmpfs_removed(self, worker: WorkerRecord, run: Attempt, removed: tuple[TmpfsFile, ...]) -> None:
         """The files a trial left in tmpfs, removed at its end (their memory outlives it): said."""
         if not removed:
