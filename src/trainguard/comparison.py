@@ -258,18 +258,69 @@ def compare(
         ConfigError: an unknown backend or allocator, a bad thread count or trial count, a bad fn or
             params. Configurations that are valid but not installed are skipped, not errors.
     """
-    from trainguard.runner import KERAS_BACKENDS, Policy, Runner, check_params, find_allocator
+    from trainguard.runner import Policy, check_params
     from trainguard.runner import prepare_fn as prepare
     from trainguard.units import parse_duration, parse_size
 
     tolerance_bytes = parse_size(tolerance, name="tolerance")
-
     params = dict(params or {})
     check_params([params])
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 3:
         raise ConfigError(
             f"trials={trials!r} must be a whole number >= 3 (the growth interval needs 3), such as 12"
         )
+    backends, allocators, thread_counts = _configurations(keras_backend, allocator, threads)
+    spec = prepare(fn)
+    payload = base64.b64encode(spec.payload).decode() if isinstance(spec.payload, bytes) else spec.payload
+    trial_params = {"fn_kind": spec.kind, "fn_payload": payload, "params": params}
+    policy = Policy(
+        peak_ratio=None,
+        predictive=False,
+        memory_limit=parse_size(memory_limit, name="memory_limit", allow_none=True),
+        timeout=parse_duration(timeout, name="timeout", allow_none=True),
+    )
+    started = time.monotonic()
+    results: list[ConfigurationResult] = []
+    for backend, alloc, count in itertools.product(backends, allocators, thread_counts):
+        label = _label(backend, alloc, count)
+        config = {"keras_backend": backend, "allocator": alloc, "threads": count}
+        reason, alloc_path = _unavailable(backend, alloc)
+        if reason is not None:
+            results.append(ConfigurationResult(label, config, skipped=reason))
+            if progress:
+                progress(f"{label}: skipped: {reason}")
+            continue
+        if progress:
+            progress(f"{label}: running {trials} trials in a fresh worker")
+        t0 = time.monotonic()
+        runner_options = {"keras_backend": backend, "allocator": alloc_path, "threads": count}
+        name = None if store is None else _run_name(spec.ref, params, label)
+        jobs = [dict(trial_params, trial=i) for i in range(trials)]
+        done = _measure(policy, store, runner_options, jobs, name)
+        wall = time.monotonic() - t0
+        results.append(_summarise(label, config, done, wall, tolerance_bytes))
+        if progress:
+            progress(f"{label}: {results[-1].words} ({wall:.1f} s)")
+    measured = [r for r in results if r.skipped is None]
+    baseline = measured[0] if measured else None
+    results = [_against(r, baseline, tolerance_bytes) for r in results]
+    return Comparison(
+        fn=spec.ref,
+        params=params,
+        trials=trials,
+        results=tuple(results),
+        baseline=baseline.label if baseline else None,
+        recommendation=_recommend(results, baseline),
+        elapsed_s=time.monotonic() - started,
+    )
+
+
+def _configurations(
+    keras_backend: Any, allocator: Any, threads: Any
+) -> tuple[list[str | None], list[str], list[int | None]]:
+    """The backends, allocators and thread counts to try, each checked (one-line errors)."""
+    from trainguard.runner import KERAS_BACKENDS
+
     backends = _split(keras_backend)
     for b in backends:
         if b is not None and b not in KERAS_BACKENDS:
@@ -300,73 +351,42 @@ def compare(
     ):
         if len(set(values)) != len(values):
             raise ConfigError(f"{option} lists a value twice: {values}")
-    spec = prepare(fn)
-    payload = base64.b64encode(spec.payload).decode() if isinstance(spec.payload, bytes) else spec.payload
-    trial_params = {"fn_kind": spec.kind, "fn_payload": payload, "params": params}
-    policy = Policy(
-        peak_ratio=None,
-        predictive=False,
-        memory_limit=parse_size(memory_limit, name="memory_limit", allow_none=True),
-        timeout=parse_duration(timeout, name="timeout", allow_none=True),
-    )
-    started = time.monotonic()
-    results: list[ConfigurationResult] = []
-    for backend, alloc, count in itertools.product(backends, allocators, thread_counts):
-        label = _label(backend, alloc, count)
-        config = {"keras_backend": backend, "allocator": alloc, "threads": count}
-        reason = None
-        if backend is not None:
-            if importlib.util.find_spec("keras") is None:
-                reason = "keras is not installed (pip install keras)"
-            elif importlib.util.find_spec(KERAS_BACKENDS[backend]) is None:
-                reason = f"the {backend} backend needs the package {KERAS_BACKENDS[backend]!r}, which is not installed"
-        alloc_path = None
-        if reason is None and alloc != "glibc":
-            try:
-                alloc_path = find_allocator(alloc)
-            except ConfigError as err:
-                reason = str(err)
-        if reason is not None:
-            results.append(ConfigurationResult(label, config, skipped=reason))
-            if progress:
-                progress(f"{label}: skipped: {reason}")
-            continue
-        if progress:
-            progress(f"{label}: running {trials} trials in a fresh worker")
-        t0 = time.monotonic()
-        with Runner(
-            workers=1,
-            policy=policy,
-            store=store,
-            keras_backend=backend,
-            allocator=alloc_path,
-            threads=count,
-            # measure the trial's own growth, as in the user's loop: TensorFlow's custom-gradient
-            # graphs are kept, not released as trainguard's workers do by default
-            tf_custom_gradients=False,
-        ) as runner:
-            name: str | None = None
-            if store is not None:
-                from trainguard.runner import default_run_name
+    return backends, allocators, thread_counts
 
-                name = f"compare-{default_run_name(spec.ref, [params]).rpartition('-')[2]}-{label.replace(' / ', '-').replace(' ', '_')}"
-            done = runner.map(measured_trial, [dict(trial_params, trial=i) for i in range(trials)], name=name)
-        wall = time.monotonic() - t0
-        results.append(_summarise(label, config, done, wall, tolerance_bytes))
-        if progress:
-            progress(f"{label}: {results[-1].words} ({wall:.1f} s)")
-    measured = [r for r in results if r.skipped is None]
-    baseline = measured[0] if measured else None
-    results = [_against(r, baseline, tolerance_bytes) for r in results]
-    return Comparison(
-        fn=spec.ref,
-        params=params,
-        trials=trials,
-        results=tuple(results),
-        baseline=baseline.label if baseline else None,
-        recommendation=_recommend(results, baseline),
-        elapsed_s=time.monotonic() - started,
-    )
+
+def _unavailable(backend: str | None, alloc: str) -> tuple[str | None, str | None]:
+    """Why a configuration cannot run here (None when it can), and the allocator's library path."""
+    from trainguard.runner import KERAS_BACKENDS, find_allocator
+
+    if backend is not None:
+        if importlib.util.find_spec("keras") is None:
+            return "keras is not installed (pip install keras)", None
+        if importlib.util.find_spec(KERAS_BACKENDS[backend]) is None:
+            return f"the {backend} backend needs the package {KERAS_BACKENDS[backend]!r}, which is not installed", None
+    if alloc == "glibc":
+        return None, None
+    try:
+        return None, find_allocator(alloc)
+    except ConfigError as err:
+        return str(err), None
+
+
+def _run_name(ref: str, params: dict[str, Any], label: str) -> str:
+    from trainguard.runner import default_run_name
+
+    return f"compare-{default_run_name(ref, [params]).rpartition('-')[2]}-{label.replace(' / ', '-').replace(' ', '_')}"
+
+
+def _measure(
+    policy: Any, store: Any, runner_options: dict[str, Any], jobs: list[dict[str, Any]], name: str | None
+) -> Sequence[Any]:
+    """One configuration's trials, in one fresh worker."""
+    from trainguard.runner import Runner
+
+    # measure the trial's own growth, as in the user's loop: TensorFlow's custom-gradient graphs
+    # are kept, not released as trainguard's workers do by default
+    with Runner(workers=1, policy=policy, store=store, tf_custom_gradients=False, **runner_options) as runner:
+        return runner.map(measured_trial, jobs, name=name)
 
 
 def _summarise(
