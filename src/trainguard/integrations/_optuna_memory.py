@@ -52,9 +52,16 @@ def _limit(value: Any, name: str) -> int:
     try:
         limit = parse_size(value, name=name)
     except ConfigError as err:
-        raise ConfigError(f"{err}, as in {example}", value=repr(value)) from err
+        problem = getattr(err, "problem", None)
+        if problem is None:  # not a size at all (None, a list...): parse_size's words say what to give
+            raise ConfigError(f"{err}, as in {example}", value=repr(value)) from err
+        raise ConfigError(
+            f"{name}={value!r} {problem}: give a size above 0, as in {example}", value=repr(value)
+        ) from err
     if limit <= 0:
-        raise ConfigError(f"{name}={value!r} must be a size above 0, as in {example}", value=repr(value))
+        raise ConfigError(
+            f"{name}={value!r} is 0 bytes: give a size above 0, as in {example}", value=repr(value)
+        )
     return limit
 
 
