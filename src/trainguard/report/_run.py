@@ -53,6 +53,36 @@ def _cause(status: str, error: dict[str, Any] | None) -> str:
     return _short(message or words or "failed", 300)
 
 
+#: the trials table's columns of the peak model's prediction (Policy(predict_peaks=...)), beside the
+#: measured peak, where the run has predictions
+_PREDICTED_COLUMNS = (("predicted peak", "bytes"), ("predicted 95 %", "text"))
+
+
+def _predicted_cells(prediction: dict[str, Any] | None) -> tuple[Any, str]:
+    """A trial's predicted peak and its 95 % interval in words, as its latest attempt started (or
+    was not started: "not run")."""
+    if not prediction or prediction.get("peak_bytes") is None:
+        return None, ""
+    acted = {"skipped": " (not run)", "shrunk": " (started shrunk)"}.get(str(prediction.get("acted")), "")
+    interval = f"{fmt_bytes(prediction.get('low_bytes'))} to {fmt_bytes(prediction.get('high_bytes'))}"
+    return prediction["peak_bytes"], interval + acted
+
+
+def _not_started_note(trials: list[Any], policy: dict[str, Any]) -> str:
+    """A line for the trials ended ``predicted_over_limit`` (never started), where there are any."""
+    skipped = [t.index for t in trials if (t.error or {}).get("status") == "predicted_over_limit"]
+    if not skipped:
+        return ""
+    limit = policy.get("memory_limit")
+    over = f" memory_limit={fmt_bytes(limit)}" if limit else " the memory limit"
+    shown = ", ".join(str(i) for i in skipped[:20]) + (", …" if len(skipped) > 20 else "")
+    return (
+        f'<p class="note" id="not-started">{len(skipped)} trial{"s" if len(skipped) != 1 else ""} '
+        f"not started (predicted over limit): the peak model put the whole 95 % interval of "
+        f"{'their' if len(skipped) != 1 else 'its'} predicted peak over{text(over)}. Trials {text(shown)}.</p>"
+    )
+
+
 def _policy_rows(policy: dict[str, Any]) -> list[tuple[str, str]]:
     from trainguard.runner.policy import Policy
 
@@ -135,6 +165,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
     summary = store.summary(run_id)
     trials = store.trials(run_id)
     attempts = store.attempts(run_id)
+    predictions = store.predictions(run_id)  # the peak model's, by trial (empty without one)
     workers = store.workers(run_id)
     events = store.events(run_id, limit=_MAX_EVENTS, kinds=None)
     # about two readings per pixel column of a chart, each stretch's highest kept: peaks survive
@@ -329,6 +360,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
                 _short(t.params),
                 _short(t.value) if t.status == "ok" else "",
                 t.peak_rss_bytes,
+                *(_predicted_cells(predictions.get(t.index)) if predictions else ()),
                 t.duration_s,
                 t.worker_id,
                 t.attempts,
@@ -370,6 +402,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
                     ("params", "code"),
                     ("result", "code"),
                     ("peak RSS", "bytes"),
+                    *(_PREDICTED_COLUMNS if predictions else ()),
                     ("duration", "seconds"),
                     ("worker", "num"),
                     ("attempts", "num"),
@@ -533,6 +566,7 @@ def render_run(store: Any, info: Any, *, environment_now: dict[str, Any] | None 
         f"{''.join(charts) or '<p class=muted>No memory was sampled.</p>'}</section>"
         f"{flight_section(attempts, policy)}"
         f'<section id="trials"><h2>Trials</h2><p class="note">Click a column to sort; type to filter.</p>'
+        f"{_not_started_note(trials, policy)}"
         f'<div data-table="trials"></div></section>'
         f'<section id="growth"><h2>Growth per trial, per worker</h2><p class="note">Theil-Sen slope of each worker’s '
         f"per-trial peak RSS (trials the worker survived) with its 95 % interval (trainguard’s leak statistics). A worker whose interval lies above "

@@ -227,14 +227,11 @@ class Predictions:
 
     def skipped(self, run: Any, prediction: PeakPrediction) -> dict[str, Any]:
         """Record a trial not started for its prediction; returns its failure."""
+        from trainguard.runner.policy._peaks import not_started_message
         from trainguard.units import format_bytes
 
         limit = self.policy.memory_limit
-        message = (
-            f"not started: predicted peak {format_bytes(prediction.peak_bytes)} "
-            f"(95 % interval {format_bytes(prediction.low_bytes)} to {format_bytes(prediction.high_bytes)}) "
-            f"is over memory_limit={format_bytes(limit)}; {prediction.reason}"
-        )
+        message = not_started_message(prediction, f"memory_limit={format_bytes(limit)}")
         self.record(run, prediction, "skipped")
         self.recorder.event(
             "peak_skip",
