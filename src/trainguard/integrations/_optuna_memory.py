@@ -152,7 +152,9 @@ def memory_constraints(
     ``Policy(memory_limit=...)``, by the OS, a framework OOM) is infeasible too: with these
     constraints on the study's sampler the guarded objective ends it PRUNED instead of FAIL (Optuna
     asks constraints of COMPLETE and PRUNED trials only, and a killed trial has no value), after
-    ``Policy(retries=...)`` if any; ``trainguard_status`` still says what killed it.
+    ``Policy(retries=...)`` if any; ``trainguard_status`` still says what killed it. Once the peak
+    model knows the region, a trial whose whole predicted interval is over the limit is not started
+    at all: PRUNED and infeasible, ``trainguard_status="predicted_over_limit"``.
 
     Args:
         limit: the most tree RSS a feasible trial may reach: ``"4GB"``, ``"512MiB"`` or bytes.

@@ -534,8 +534,12 @@ def optimize(
     Every trial gets ``trainguard_peak_rss_bytes`` (``trainguard_peak_gpu_bytes`` where GPU memory
     is read) and ``trainguard_predicted_peak_bytes``: the peak model's prediction for its params
     from the trials finished before it started (None while the model cannot say: under 5 trials,
-    params far outside those seen). See :func:`memory_constraints` to make configs over a limit
-    infeasible, and ``memory_objective`` to minimise memory as an objective.
+    params far outside those seen), with its interval (``_predicted_low_bytes``,
+    ``_predicted_high_bytes``). Under ``policy.memory_limit`` or :func:`memory_constraints`, a trial
+    whose whole predicted interval is over the limit is not started: the params the model uses are
+    drawn here first, and it ends PRUNED (infeasible) with ``trainguard_status="predicted_over_limit"``
+    and its prediction, its objective never entered. See :func:`memory_constraints` to make configs
+    over a limit infeasible, and ``memory_objective`` to minimise memory as an objective.
 
     Args:
         study: an ``optuna.Study``.
