@@ -70,6 +70,8 @@ def one(label: str, seed: int, trials: int, constrained: bool) -> dict:
         "trials": len(study.trials),
         "over_limit": over,
         "memory_kills": sum(killed),
+        # never run: the whole predicted interval over memory_limit or the constraint's limit
+        "not_started": sum(a.get("trainguard_status") == "predicted_over_limit" for a in attrs),
         "best_value": round(best.value, 2),
         "best_peak_mib": round(best.user_attrs["trainguard_peak_rss_bytes"] / MiB),
         "best_feasible": best.user_attrs["trainguard_peak_rss_bytes"] <= limit.limit_bytes,
@@ -92,12 +94,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(
-        f"\n{'study':<20} {'seed':>4} {'over 200MB':>10} {'kills':>5} {'best':>8} {'best peak':>9} {'pred err':>8} {'wall':>6}"
+        f"\n{'study':<20} {'seed':>4} {'over 200MB':>10} {'kills':>5} {'not run':>7} {'best':>8} {'best peak':>9} {'pred err':>8} {'wall':>6}"
     )
     for r in rows:
         err = f"{r['median_prediction_error']:.1%}" if r["median_prediction_error"] is not None else "-"
         print(
-            f"{r['label']:<20} {r['seed']:>4} {r['over_limit']:>10} {r['memory_kills']:>5} {r['best_value']:>8} "
+            f"{r['label']:<20} {r['seed']:>4} {r['over_limit']:>10} {r['memory_kills']:>5} {r['not_started']:>7} {r['best_value']:>8} "
             f"{r['best_peak_mib']:>6} MiB {err:>8} {r['wall_s']:>5}s"
         )
     versions = {"optuna": optuna.__version__, "python": sys.version.split()[0]}

@@ -50,7 +50,7 @@ _DURATION_UNITS = {
     "h": 3600.0,
     "d": 86400.0,
 }
-_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_NUMBER_UNIT = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 @overload
@@ -70,14 +70,19 @@ def parse_size(
         allow_none: let ``None`` through (meaning "no limit").
 
     Raises:
-        UnitError: the value is negative, not a number, or has an unknown unit.
+        UnitError: the value is negative, not a number, or has an unknown unit; its ``problem``
+            ("is negative", "is not a size", "is not a finite number") lets a caller give its own example.
     """
     if value is None:
         if allow_none:
             return None
         raise UnitError(f"{name} is required: give a size such as '4GB' or '512MiB'", value=value)
     if isinstance(value, bool):
-        raise UnitError(f"{name}={value!r} is not a size: give a size such as '4GB' or '512MiB'", value=value)
+        raise UnitError(
+            f"{name}={value!r} is not a size: give a size such as '4GB' or '512MiB'",
+            value=value,
+            problem="is not a size",
+        )
     if isinstance(value, (int, float)):
         number, factor = float(value), 1
     elif isinstance(value, str):
@@ -87,6 +92,7 @@ def parse_size(
             raise UnitError(
                 f"{name}={value!r} is not a size: use a number and a unit such as '4GB', '512MiB' or '200MB'",
                 value=value,
+                problem="is not a size",
             )
         number, factor = float(match.group(1)), _SIZE_UNITS[unit]
     else:
@@ -94,8 +100,18 @@ def parse_size(
             f"{name} must be a size string such as '4GB' or a number of bytes, not {type(value).__name__}",
             value=repr(value),
         )
-    if not math.isfinite(number) or number < 0:
-        raise UnitError(f"{name}={value!r} must be a non-negative size such as '4GB'", value=value)
+    if not math.isfinite(number):
+        raise UnitError(
+            f"{name}={value!r} is not a finite number: give a size such as '4GB'",
+            value=value,
+            problem="is not a finite number",
+        )
+    if number < 0:
+        raise UnitError(
+            f"{name}={value!r} is negative: give a size such as '4GB'",
+            value=value,
+            problem="is negative",
+        )
     return int(round(number * factor))
 
 
@@ -135,8 +151,12 @@ def parse_duration(
             f"{name} must be a duration string such as '30s' or a number of seconds, not {type(value).__name__}",
             value=repr(value),
         )
-    if not math.isfinite(seconds) or seconds < 0:
-        raise UnitError(f"{name}={value!r} must be a non-negative duration such as '30s'", value=value)
+    if not math.isfinite(seconds):
+        raise UnitError(
+            f"{name}={value!r} is not a finite number: give a duration such as '30s'", value=value
+        )
+    if seconds < 0:
+        raise UnitError(f"{name}={value!r} is negative: give a duration such as '30s' or '5m'", value=value)
     return seconds
 
 

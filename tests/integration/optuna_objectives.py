@@ -105,3 +105,17 @@ def allocates(trial):
     time.sleep(0.12)
     del block
     return -float(mb) + lr
+
+
+def counted_width(trial):
+    """Appends its trial number to the file ``$TRAINGUARD_TEST_CALLS`` as soon as it is entered, then
+    holds ``width`` MiB for a moment; the wider the better, so the sampler is drawn past any limit."""
+    import numpy as np
+
+    with open(os.environ["TRAINGUARD_TEST_CALLS"], "a") as calls:
+        calls.write(f"{trial.number}\n")
+    width = trial.suggest_int("width", 4, 600)
+    block = np.ones(width * 2**20 // 8)  # touched: ones writes every page
+    time.sleep(0.05)
+    del block
+    return -float(width)

@@ -1,5 +1,6 @@
 """Memory in real guarded Optuna studies: every trial's measured and predicted peak, memory as a
-sampler constraint (Optuna's constraints_func and trial.set_constraint), memory as an objective.
+sampler constraint (Optuna's constraints_func and trial.set_constraint), memory as an objective,
+and configs the peak model puts over the limit not started.
 
 The objective (optuna_objectives.allocates) holds ``mb`` MiB and scores better the larger it is,
 so the sampler is drawn to configs over the limit; the worker's baseline (Python, numpy,
@@ -41,8 +42,10 @@ def test_a_constrained_study_records_every_peak_and_never_picks_a_config_over_th
     tgo.optimize(study, allocates, n_trials=22, policy=POLICY, sample_interval="20ms")
     trials = study.trials
     assert len(trials) == 22
-    # every trial, whatever became of it, has its measured peak and a prediction (None: unknown)
-    assert all(_peak(t) for t in trials)
+    # every trial, whatever became of it, has its measured peak, or was not started for its
+    # prediction, and a prediction (None: unknown)
+    skipped = [t for t in trials if t.user_attrs.get("trainguard_status") == "predicted_over_limit"]
+    assert all(_peak(t) or t in skipped for t in trials)
     assert all("trainguard_predicted_peak_bytes" in t.user_attrs for t in trials)
     predicted = [t.user_attrs["trainguard_predicted_peak_bytes"] for t in trials]
     assert predicted[:6] == [None] * 6  # the model needs 5 finished ok trials (trial 0 is a kill)
@@ -59,6 +62,9 @@ def test_a_constrained_study_records_every_peak_and_never_picks_a_config_over_th
         (value,) = t.constraints.values()
         if t.user_attrs.get("trainguard_status") == "killed_memory":
             assert t.state == TS.PRUNED and value > 0
+        elif t in skipped:  # its whole predicted interval over the limit: never run, infeasible
+            assert t.state == TS.PRUNED and value > 0 and _peak(t) is None
+            assert t.user_attrs["trainguard_predicted_low_bytes"] > LIMIT.limit_bytes
         else:
             assert t.state == TS.COMPLETE
             assert (value > 0) == (_peak(t) > LIMIT.limit_bytes)
@@ -113,3 +119,49 @@ def test_memory_objective_and_constraints_bad_input_are_one_line_errors():
         tgo.isolated(tiny, constraints="4GB")
     with pytest.raises(ConfigError, match="True or False"):
         tgo.isolated(tiny, memory_objective="yes")
+
+
+def test_a_trial_predicted_over_the_limit_is_never_started(tmp_path):
+    """Once the peak model knows how the peak grows with ``width``, a sampled width whose whole
+    predicted interval is over the limit ends PRUNED and infeasible, its objective never entered."""
+    from optuna_objectives import counted_width
+
+    calls = tmp_path / "calls.txt"
+    limit = tgo.memory_constraints("200MB")
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=6))
+    for width in (10, 30, 50, 70, 90, 110):  # the model's first region, all under the limit
+        study.enqueue_trial({"width": width})
+    for width in (500, 120):  # far over: not started; near it (its interval includes fitting): runs
+        study.enqueue_trial({"width": width})
+    tgo.optimize(
+        study,
+        counted_width,
+        n_trials=18,
+        policy=Policy(memory_limit="400MB"),
+        constraints=limit,
+        env={"TRAINGUARD_TEST_CALLS": str(calls)},
+        sample_interval="20ms",
+    )
+    entered = sorted(int(line) for line in calls.read_text().split())
+    skipped = [t for t in study.trials if t.user_attrs.get("trainguard_status") == "predicted_over_limit"]
+    assert len(study.trials) == 18 and skipped
+    assert 6 in {t.number for t in skipped} and 7 in entered  # the enqueued 500 and 120
+    assert entered == sorted(t.number for t in study.trials if t not in skipped)
+    for t in skipped:
+        low = t.user_attrs["trainguard_predicted_low_bytes"]
+        assert t.state == TS.PRUNED and low > limit.limit_bytes
+        assert (
+            t.user_attrs["trainguard_predicted_high_bytes"]
+            >= t.user_attrs["trainguard_predicted_peak_bytes"]
+            >= low
+        )
+        assert "not started: predicted peak" in t.user_attrs["trainguard_message"]
+        assert _peak(t) is None and t.constraints["trainguard_memory"] > 0
+        assert (
+            t.params["width"] * 2**20 > limit.limit_bytes - 40 * 2**20
+        )  # the worker's baseline is 45-60 MiB
+    # every trial that ran had an interval reaching under the limit, or no prediction yet
+    for t in study.trials:
+        if t not in skipped and t.user_attrs.get("trainguard_predicted_low_bytes") is not None:
+            assert t.user_attrs["trainguard_predicted_low_bytes"] <= limit.limit_bytes
+    assert study.best_trial.params["width"] < 200 and _peak(study.best_trial) <= limit.limit_bytes

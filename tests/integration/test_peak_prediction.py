@@ -73,6 +73,31 @@ def test_trials_predicted_over_the_limit_are_not_started(tmp_path: Path, capsys)
     assert main(["show", "peaks", "--store", str(store), "--max-trials", "100"]) == 0
     text = capsys.readouterr().out
     assert "peak model" in text and "(not run)" in text
+    # the HTML report: each trial's prediction beside its measured peak, and a line for those not run
+    import re
+
+    out = tmp_path / "peaks.html"
+    assert main(["report", "peaks", "--store", str(store), "-o", str(out)]) == 0
+    page = out.read_text()
+    data = json.loads(
+        re.search(r'<script type="application/json" id="tg-data">(.*?)</script>', page, re.S).group(1)
+    )
+    table = data["tables"]["trials"]
+    labels = [c["label"] for c in table["columns"]]
+    assert labels[labels.index("peak RSS") + 1 : labels.index("peak RSS") + 3] == [
+        "predicted peak",
+        "predicted 95 %",
+    ]
+    rows = {row[0]: dict(zip(labels, row, strict=True)) for row in table["rows"]}
+    for index, prediction in predictions.items():
+        row = rows[index]
+        assert row["predicted peak"] == prediction["peak_bytes"]
+        if prediction["peak_bytes"] is not None:
+            assert " to " in row["predicted 95 %"]
+        assert row["predicted 95 %"].endswith("(not run)") == (prediction["acted"] == "skipped")
+    note = re.search(r'<p class="note" id="not-started">(.*?)</p>', page).group(1)
+    assert note.startswith(f"{len(skipped)} trial") and "not started (predicted over limit)" in note
+    assert "memory_limit=438.7 MiB" in note  # 460 MB
     models = [e["data"] for e in payload["peak_model"] if e["kind"] == "peak_model"]
     assert "seed" in models[-1]["ignored"] and "seed" not in models[-1]["features"]
     # a later runner on the same store answers for params not yet run

@@ -101,3 +101,24 @@ def test_formatting():
     assert format_bytes(5, signed=True) == "+5 B"
     assert format_duration(0.85) == "850 ms"
     assert format_duration(245) == "4m05s"
+
+
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ("-5MB", "is negative"),
+        (-5, "is negative"),
+        ("-0.5GB", "is negative"),
+        (float("nan"), "is not a finite number"),
+    ],
+)
+def test_a_negative_or_infinite_size_is_named_as_such(bad, problem):
+    with pytest.raises(UnitError) as err:
+        parse_size(bad, name="memory_limit")
+    assert f"memory_limit={bad!r} {problem}: " in str(err.value) and "'4GB'" in str(err.value)
+    assert err.value.problem == problem
+
+
+def test_a_negative_duration_is_named_as_such():
+    with pytest.raises(UnitError, match=r"timeout='-1s' is negative: give a duration such as '30s'"):
+        parse_duration("-1s", name="timeout")

@@ -57,6 +57,27 @@ def test_bad_limits_are_one_line_config_errors_with_an_example(bad):
         memory_constraints("4GB", gpu_limit=bad if bad is not None else "0")
 
 
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ("-5MB", "is negative"),
+        (-5, "is negative"),
+        ("0MB", "is 0 bytes"),
+        (0.4, "is 0 bytes"),
+        ("lots", "is not a size"),
+    ],
+)
+def test_a_negative_or_zero_limit_says_so_with_a_valid_example(bad, words):
+    with pytest.raises(ConfigError) as err:
+        memory_constraints(bad)
+    assert str(err.value) == f"limit={bad!r} {words}: give a size above 0, as in memory_constraints('4GB')"
+    with pytest.raises(ConfigError) as err:
+        memory_constraints("4GB", gpu_limit=bad)
+    assert str(err.value).startswith(
+        f"gpu_limit={bad!r} {words}: give a size above 0, as in memory_constraints("
+    )
+
+
 def test_the_t_and_f_tails_match_scipy():
     stats = pytest.importorskip("scipy.stats")
     from trainguard.runner.policy._tdist import f1_survival, t_quantile

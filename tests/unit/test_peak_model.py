@@ -158,3 +158,39 @@ def test_shrunk_to_fit_walks_the_rules_steps_to_the_largest_size_predicted_to_fi
 def test_predict_peaks_must_be_a_bool() -> None:
     with pytest.raises(ConfigError, match="predict_peaks must be True or False"):
         Policy(predict_peaks="yes")
+
+
+def test_a_pick_uses_the_last_fit_and_the_refit_comes_after() -> None:
+    """The dispatch path never waits for a fit: ``predict(refit=False)`` answers with the model
+    fitted before the newest observation; :meth:`model` (the loop, once workers have their
+    trials) takes the observation in."""
+    from trainguard.runner.session._predict import PeakForecaster
+
+    obs = _sweep(0, _floor_plus_product)
+    forecaster = PeakForecaster()
+    for params, peak in obs[:8]:
+        forecaster.observe(params, peak)
+    first = forecaster.model()
+    assert isinstance(first, PeakFit) and first.trials == 8
+    version = forecaster.version
+    forecaster.observe(*obs[8])
+    probe = obs[20][0]
+    assert forecaster.current() is first
+    assert forecaster.predict(probe, key=1, refit=False) == first.predict(probe)
+    assert forecaster.version == version  # nothing was fitted on the way
+    refitted = forecaster.model()
+    assert refitted.trials == 9 and forecaster.version == version + 1
+    assert forecaster.predict(probe, key=1, refit=False) == refitted.predict(probe)  # the cache followed
+
+
+def test_the_t_quantile_is_computed_once_per_level_and_df() -> None:
+    from trainguard.runner.policy._tdist import t_quantile
+
+    t_quantile.cache_clear()
+    fit = fit_peaks(_sweep(1, _floor_plus_product)[:12])
+    assert isinstance(fit, PeakFit)
+    before = t_quantile.cache_info()
+    for params, _ in _sweep(2, _floor_plus_product)[:10]:
+        fit.predict(params)
+    after = t_quantile.cache_info()
+    assert after.misses - before.misses <= 1 and after.hits - before.hits >= 9

@@ -325,3 +325,17 @@ def test_a_long_serving_workers_history_is_bounded_and_decides_the_same():
         assert recycle_expected_soon(policy, full) == recycle_expected_soon(policy, bounded)
     short = worker_history(10, rss[:10], peaks[:10])
     assert short == WorkerHistory(10, tuple(rss[:10]), tuple(peaks[:10]))
+
+
+def test_negative_sizes_of_the_peak_models_options_say_they_are_negative():
+    from trainguard import Runner
+
+    for kwargs in ({"memory_limit": "-5MB"}, {"memory_limit": -1}):
+        with pytest.raises(ConfigError, match=r"memory_limit=.* is negative: give a size such as '4GB'$"):
+            Policy(**kwargs)
+    with pytest.raises(ConfigError, match=r"memory_budget='-5MB' is negative: give a size such as '4GB'$"):
+        Runner(workers=1, memory_budget="-5MB")
+    with pytest.raises(ConfigError, match=r"memory_budget=0 must be a size above 0, such as '6GB'$"):
+        Runner(workers=1, memory_budget=0)
+    with pytest.raises(ConfigError, match=r"predict_peaks must be True or False"):
+        Policy(predict_peaks="yes")

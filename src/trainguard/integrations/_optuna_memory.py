@@ -13,6 +13,11 @@ sampler constraint, memory as an objective.
   ``constraints_func`` for ``trial.set_constraint``, which its samplers read whatever sampler it
   is: given as ``optimize(..., constraints=...)``, the guarded objective sets the same values so.
 - :func:`constraint_values` is the rule, pure: measured peak over the limit, as a fraction of it.
+- :func:`not_to_start` is the Runner's skip rule (:func:`trainguard.runner.policy.over_limit`) on a
+  study's limits: a trial whose predicted interval lies wholly over ``Policy(memory_limit=...)`` or
+  the study's :func:`memory_constraints` limit is not started. Its params are drawn in the parent
+  before any work is sent (:meth:`TrialPeaks.draw`: the params the model uses, from the search
+  space every measured trial used), so the objective is never entered for it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 from trainguard.exceptions import ConfigError
 from trainguard.outcomes import OOM_STATUSES
 from trainguard.runner import PeakForecaster, PeakPrediction
+from trainguard.runner.policy import not_started_message, over_limit
 from trainguard.units import format_bytes, parse_size
 
 __all__ = [
@@ -33,7 +39,11 @@ __all__ = [
     "memory_constraints",
     "constraint_values",
     "uses_memory_constraints",
+    "study_constraints",
     "TrialPeaks",
+    "NotStarted",
+    "not_to_start",
+    "PREDICTED_OVER_LIMIT",
 ]
 
 logger = logging.getLogger(__name__)
@@ -45,6 +55,8 @@ PREFIX = "trainguard_"
 KILLED_VIOLATION = 0.001
 #: the names ``trial.set_constraint`` is given (RSS, then GPU)
 CONSTRAINT_NAMES = ("trainguard_memory", "trainguard_gpu_memory")
+#: the ``trainguard_status`` of a trial not started for its predicted peak (the Runner's word)
+PREDICTED_OVER_LIMIT = "predicted_over_limit"
 
 
 def _limit(value: Any, name: str) -> int:
@@ -52,9 +64,16 @@ def _limit(value: Any, name: str) -> int:
     try:
         limit = parse_size(value, name=name)
     except ConfigError as err:
-        raise ConfigError(f"{err}, as in {example}", value=repr(value)) from err
+        problem = getattr(err, "problem", None)
+        if problem is None:  # not a size at all (None, a list...): parse_size's words say what to give
+            raise ConfigError(f"{err}, as in {example}", value=repr(value)) from err
+        raise ConfigError(
+            f"{name}={value!r} {problem}: give a size above 0, as in {example}", value=repr(value)
+        ) from err
     if limit <= 0:
-        raise ConfigError(f"{name}={value!r} must be a size above 0, as in {example}", value=repr(value))
+        raise ConfigError(
+            f"{name}={value!r} is 0 bytes: give a size above 0, as in {example}", value=repr(value)
+        )
     return limit
 
 
@@ -63,11 +82,15 @@ def constraint_values(
 ) -> tuple[float, ...]:
     """One value per limit (RSS, then GPU when given), Optuna's way: <= 0 feasible, > 0 the
     fraction of the limit the trial's measured peak went over it. A trial that died of memory is
-    infeasible (at least :data:`KILLED_VIOLATION`) whatever its last reading was; a trial with no
+    infeasible (at least :data:`KILLED_VIOLATION`) whatever its last reading was, and so is one not
+    started for its predicted peak (by its interval's low end); a trial with no
     measured peak (not run by trainguard) counts as feasible (0.0): nothing says it is over."""
     status = str(user_attrs.get(PREFIX + "status") or "")
     killed = status in OOM_STATUSES
     gpu_killed = status == "killed_gpu_memory"
+    if status == PREDICTED_OVER_LIMIT:  # not run: the interval's low end is what it would at least reach
+        rss = _over(user_attrs.get(PREFIX + "predicted_low_bytes"), limit_bytes, True)
+        return (rss,) if gpu_limit_bytes is None else (rss, 0.0)
     values = [_over(user_attrs.get(PREFIX + "peak_rss_bytes"), limit_bytes, killed and not gpu_killed)]
     if gpu_limit_bytes is not None:
         values.append(_over(user_attrs.get(PREFIX + "peak_gpu_bytes"), gpu_limit_bytes, gpu_killed))
@@ -129,7 +152,9 @@ def memory_constraints(
     ``Policy(memory_limit=...)``, by the OS, a framework OOM) is infeasible too: with these
     constraints on the study's sampler the guarded objective ends it PRUNED instead of FAIL (Optuna
     asks constraints of COMPLETE and PRUNED trials only, and a killed trial has no value), after
-    ``Policy(retries=...)`` if any; ``trainguard_status`` still says what killed it.
+    ``Policy(retries=...)`` if any; ``trainguard_status`` still says what killed it. Once the peak
+    model knows the region, a trial whose whole predicted interval is over the limit is not started
+    at all: PRUNED and infeasible, ``trainguard_status="predicted_over_limit"``.
 
     Args:
         limit: the most tree RSS a feasible trial may reach: ``"4GB"``, ``"512MiB"`` or bytes.
@@ -147,21 +172,61 @@ def memory_constraints(
     return MemoryConstraints(_limit(limit, "limit"), gpu)
 
 
-def uses_memory_constraints(study: Any) -> bool:
-    """Whether ``study``'s sampler (or a sampler it wraps) takes :func:`memory_constraints`."""
+def study_constraints(study: Any) -> MemoryConstraints | None:
+    """The :func:`memory_constraints` ``study``'s sampler (or a sampler it wraps) takes, if any."""
     sampler, seen = getattr(study, "sampler", None), 0
     while sampler is not None and seen < 5:
-        if isinstance(getattr(sampler, "_constraints_func", None), MemoryConstraints):
-            return True
+        found = getattr(sampler, "_constraints_func", None)
+        if isinstance(found, MemoryConstraints):
+            return found
         sampler, seen = (
             getattr(sampler, "_base_sampler", None) or getattr(sampler, "_sampler", None),
             seen + 1,
         )
-    return False
+    return None
+
+
+def uses_memory_constraints(study: Any) -> bool:
+    """Whether ``study``'s sampler (or a sampler it wraps) takes :func:`memory_constraints`."""
+    return study_constraints(study) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class NotStarted:
+    """A trial the peak model says not to start: its prediction, the limit its interval's low end
+    is over (as the user gave it), and the user attributes the trial ends with."""
+
+    prediction: PeakPrediction
+    limit_bytes: int
+    limit: str
+    message: str
+
+    def attrs(self) -> dict[str, Any]:
+        p = self.prediction
+        return {
+            PREFIX + "status": PREDICTED_OVER_LIMIT,
+            PREFIX + "message": self.message[:1000],
+            PREFIX + "predicted_peak_bytes": p.peak_bytes,
+            PREFIX + "predicted_low_bytes": p.low_bytes,
+            PREFIX + "predicted_high_bytes": p.high_bytes,
+            PREFIX + "limit_bytes": self.limit_bytes,
+        }
+
+
+def not_to_start(prediction: PeakPrediction, limits: Mapping[str, int]) -> NotStarted | None:
+    """Whether a trial predicted ``prediction`` must not start under ``limits`` (``{words: bytes}``):
+    only when even its interval's low end is over one of them (the smallest it is over is named),
+    so a trial that may fit always runs."""
+    over = sorted((size, words) for words, size in limits.items() if over_limit(prediction, size))
+    if not over:
+        return None
+    size, words = over[0]
+    return NotStarted(prediction, size, words, not_started_message(prediction, words))
 
 
 class TrialPeaks:
-    """The parent's peak model over one guarded objective's Optuna trials (module docstring).
+    """The parent's peak model over one guarded objective's Optuna trials (module docstring), and
+    the search space its measured trials used (to draw a trial's params before it starts).
 
     Thread-safe: with ``workers > 1`` Optuna calls the objective from several threads."""
 
@@ -169,6 +234,8 @@ class TrialPeaks:
         self.enabled = enabled
         self._lock = threading.Lock()
         self._forecaster: PeakForecaster | None = None
+        # each param's distribution in every measured trial (_VARIED where two trials differ)
+        self._spaces: dict[str, Any] = {}
 
     def start(self, study: Any) -> Any:
         """The model a trial starting now is predicted with (None: no model)."""
@@ -176,7 +243,10 @@ class TrialPeaks:
             return None
         with self._lock:
             if self._forecaster is None:
-                self._forecaster = PeakForecaster(_prior(study))
+                prior = _prior(study)
+                for _params, _peak, distributions in prior:
+                    self._learn(distributions)
+                self._forecaster = PeakForecaster([(params, peak) for params, peak, _ in prior])
             return self._forecaster.model()
 
     @staticmethod
@@ -185,8 +255,32 @@ class TrialPeaks:
             return PeakPrediction.unknown("no peak model (Policy(predict_peaks=False))")
         return model if isinstance(model, PeakPrediction) else model.predict(dict(params))
 
+    def draw(self, trial: Any, model: Any) -> bool:
+        """Suggest on the live ``trial``, in the parent, each param ``model`` uses that the trial
+        has not yet, from the distribution every measured trial drew it from (the objective's own
+        suggest then gets the same value: Optuna keeps a trial's first draw of a name). Returns
+        whether the trial now has them all; False (nothing drawn) where the model uses no params
+        or one's distribution varied between trials or is of a kind not known here."""
+        features = tuple(getattr(model, "features", ()) or ())
+        if not features or getattr(model, "flat", False):
+            return False
+        with self._lock:
+            wanted = [(name, self._spaces.get(name)) for name in features if name not in trial.params]
+        if any(space is None or space is _VARIED for _name, space in wanted):
+            return False
+        if not all(_drawable(space) for _name, space in wanted):
+            return False
+        for name, space in wanted:
+            _suggest_from(trial, name, space)
+        return True
+
     def observe(
-        self, params: Mapping[str, Any], status: str, peak: int | None, predicted: PeakPrediction
+        self,
+        params: Mapping[str, Any],
+        status: str,
+        peak: int | None,
+        predicted: PeakPrediction,
+        distributions: Mapping[str, Any] | None = None,
     ) -> None:
         """Feed the model a finished trial: an ``ok`` one's peak, a memory kill's (a floor)."""
         if self._forecaster is None:
@@ -194,22 +288,55 @@ class TrialPeaks:
         with self._lock:
             if status == "ok":
                 self._forecaster.observe(dict(params), peak)
+                self._learn(distributions or {})
             elif status in OOM_STATUSES:
+                self._learn(distributions or {})
                 surprise = self._forecaster.observe_kill(dict(params), peak, predicted)
                 if surprise is not None:
                     logger.info("%s", surprise)
 
+    def _learn(self, distributions: Mapping[str, Any]) -> None:
+        for name, space in distributions.items():
+            seen = self._spaces.setdefault(name, space)
+            if seen is not _VARIED and seen != space:
+                self._spaces[name] = _VARIED
 
-def _prior(study: Any) -> list[tuple[Any, int]]:
-    """The study's completed trials that a guarded objective measured before this one, newest first."""
+
+_VARIED = object()
+
+
+def _drawable(space: Any) -> bool:
+    optuna = __import__("optuna")
+    kinds = (
+        optuna.distributions.FloatDistribution,
+        optuna.distributions.IntDistribution,
+        optuna.distributions.CategoricalDistribution,
+    )
+    return isinstance(space, kinds)
+
+
+def _suggest_from(trial: Any, name: str, space: Any) -> Any:
+    """``trial.suggest_*`` of ``name`` with the same arguments that gave ``space``."""
+    optuna = __import__("optuna")
+    if isinstance(space, optuna.distributions.CategoricalDistribution):
+        return trial.suggest_categorical(name, list(space.choices))
+    suggest = (
+        trial.suggest_int if isinstance(space, optuna.distributions.IntDistribution) else trial.suggest_float
+    )
+    return suggest(name, space.low, space.high, step=space.step, log=space.log)
+
+
+def _prior(study: Any) -> list[tuple[Any, int, Mapping[str, Any]]]:
+    """The study's completed trials that a guarded objective measured before this one, newest
+    first: ``(params, peak, distributions)``."""
     try:
         optuna = __import__("optuna")
         trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     except Exception:  # noqa: BLE001 - a study we cannot read gives no prior, not an error
         return []
-    out = []
+    out: list[tuple[Any, int, Mapping[str, Any]]] = []
     for trial in reversed(trials):
         peak = trial.user_attrs.get(PREFIX + "peak_rss_bytes")
         if isinstance(peak, int) and peak > 0 and not trial.user_attrs.get(PREFIX + "status"):
-            out.append((dict(trial.params), peak))
+            out.append((dict(trial.params), peak, dict(trial.distributions)))
     return out

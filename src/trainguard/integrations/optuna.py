@@ -45,8 +45,11 @@ from trainguard.exceptions import (
 from trainguard.guarded import BaseJob, CallPool, recv_json, send_json
 from trainguard.integrations._optuna_memory import (
     MemoryConstraints,
+    NotStarted,
     TrialPeaks,
     memory_constraints,
+    not_to_start,
+    study_constraints,
     uses_memory_constraints,
 )
 from trainguard.integrations._optuna_worker import SlotFunction, TrialProxy
@@ -271,6 +274,7 @@ class IsolatedObjective:
         self.retries_pending = 0
         self.fresh_started = 0
         self.calls = 0
+        self.not_started = 0  # trials ended PRUNED for their predicted peak, never sent to a worker
         self._finalizer = weakref.finalize(self, _close_pool, self._pool, runner)
 
     # -- Optuna calls this ------------------------------------------------------------------------
@@ -285,27 +289,60 @@ class IsolatedObjective:
             else:
                 self.fresh_started += 1
         model = self._peaks.start(trial.study)  # fitted on the trials finished before this one
+        skip = self._not_to_start(trial, model)
+        if skip is not None:
+            self._skip(optuna, trial, skip)
         job = self._pool.submit(_TrialJob(trial), _CLOSED)
         job.wait()
         if job.error is not None:
             raise job.error
         result = job.result
         prediction = self._peaks.predict(model, trial.params)
-        self._set_memory_attrs(trial, result, prediction.peak_bytes)
+        self._set_memory_attrs(trial, result, prediction)
         measured = result.ok and (result.value or {}).get("kind") == "value"  # a pruned trial stopped early
         status = "ok" if measured else str((result.error or {}).get("status", "failed"))
-        self._peaks.observe(trial.params, status, result.peak_rss_bytes, prediction)
+        self._peaks.observe(trial.params, status, result.peak_rss_bytes, prediction, trial.distributions)
         if self.constraints is not None:
             self.constraints.set_on(trial, _memory_attrs(result, status))
         if result.ok:
             return self._outcome(optuna, trial, result.value, result.peak_rss_bytes)
         return self._failed(trial, result, attempt)
 
-    def _set_memory_attrs(self, trial: Any, result: Any, predicted_bytes: int | None) -> None:
+    def _not_to_start(self, trial: Any, model: Any) -> NotStarted | None:
+        """Whether ``trial`` is predicted over a limit (``Policy(memory_limit=...)``, the study's
+        :func:`memory_constraints`) by its whole interval. Only where there is a limit, the params
+        the model uses are drawn here first (:meth:`TrialPeaks.draw`)."""
+        from trainguard.units import format_bytes
+
+        limits: dict[str, int] = {}
+        if self.policy.memory_limit:
+            limits[f"memory_limit={format_bytes(self.policy.memory_limit)}"] = self.policy.memory_limit
+        constraints = self.constraints or study_constraints(trial.study)
+        if constraints is not None:
+            limits[repr(constraints)] = constraints.limit_bytes
+        if not limits or model is None or not self._peaks.draw(trial, model):
+            return None
+        return not_to_start(self._peaks.predict(model, trial.params), limits)
+
+    def _skip(self, optuna: Any, trial: Any, skip: NotStarted) -> None:
+        """End ``trial`` unstarted: PRUNED with its prediction as user attributes, infeasible under
+        memory constraints; nothing is sent to a worker."""
+        attrs = skip.attrs()
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        if self.constraints is not None:
+            self.constraints.set_on(trial, attrs)
+        with self._lock:
+            self.not_started += 1
+        logger.warning("trial %d %s", trial.number, skip.message)
+        raise optuna.TrialPruned(f"{skip.message} (trainguard)")
+
+    def _set_memory_attrs(self, trial: Any, result: Any, prediction: Any) -> None:
         """``trainguard_peak_rss_bytes``, ``_growth_bytes``, ``_duration_s``, ``_worker_id``: the
         columns every tracker export writes (one owner: :mod:`trainguard.integrations.columns`);
-        ``_peak_gpu_bytes`` where GPU memory was read; ``_predicted_peak_bytes`` on every trial
-        (None while the peak model cannot say)."""
+        ``_peak_gpu_bytes`` where GPU memory was read; ``_predicted_peak_bytes`` with its 95 %
+        interval (``_predicted_low_bytes``, ``_predicted_high_bytes``) on every trial (None while
+        the peak model cannot say)."""
         from trainguard.integrations.columns import memory_columns
 
         with self._lock:
@@ -319,7 +356,9 @@ class IsolatedObjective:
         gpu = getattr(result, "peak_gpu_bytes", None)
         if gpu is not None:
             trial.set_user_attr(ATTR_PREFIX + "peak_gpu_bytes", gpu)
-        trial.set_user_attr(ATTR_PREFIX + "predicted_peak_bytes", predicted_bytes)
+        trial.set_user_attr(ATTR_PREFIX + "predicted_peak_bytes", prediction.peak_bytes)
+        trial.set_user_attr(ATTR_PREFIX + "predicted_low_bytes", prediction.low_bytes)
+        trial.set_user_attr(ATTR_PREFIX + "predicted_high_bytes", prediction.high_bytes)
 
     def _outcome(self, optuna: Any, trial: Any, out: dict[str, Any], peak: int | None) -> Any:
         kind = out.get("kind")
@@ -495,8 +534,12 @@ def optimize(
     Every trial gets ``trainguard_peak_rss_bytes`` (``trainguard_peak_gpu_bytes`` where GPU memory
     is read) and ``trainguard_predicted_peak_bytes``: the peak model's prediction for its params
     from the trials finished before it started (None while the model cannot say: under 5 trials,
-    params far outside those seen). See :func:`memory_constraints` to make configs over a limit
-    infeasible, and ``memory_objective`` to minimise memory as an objective.
+    params far outside those seen), with its interval (``_predicted_low_bytes``,
+    ``_predicted_high_bytes``). Under ``policy.memory_limit`` or :func:`memory_constraints`, a trial
+    whose whole predicted interval is over the limit is not started: the params the model uses are
+    drawn here first, and it ends PRUNED (infeasible) with ``trainguard_status="predicted_over_limit"``
+    and its prediction, its objective never entered. See :func:`memory_constraints` to make configs
+    over a limit infeasible, and ``memory_objective`` to minimise memory as an objective.
 
     Args:
         study: an ``optuna.Study``.

@@ -136,6 +136,9 @@ class TrialRow:
     status: str
     cause: str
     history: str
+    #: the peak model's prediction as its latest attempt started, or was not started (``acted``:
+    #: ``"skipped"``, ``"shrunk"``): ``peak_bytes``, ``low_bytes``, ``high_bytes``; None without one
+    prediction: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +192,10 @@ class RunReportData:
     #: of older trainguard) the one where the report is made
     environment: Mapping[str, Any]
     environment_recorded: bool
+    #: whether the peak model predicted any trial's peak (the trials table's prediction columns)
+    predicted: bool = False
+    #: the trials ended ``predicted_over_limit``: never started, their predicted low end over the limit
+    not_started: tuple[int, ...] = ()
 
     @property
     def info(self) -> RunInfo:
@@ -228,6 +235,7 @@ class RunReportData:
         run_id = info.run_id
         records = RunRecords.from_store(store, info)
         attempts = tuple(store.attempts(run_id))
+        predictions = store.predictions(run_id)  # the peak model's, by trial (empty without one)
         events = store.events(run_id, limit=MAX_EVENTS, kinds=None)
         samples = store.sample_envelope(run_id, buckets=CHART_BUCKETS)
         env_events = [e for e in events if e.kind == "environment" and isinstance(e.data, dict)]
@@ -261,13 +269,17 @@ class RunReportData:
                 PolicyValue(key, value, value != POLICY_DEFAULTS.get(key, object()))
                 for key, value in policy.items()
             ),
-            trials=_trial_rows(records.trials, attempts),
+            trials=_trial_rows(records.trials, attempts, predictions),
             growth=tuple(growth_per_worker(attempts, records.workers)),
             recycles=sum(w.reason == WorkerReason.RECYCLED for w in ended),
             recycle_causes=_recycle_causes(records.workers),
             kills=sum(w.reason in KILL_REASONS for w in ended),
             environment=environment,
             environment_recorded=bool(env_events),
+            predicted=bool(predictions),
+            not_started=tuple(
+                t.index for t in records.trials if (t.error or {}).get("status") == "predicted_over_limit"
+            ),
         )
 
 
@@ -363,7 +375,11 @@ def trial_cause(status: str, error: Mapping[str, Any] | None) -> str:
     return message or words or "failed"
 
 
-def _trial_rows(trials: Sequence[TrialRecord], attempts: Sequence[AttemptRecord]) -> tuple[TrialRow, ...]:
+def _trial_rows(
+    trials: Sequence[TrialRecord],
+    attempts: Sequence[AttemptRecord],
+    predictions: Mapping[int, Mapping[str, Any]] | None = None,
+) -> tuple[TrialRow, ...]:
     by_index: dict[int, list[AttemptRecord]] = defaultdict(list)
     for a in attempts:
         by_index[a.index].append(a)
@@ -374,7 +390,8 @@ def _trial_rows(trials: Sequence[TrialRecord], attempts: Sequence[AttemptRecord]
         if status == "pending" and any(a.status == "running" for a in tried):
             status = "running"
         history = " → ".join(f"{a.attempt}: {a.status}" for a in tried)
-        rows.append(TrialRow(t, status, trial_cause(t.status, t.error), history))
+        prediction = (predictions or {}).get(t.index)
+        rows.append(TrialRow(t, status, trial_cause(t.status, t.error), history, prediction))
     return tuple(rows)
 
 

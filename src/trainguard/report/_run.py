@@ -79,6 +79,7 @@ def render_run(data: RunReportData) -> str:
         f"{_memory_section(data)}"
         f"{flight_section(list(data.attempts), dict(data.policy))}"
         f'<section id="trials"><h2>Trials</h2><p class="note">Click a column to sort; type to filter.</p>'
+        f"{_not_started_note(data)}"
         f'<div data-table="trials"></div></section>'
         f'<section id="growth"><h2>Growth per trial, per worker</h2><p class="note">Theil-Sen slope of each worker’s '
         f"per-trial peak RSS (trials the worker survived) with its 95 % interval (trainguard’s leak statistics). A worker whose interval lies above "
@@ -228,6 +229,36 @@ def _slot_chart(data: RunReportData, slot: SlotMemory) -> str:
     )
 
 
+#: the trials table's columns of the peak model's prediction (Policy(predict_peaks=...)), beside the
+#: measured peak, where the run has predictions
+_PREDICTED_COLUMNS = (("predicted peak", "bytes"), ("predicted 95 %", "text"))
+
+
+def _predicted_cells(prediction: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """A trial's predicted peak and its 95 % interval in words, as its latest attempt started (or
+    was not started: "not run")."""
+    if not prediction or prediction.get("peak_bytes") is None:
+        return None, ""
+    acted = {"skipped": " (not run)", "shrunk": " (started shrunk)"}.get(str(prediction.get("acted")), "")
+    interval = f"{fmt_bytes(prediction.get('low_bytes'))} to {fmt_bytes(prediction.get('high_bytes'))}"
+    return prediction["peak_bytes"], interval + acted
+
+
+def _not_started_note(data: RunReportData) -> str:
+    """A line for the trials ended ``predicted_over_limit`` (never started), where there are any."""
+    skipped = data.not_started
+    if not skipped:
+        return ""
+    limit = data.memory_limit
+    over = f" memory_limit={fmt_bytes(limit)}" if limit else " the memory limit"
+    shown = ", ".join(str(i) for i in skipped[:20]) + (", …" if len(skipped) > 20 else "")
+    return (
+        f'<p class="note" id="not-started">{len(skipped)} trial{"s" if len(skipped) != 1 else ""} '
+        f"not started (predicted over limit): the peak model put the whole 95 % interval of "
+        f"{'their' if len(skipped) != 1 else 'its'} predicted peak over{text(over)}. Trials {text(shown)}.</p>"
+    )
+
+
 def _trials_table(data: RunReportData) -> dict[str, Any]:
     rows = []
     for row in data.trials:
@@ -240,6 +271,7 @@ def _trials_table(data: RunReportData) -> dict[str, Any]:
                 _short(t.params),
                 _short(t.value) if t.status == "ok" else "",
                 t.peak_rss_bytes,
+                *(_predicted_cells(row.prediction) if data.predicted else ()),
                 t.duration_s,
                 t.worker_id,
                 t.attempts,
@@ -257,6 +289,7 @@ def _trials_table(data: RunReportData) -> dict[str, Any]:
             ("params", "code"),
             ("result", "code"),
             ("peak RSS", "bytes"),
+            *(_PREDICTED_COLUMNS if data.predicted else ()),
             ("duration", "seconds"),
             ("worker", "num"),
             ("attempts", "num"),

@@ -52,6 +52,7 @@ from trainguard.runner.policy._budget import (
 )
 from trainguard.runner.policy._limits import EndCause, KillDecision, check_limits, classify_end
 from trainguard.runner.policy._oom import Shrink, ShrinkStep, params_without, resize, shrink_step, start_at
+from trainguard.runner.policy._peaks import not_started_message, over_limit
 from trainguard.runner.policy._pressure import (
     PressureDecision,
     decide_pressure,
@@ -80,6 +81,8 @@ from trainguard.units import parse_duration, parse_size
 
 __all__ = [
     "Policy",
+    "over_limit",
+    "not_started_message",
     "Shrink",
     "ShrinkStep",
     "OOM_STATUSES",

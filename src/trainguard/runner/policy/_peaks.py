@@ -30,6 +30,7 @@ __all__ = [
     "numeric_params",
     "MIN_TRIALS",
     "over_limit",
+    "not_started_message",
     "fits",
     "shrunk_to_fit",
     "pick_for_budget",
@@ -96,6 +97,18 @@ def over_limit(prediction: PeakPrediction, limit_bytes: int | None) -> bool:
     """Whether a trial must not start: only when even the low end of its interval is over the
     limit, so a trial that may fit always runs."""
     return bool(limit_bytes and prediction.known and (prediction.low_bytes or 0) > limit_bytes)
+
+
+def not_started_message(prediction: PeakPrediction, limit: str) -> str:
+    """Why a trial was not started, in words: its prediction and the ``limit`` (as the user gave
+    it: ``"memory_limit=460.0 MB"``) the interval lies over."""
+    from trainguard.units import format_bytes
+
+    return (
+        f"not started: predicted peak {format_bytes(prediction.peak_bytes)} "
+        f"(95 % interval {format_bytes(prediction.low_bytes)} to {format_bytes(prediction.high_bytes)}) "
+        f"is over {limit}; {prediction.reason}"
+    )
 
 
 def fits(prediction: PeakPrediction, limit_bytes: int, margin: float) -> bool:

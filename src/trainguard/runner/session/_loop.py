@@ -232,6 +232,7 @@ class Session:
                             len(self._queue) + sum(1 for w in self.pool.workers if w.state == "busy")
                         )
                     self._dispatch()
+                    self.predictions.refit()
                     self._poll(0.25)
                     self.pool.check_starting()
                     self.sampling.flush()

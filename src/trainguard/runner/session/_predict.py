@@ -82,9 +82,16 @@ class PeakForecaster:
         assert self._fit is not None
         return self._fit
 
-    def predict(self, params: Any, key: int | None = None) -> PeakPrediction:
-        """The prediction for ``params`` (``key``, a trial index, caches it until the next refit)."""
-        fit = self.model()
+    def current(self) -> PeakFit | PeakPrediction:
+        """The latest model without refitting (the first one is fitted now). A worker waiting for
+        its next trial does not wait for a fit (10-70 ms of CPU): the session picks with this one
+        and refits (:meth:`model`) once the worker has its trial."""
+        return self._fit if self._fit is not None else self.model()
+
+    def predict(self, params: Any, key: int | None = None, *, refit: bool = True) -> PeakPrediction:
+        """The prediction for ``params`` (``key``, a trial index, caches it until the next refit;
+        ``refit=False``: with :meth:`current`'s model)."""
+        fit = self.model() if refit else self.current()
         if key is not None:
             cached = self._cache.get(key)
             if cached is not None and cached[0] == self.version:
@@ -98,9 +105,9 @@ class PeakForecaster:
         """A trial's cached prediction is no longer needed (it started with other params)."""
         self._cache.pop(key, None)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, *, refit: bool = True) -> dict[str, Any]:
         """The model as JSON for an event and ``show``."""
-        fit = self.model()
+        fit = self.model() if refit else self.current()
         if isinstance(fit, PeakPrediction):
             return {
                 "description": f"unknown: {fit.reason}",
@@ -150,7 +157,8 @@ class Predictions:
         forecaster = self.forecaster
         if forecaster is None:
             return PeakPrediction.unknown("no model in this session")
-        return forecaster.predict(run.sent_params, key=None if run.attempt_params is not None else run.index)
+        key = None if run.attempt_params is not None else run.index
+        return forecaster.predict(run.sent_params, key=key, refit=False)
 
     def budget_bytes(self, run: Any) -> float | None:
         """What ``run`` is expected to reach, for the memory budget: its interval's high end."""
@@ -207,7 +215,7 @@ class Predictions:
         """An event when the model's shape changes (first known, another set of params)."""
         if self.forecaster is None:
             return
-        described = self.forecaster.describe()
+        described = self.forecaster.describe(refit=False)
         words = described.get("description")
         shape = (tuple(described.get("features", ())), described.get("flat"), "unknown" in str(words))
         if shape == self._shape:
@@ -219,14 +227,11 @@ class Predictions:
 
     def skipped(self, run: Any, prediction: PeakPrediction) -> dict[str, Any]:
         """Record a trial not started for its prediction; returns its failure."""
+        from trainguard.runner.policy._peaks import not_started_message
         from trainguard.units import format_bytes
 
         limit = self.policy.memory_limit
-        message = (
-            f"not started: predicted peak {format_bytes(prediction.peak_bytes)} "
-            f"(95 % interval {format_bytes(prediction.low_bytes)} to {format_bytes(prediction.high_bytes)}) "
-            f"is over memory_limit={format_bytes(limit)}; {prediction.reason}"
-        )
+        message = not_started_message(prediction, f"memory_limit={format_bytes(limit)}")
         self.record(run, prediction, "skipped")
         self.recorder.event(
             "peak_skip",
@@ -247,7 +252,13 @@ class Predictions:
             return
         if run.attempt != 1 or run.attempt_params is not None:
             return  # a trial already under way (resumed, retried, shrunk after an OOM) keeps its size
-        found = shrunk_to_fit(rule, run.sent_params, forecaster.predict, limit, self.policy.predictive_margin)
+        found = shrunk_to_fit(
+            rule,
+            run.sent_params,
+            lambda params: forecaster.predict(params, refit=False),
+            limit,
+            self.policy.predictive_margin,
+        )
         if found is None:
             return
         params, prediction = found
@@ -261,6 +272,12 @@ class Predictions:
             index=run.index,
         )
         run.predicted_size = True
+
+    def refit(self) -> None:
+        """Refit the model when enough is new: the loop calls this after giving idle workers their
+        trials, so no worker waits for a fit (the picks use the model fitted one round earlier)."""
+        if self.forecaster is not None:
+            self.forecaster.model()
 
     def started(self, run: Any) -> None:
         """An attempt started: its prediction is recorded with it."""
