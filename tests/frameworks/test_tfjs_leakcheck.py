@@ -111,6 +111,12 @@ def test_one_tensor_kept_a_call_is_a_leak_within_20_calls_with_the_counts_named(
 
 
 def test_a_flat_tfjs_step_read_call_by_call_is_not_a_leak():
-    out = _leakcheck(f"{KEPT}:step_flat", "--max-iterations", "300", "--max-time", "10m", "--json")
+    # The Node process's RSS climbs in steps of about 1 MiB (V8 and the allocator committing pages)
+    # over the first 200 calls, then levels off: read in a window of steps it is +13 KiB a call (one
+    # CI run in several called that a leak at the 1 KiB floor of a 1 ms step). The tensors' exact
+    # counts are what this test is about; RSS gets the tolerance the other TF.js tests use.
+    out = _leakcheck(
+        f"{KEPT}:step_flat", "--max-iterations", "300", "--max-time", "10m", "--tolerance", "64KB", "--json"
+    )
     report = json.loads(out.stdout)
     assert report["verdict"] in ("no_leak", "plateau"), report["reason"]
