@@ -16,7 +16,13 @@ if TYPE_CHECKING:
     from trainguard.probes.nvml import GpuInfo
     from trainguard.runner.device import Device
 
-__all__ = ["GpuBudgetConfig", "GpuBudgetDevice", "check_gpu_budget", "resolve_gpu_budget", "capped_frameworks"]
+__all__ = [
+    "GpuBudgetConfig",
+    "GpuBudgetDevice",
+    "check_gpu_budget",
+    "resolve_gpu_budget",
+    "capped_frameworks",
+]
 
 #: the frameworks a slot's share can cap (through Device's settings)
 CAPPABLE = ("torch", "tensorflow", "jax")
@@ -131,13 +137,15 @@ def _devices_named(parsed: dict[int | None, int], gpus: Any, seen: Sequence[GpuI
         return {i: b for i, b in parsed.items() if i is not None}
     if gpus is None:
         return {g.index: parsed[None] for g in seen}
-    entries = [e.strip() for e in gpus.split(",")] if isinstance(gpus, str) else [str(g).strip() for g in gpus]
+    entries = (
+        [e.strip() for e in gpus.split(",")] if isinstance(gpus, str) else [str(g).strip() for g in gpus]
+    )
     if not [e for e in entries if e]:
-        raise ConfigError("gpu_memory_budget= with gpus='' hides every GPU: give the GPUs to budget, e.g. gpus=[0]")
-    if not all(e.isdigit() for e in entries):
         raise ConfigError(
-            f"gpu_memory_budget= needs gpus= as NVML indices such as [0, 1], not {gpus!r}"
+            "gpu_memory_budget= with gpus='' hides every GPU: give the GPUs to budget, e.g. gpus=[0]"
         )
+    if not all(e.isdigit() for e in entries):
+        raise ConfigError(f"gpu_memory_budget= needs gpus= as NVML indices such as [0, 1], not {gpus!r}")
     return {int(e): parsed[None] for e in entries}
 
 

@@ -110,7 +110,9 @@ def plan_gpu_slots(
     while sum(slots.values()) > max(1, max_workers):
         index = max(slots, key=lambda i: (slots[i], -budgets[i] / max(1, slots[i]), -i))
         slots[index] -= 1
-        words[index] = f"{slots[index]} slot{'s' if slots[index] != 1 else ''} ({words[index]}; max workers {max_workers})"
+        words[index] = (
+            f"{slots[index]} slot{'s' if slots[index] != 1 else ''} ({words[index]}; max workers {max_workers})"
+        )
     devices = tuple(
         GpuSlots(
             i,

@@ -102,7 +102,9 @@ class GpuPool:
         gpu = self.config.device(index)
         share = self.plan.device(index).share_bytes
         caps = slot_caps(share, gpu.total_bytes, self.config.frameworks)
-        slot_device = dataclasses.replace(self.config.base_device or Device(), visible_devices=gpu.uuid, **caps)
+        slot_device = dataclasses.replace(
+            self.config.base_device or Device(), visible_devices=gpu.uuid, **caps
+        )
         env.update(slot_device.env())
         bootstrap["device"] = slot_device.worker_settings()
         return {"gpu": index, "gpu_share_bytes": share, "gpu_caps": caps}
@@ -203,8 +205,12 @@ class GpuPool:
             if choice is None:
                 continue
             worker = next(w for w in counted if w.worker_id == choice.worker_id)
-            choice = BudgetKill(choice.worker_id, choice.alone, choice.message, {**choice.values, "gpu": device.index})
-            worker.kill = KillDecision("killed_budget", device.budget_bytes, choice.values["sum_bytes"], choice.message)
+            choice = BudgetKill(
+                choice.worker_id, choice.alone, choice.message, {**choice.values, "gpu": device.index}
+            )
+            worker.kill = KillDecision(
+                "killed_budget", device.budget_bytes, choice.values["sum_bytes"], choice.message
+            )
             worker.budget_kill = choice
             out.append((worker, choice))
         return out
