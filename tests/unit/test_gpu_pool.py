@@ -155,3 +155,35 @@ def test_the_framework_peak_reads_torch_and_tensorflows_gpu_devices_only():
     }
     assert framework_gpu_peak(stats) == 5 * GB
     assert framework_gpu_peak({}) is None
+
+
+def test_a_trial_too_big_for_its_gpu_waits_for_a_larger_one_only_where_one_has_a_slot():
+    pool = GpuPool(_config(), max_workers=8, predict_peaks=True)
+    trained = _worker(9, 0, share=70 * GB)
+    for i, batch in enumerate((8, 16, 24, 32, 48, 64, 96, 128)):
+        trained.trials_done = i + 1
+        trained.trial_peak_gpu = int(GB + batch * 0.08 * GB)
+        pool.trial_ended(trained, {"batch": batch}, {})
+    run = _run(7, 560)  # predicted near 46 GB: over GPU 1's 40 GB, under GPU 0's 70 GB
+    prediction = pool.predict(run.sent_params)
+    assert prediction is not None and 40 * GB < (prediction.low_bytes or 0) < 70 * GB
+    small = _worker(0, 1, share=pool.plan.device(1).share_bytes)
+    assert pool.admit(small, run, [small]).action == "other_device"
+    pool.caps[0] = 0  # GPU 0 left without a slot: nothing larger can take it, so it runs here
+    pool.replan()
+    assert pool.plan.device(0).slots == 0
+    small.gpu_share_bytes = pool.plan.device(1).share_bytes
+    assert pool.admit(small, run, [small]).action == "run"
+
+
+def test_no_slot_on_any_gpu_stops_the_run_in_words():
+    import pytest
+
+    from trainguard.exceptions import ConfigError
+
+    pool = GpuPool(_config(), max_workers=8, predict_peaks=False)
+    worker = _worker(0, 0, share=70 * GB)
+    worker.trials_done = 1
+    worker.trial_peak_gpu = 75 * GB
+    with pytest.raises(ConfigError, match="below one trial's measured GPU peak 69.8 GiB on every GPU"):
+        pool.trial_ended(worker, {"batch": 64}, {})

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainguard.exceptions import ConfigError
 from trainguard.runner.policy._budget import BudgetDecision, BudgetKill, choose_budget_kill
 from trainguard.runner.policy._gpu_budget import (
     GpuPlan,
@@ -151,16 +152,25 @@ class GpuPool:
             )
         others = [w for w in self._on(index, workers) if w is not worker]
         measured = worker.gpu_last_peak or (max(self.fresh_peaks) if self.fresh_peaks else None)
+        prediction = self.predict(run.sent_params, None if run.attempt_params is not None else run.index)
         decision = decide_gpu_trial(
             device,
-            prediction=self.predict(run.sent_params, None if run.attempt_params is not None else run.index),
+            prediction=prediction,
             measured_bytes=measured,
             others_bytes=sum(self.holds(w) for w in others),
             others_busy=any(w.state == "busy" for w in others),
         )
+        if decision.action == "other_device" and not self._larger_slot(index, prediction):
+            # no other GPU with a slot can take it either (a retry, or a GPU left with no slot): it
+            # runs here, where the framework cap and the NVML bound hold it
+            decision = BudgetDecision("run", decision.message, decision.values)
         if decision.action == "run":
             worker.gpu_reserved_bytes = decision.values["expected_bytes"]
         return decision
+
+    def _larger_slot(self, index: int, prediction: PeakPrediction | None) -> bool:
+        low = (prediction.low_bytes or 0) if prediction is not None else 0
+        return any(d.index != index and d.slots > 0 and d.budget_bytes >= low for d in self.plan.devices)
 
     # -- after a trial -------------------------------------------------------------------------------
 
@@ -179,6 +189,11 @@ class GpuPool:
             return None
         self.fresh_peaks.append(peak)
         change = self.replan()
+        if self.plan.total_slots == 0:
+            raise ConfigError(
+                f"gpu_memory_budget is below one trial's measured GPU peak {format_bytes(peak)} on every GPU "
+                f"({self.plan.message}): raise it above that (or make the trial smaller)"
+            )
         if change is None and len(self.fresh_peaks) == 1:
             return self.plan  # the first measurement is always recorded, even when it changes nothing
         return change
