@@ -22,3 +22,14 @@ def gpu_small(params):
 
     x = torch.ones(1024, 1024, device="cuda")
     return {"sum": float(x.sum().item())}
+
+
+def gpu_hold(params):
+    """Hold ``mib`` MiB of GPU memory for ``hold_s`` seconds (the GPU budget's sweep)."""
+    import torch
+
+    block = torch.empty(int(params["mib"]) * 2**20, dtype=torch.uint8, device="cuda")
+    block.fill_(1)
+    torch.cuda.synchronize()
+    time.sleep(float(params.get("hold_s", 1.0)))
+    return {"mib": int(params["mib"]), "device": torch.cuda.current_device()}

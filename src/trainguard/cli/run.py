@@ -100,6 +100,14 @@ def _add_where_it_runs(parser: argparse.ArgumentParser) -> None:
         "choosing how many trials run at once and recycling workers before they would cross it",
     )
     parser.add_argument(
+        "--gpu-memory-budget",
+        metavar="SIZE|I=SIZE,...",
+        type=_gpu_budget_arg,
+        help="GPU memory for the whole run, per GPU: 70GB (each GPU) or 0=70GB,1=40GB (NVML's indices); "
+        "each GPU gets as many worker slots as its budget holds of the measured GPU peaks, and the "
+        "frameworks named by --keras-backend/--preload are capped at each slot's share",
+    )
+    parser.add_argument(
         "--backend",
         choices=("local", "ray", "slurm"),
         default="local",
@@ -439,6 +447,19 @@ def _workers_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers or 'auto'") from None
 
 
+def _gpu_budget_arg(text: str) -> str | dict[str, str]:
+    """``70GB`` as is; ``0=70GB,1=40GB`` as ``{"0": "70GB", "1": "40GB"}`` (the Runner checks both)."""
+    if "=" not in text:
+        return text
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, size = part.partition("=")
+        if not sep or not key.strip() or not size.strip():
+            raise argparse.ArgumentTypeError(f"{part!r} is not INDEX=SIZE: give e.g. 0=70GB,1=40GB")
+        out[key.strip()] = size.strip()
+    return out
+
+
 def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
     from trainguard.cli._device import device_from_args
     from trainguard.runner import Runner
@@ -456,6 +477,7 @@ def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
         seed=args.seed,
         device=device_from_args(args),
         memory_budget=args.memory_budget,
+        gpu_memory_budget=args.gpu_memory_budget,
         backend=args.backend,
         address=args.address,
         resources=args.resources,

@@ -11,7 +11,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainguard.runner._gpu_config import GpuBudgetConfig
 
 __all__ = ["RunConfig"]
 
@@ -47,6 +50,8 @@ class RunConfig:
     tf_custom_gradients: bool = True
     #: a Device's settings, applied in each worker before any framework initialises
     device: Mapping[str, Any] | None = None
+    #: the GPU budget per device (Runner(gpu_memory_budget=...)): slots and caps per GPU
+    gpu_budget: GpuBudgetConfig | None = None
 
     def stored(self) -> dict[str, Any]:
         """The configuration the store keeps with the run (the keys earlier releases wrote)."""
@@ -65,6 +70,7 @@ class RunConfig:
             "max_result_bytes": self.max_result_bytes,
             "tree_tracking": self.tree_tracking,
             "device": dict(self.device) if self.device is not None else None,
+            "gpu_memory_budget": self.gpu_budget.stored() if self.gpu_budget is not None else None,
         }
 
     def bootstrap(self, *, threads: int, preload: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -199,10 +199,10 @@ def _check_flags(**flags: object) -> None:
 
 
 def _check_sizing(
-    workers: int | str, policy: Policy, memory_budget: str | int | None, backend: Any
+    workers: int | str, policy: Policy, memory_budget: str | int | None, backend: Any, gpu_budgeted: bool = False
 ) -> tuple[bool, int | None, int]:
     """``workers`` and ``memory_budget`` checked: ``(workers == "auto", the budget in bytes or None,
-    the most workers at once)``."""
+    the most workers at once)``; a GPU budget sizes ``workers="auto"`` as well."""
     auto = workers == "auto"
     if not auto and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"workers={workers!r} must be a whole number >= 1 such as 2, or 'auto'")
@@ -214,7 +214,7 @@ def _check_sizing(
         )
     if budget is not None and budget <= 0:
         raise ConfigError(f"memory_budget={memory_budget!r} must be a size above 0, such as '6GB'")
-    if auto and budget is None and policy.memory_limit is None:
+    if auto and budget is None and policy.memory_limit is None and not gpu_budgeted:
         raise ConfigError(
             "workers='auto' has nothing to size from: give memory_budget='6GB' (--memory-budget 6GB, "
             "the whole run's memory) or Policy(memory_limit=...) (--memory-limit, one trial's), or a "
@@ -223,7 +223,7 @@ def _check_sizing(
     if budget is not None:
         _warn_budget_above_memory(budget)
     max_workers = workers if not auto else _cores()
-    if auto and budget is None and policy.memory_limit is not None:
+    if auto and budget is None and policy.memory_limit is not None and not gpu_budgeted:
         # sized from the per-trial limit: as many trials as the memory there is holds at their limit
         usable = _usable_memory_bytes()
         max_workers = max(1, min(_cores(), usable // policy.memory_limit)) if usable else 1
@@ -449,6 +449,15 @@ class Runner:
             ``pip install -e '.[ray]'``), ``"slurm"`` (in pilot jobs on a Slurm cluster, each a
             node-local supervisor of its workers; needs ``pip install -e '.[slurm]'``), or an object
             implementing ``trainguard.runner.backends.base.BaseBackend``.
+        gpu_memory_budget: the GPU memory of the whole run, per GPU (NVML's indices): one size for
+            each GPU (``"70GB"``; of ``gpus=`` when given) or ``{0: "70GB", 1: "40GB"}``. Each GPU gets
+            as many worker slots as its budget holds of a fresh worker's measured GPU peak (one
+            until a trial is measured), each worker is pinned to its GPU, and the frameworks the
+            workers are said to use (``keras_backend``, ``preload``, a ``Device`` setting) are capped
+            at the slot's share (TensorFlow's logical device, PyTorch's per-process fraction, JAX's
+            memory fraction). A trial starts only when its expected GPU peak fits beside the other
+            workers on its GPU; the sampler kills a worker when a GPU's workers sum over its budget,
+            and a trial predicted over every GPU's budget is not started. Needs NVML.
         address: with ``backend="ray"``: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, or
             ``"ray://HOST:PORT"``); None uses Ray's default (``RAY_ADDRESS``, else a Ray started here).
         resources: with ``backend="ray"``: what each worker slot reserves on its node, as Ray names
@@ -491,6 +500,7 @@ class Runner:
         device: Device | None = None,
         backend: Any = "local",
         memory_budget: str | int | None = None,
+        gpu_memory_budget: str | int | Mapping[int, str | int] | None = None,
         address: str | None = None,
         resources: Any = None,
         slurm: Any = None,
@@ -503,13 +513,20 @@ class Runner:
             policy = Policy()
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
-        auto, budget, max_workers = _check_sizing(workers, policy, memory_budget, backend)
+        auto, budget, max_workers = _check_sizing(
+            workers, policy, memory_budget, backend, gpu_budgeted=gpu_memory_budget is not None
+        )
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(
                 f"threads={threads!r} must be a whole number >= 1, or None for cores // workers"
             )
         gpu_slots, allocator_path, trim, preload = _check_placement(
             keras_backend, gpus, device, allocator, malloc_trim_threshold, env, preload
+        )
+        from trainguard.runner._gpu_config import check_gpu_budget
+
+        gpu_budget = check_gpu_budget(
+            gpu_memory_budget, gpus=gpus, device=device, backend=backend, keras_backend=keras_backend, preload=preload
         )
         interval, start_timeout_s, result_cap = _check_limits(
             sample_interval, start_timeout, max_result_bytes, tree_tracking, policy
@@ -530,6 +547,7 @@ class Runner:
 
         self.workers = workers
         self.memory_budget = budget
+        self.gpu_memory_budget = gpu_budget.budgets if gpu_budget is not None else None
         self.policy = policy
         self._store_arg = store
         self._store: Store | None = None
@@ -547,7 +565,8 @@ class Runner:
             thread_vars=tuple(thread_vars),
             cores=_cores(),
             base_env=base_env,
-            gpu_slots=gpu_slots,
+            gpu_slots=gpu_slots if gpu_budget is None else None,  # the budget places each worker
+            gpu_budget=gpu_budget,
             preload=preload,
             sample_interval_s=float(interval),
             uss=bool(uss),

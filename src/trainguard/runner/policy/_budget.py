@@ -181,7 +181,11 @@ class BudgetKill:
 
 
 def choose_budget_kill(
-    budget_bytes: int, workers: Sequence[tuple[int, int, float | None]]
+    budget_bytes: int,
+    workers: Sequence[tuple[int, int, float | None]],
+    *,
+    budget_name: str = "the memory budget",
+    summed: str = "the workers' trees",
 ) -> BudgetKill | None:
     """Which worker to kill when one sample of every worker tree sums over ``budget_bytes``.
 
@@ -191,7 +195,8 @@ def choose_budget_kill(
     by itself), the one whose kill costs least: no trial first, else the trial that started last
     (the least work lost and run again); the larger tree on a tie. When no single tree covers the
     excess, the largest tree (the next sample ends another if the sum is still over). None: the sum
-    is within the budget.
+    is within the budget. ``budget_name`` and ``summed`` name the budget and what is summed in the
+    message (a GPU's budget sums the workers' GPU memory on it).
     """
     total = sum(tree for _, tree, _ in workers)
     if total <= budget_bytes or not workers:
@@ -216,7 +221,8 @@ def choose_budget_kill(
     return BudgetKill(
         worker_id,
         alone,
-        "killed at the memory budget: the workers' trees summed {} > {}; ".format(
+        f"killed at {budget_name}: {summed} summed "
+        + "{} > {}; ".format(
             *format_bytes_apart(total, budget_bytes)
         )
         + f"worker {worker_id} was ended because {how}",

@@ -41,11 +41,20 @@ def after_budget_kill(session: Session, worker: WorkerRecord, run: Attempt | Non
             duration_s=duration,
         )
 
-    if run is not None and choice.alone and worker.trials_done == 0:
+    gpu = choice.values.get("gpu")
+    gpus = session.pool.gpu.config.budgets if session.pool.gpu is not None else {}
+    # on a GPU whose budget is not the largest, the trial may fit another GPU: it runs again
+    largest = gpu is None or choice.values["budget_bytes"] >= max(gpus.values(), default=0)
+    if run is not None and choice.alone and worker.trials_done == 0 and largest:
         store_killed(run)
+        named = (
+            f"memory_budget={format_bytes(budget)}"
+            if gpu is None
+            else f"gpu_memory_budget={format_bytes(choice.values['budget_bytes'])} (GPU {gpu})"
+        )
         message = (
-            f"memory_budget={format_bytes(budget)} is below one trial's measured peak: trial {run.index} "
-            f"alone reached {format_bytes(choice.values['tree_bytes'])} and was killed at the budget: "
+            f"{named} is below one trial's measured peak: trial {run.index} alone reached "
+            f"{format_bytes(choice.values['tree_bytes'])} and was killed at the budget: "
             "raise it above that (or make the trial smaller)"
         )
         session.recorder.event(

@@ -173,6 +173,7 @@ class Session:
             ),
         )
         self.predictions = Predictions(policy=policy, recorder=self.recorder, fn=fn)
+        self.predictions.refuse = self.pool.gpu.refusal if self.pool.gpu is not None else None
         self.stages = Stages(
             policy=policy,
             recorder=self.recorder,
@@ -222,9 +223,7 @@ class Session:
                         sample_interval_s=self.config.sample_interval_s,
                         uss=self.config.uss or self.pool.private,
                     )
-                    start = self.pool.planner.initial()
-                    if start is not None:
-                        self.recorder.event("workers", start.message, data=start.values)
+                    self.pool.say_initial()
                     self.sampling.start()
                 while self._queue or self.pool.busy():
                     if self._stop_result is None:
@@ -329,7 +328,7 @@ class Session:
             run = self._next_run(worker)
             if run is None or self._stop_result is not None:
                 return
-            if not pool.budget_check(worker, self.predictions.budget_bytes(run)):
+            if not pool.budget_check(worker, self.predictions.budget_bytes(run), run):
                 continue
             with pool.lock:
                 if worker.kill is not None:  # killed at the budget while idle: its death is coming
@@ -506,7 +505,7 @@ class Session:
         self._finish_attempt(worker, run, status, msg.get("error"), value, peak, duration, flight=flight)
         worker.reserved_bytes = None
         if status == "ok":
-            self.pool.plan_after_trial(worker, peak, rss_after, duration)
+            self.pool.plan_after_trial(worker, peak, rss_after, duration, run=run, stats=stats)
         self._after_trial(worker, run, status, stats)
 
     def _after_trial(self, worker: WorkerRecord, run: Attempt, status: str, stats: dict[str, Any]) -> None:

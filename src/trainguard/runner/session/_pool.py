@@ -36,6 +36,7 @@ from trainguard.runner.policy import (
     should_prestart,
     worker_history,
 )
+from trainguard.runner.session._gpu_pool import GpuPool
 from trainguard.runner.session._records import WorkerRecord
 from trainguard.runner.session._results import WorkerProgress
 from trainguard.units import format_bytes
@@ -242,6 +243,12 @@ class Pool:
             threads=None if config.threads_chosen else config.threads,
         )
         self.no_prestart = False  # a replacement started early was killed at the budget
+        #: the GPU budget's slots, shares and kills (Runner(gpu_memory_budget=...)), else None
+        self.gpu = (
+            GpuPool(config.gpu_budget, max_workers=config.workers, predict_peaks=policy.predict_peaks)
+            if config.gpu_budget is not None
+            else None
+        )
 
     # -- views ------------------------------------------------------------------------------------
 
@@ -327,6 +334,8 @@ class Pool:
     def maintain(self, needed: int) -> None:
         """Start (or promote a spare to) workers until ``needed`` are live, as the budget allows."""
         needed = min(self.planner.target, needed)
+        if self.gpu is not None:
+            needed = min(needed, self.gpu.plan.total_slots)
         live = [w for w in self.live() if not w.spare]
         used_slots = {w.slot for w in self.live()}
         while len(live) < needed:
@@ -345,11 +354,16 @@ class Pool:
                 fresh = self.planner.fresh_peak_bytes
                 if fresh is None or self.reserved() + fresh > (self.planner.budget_bytes or 0):
                     break  # no room for another fresh worker's trial now
+            gpu_index = None if self.gpu is None else self.gpu.free_device(self.workers)
+            if self.gpu is not None and gpu_index is None:
+                break  # every GPU's slots are taken, or none has room for a fresh worker's trial now
             slot = next(s for s in range(len(self.workers) + self.config.workers + 1) if s not in used_slots)
-            live.append(self.start_worker(slot))
+            live.append(self.start_worker(slot, gpu_index=gpu_index))
             used_slots.add(slot)
 
-    def start_worker(self, slot: int, *, preload: tuple[str, ...] = (), spare: bool = False) -> WorkerRecord:
+    def start_worker(
+        self, slot: int, *, preload: tuple[str, ...] = (), spare: bool = False, gpu_index: int | None = None
+    ) -> WorkerRecord:
         env = dict(self.config.base_env)
         concurrency = self.planner.target
         threads = self.planner.threads.for_new_worker(concurrency, [w.threads for w in self.live()])
@@ -358,6 +372,7 @@ class Pool:
         bootstrap = self.config.bootstrap(threads=threads, preload=preload)
         if self.config.gpu_slots is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.config.gpu_slots[slot % len(self.config.gpu_slots)]
+        placed = {} if self.gpu is None or gpu_index is None else self.gpu.place(gpu_index, env, bootstrap)
         spec = WorkerSpec(
             worker_id=self.next_worker_id,
             slot=slot,
@@ -368,7 +383,9 @@ class Pool:
             tree_tracking=self.config.tree_tracking,
             memory_limit_bytes=self.policy.memory_limit,
             capture_dir=self.capture_dir,
-            detail={"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]} if self.config.gpu_slots else {},
+            detail={"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"], **placed}
+            if self.config.gpu_slots or placed
+            else {},
         )
         handle = self.backend.start(spec)
         worker = WorkerRecord(
@@ -379,6 +396,8 @@ class Pool:
             spare=spare,
             threads=threads,
             concurrency=concurrency,
+            gpu_index=placed.get("gpu"),
+            gpu_share_bytes=placed.get("gpu_share_bytes"),
         )
         self.next_worker_id += 1
         with self.lock:
@@ -420,13 +439,47 @@ class Pool:
 
     # -- the memory budget ------------------------------------------------------------------------
 
-    def budget_check(self, worker: WorkerRecord, predicted_bytes: float | None = None) -> bool:
+    def say_initial(self) -> None:
+        """Record the concurrency the run starts with under its memory and GPU budgets."""
+        start = self.planner.initial()
+        if start is not None:
+            self.recorder.event("workers", start.message, data=start.values)
+        if self.gpu is not None:
+            plan = self.gpu.plan
+            self.recorder.event("workers", f"GPU budget: {plan.message}", data=plan.to_dict())
+
+    def budget_check(self, worker: WorkerRecord, predicted_bytes: float | None = None, run: Any = None) -> bool:
         """Under a memory budget, whether ``worker`` may start its next trial now (sized by
         ``predicted_bytes``, the peak model's figure for that trial, when known, else by the
         worker's own history); it may be recycled, retired or kept waiting instead (each recorded
-        with its reason)."""
-        if not self.planner.budgeted:
+        with its reason). Under a GPU budget, ``run`` must fit the worker's GPU too."""
+        if self.planner.budgeted and not self._host_budget_check(worker, predicted_bytes):
+            return False
+        if self.gpu is not None and run is not None and worker.gpu_index is not None:
+            return self._gpu_budget_check(worker, run)
+        return True
+
+    def _gpu_budget_check(self, worker: WorkerRecord, run: Any) -> bool:
+        assert self.gpu is not None
+        decision = self.gpu.admit(worker, run, self.workers)
+        if decision.action == "run":
+            worker.gpu_waited = False
             return True
+        if decision.action in ("wait", "other_device"):
+            if not worker.gpu_waited:
+                worker.gpu_waited = True
+                self.recorder.event(
+                    "budget_wait",
+                    f"worker {worker.worker_id} waits: {decision.message}",
+                    data=decision.values,
+                    worker=worker,
+                )
+            return False
+        rule = "gpu_share" if decision.action == "recycle" else "gpu_budget_fewer_workers"
+        self.retire(worker, RecycleDecision(rule, decision.values, decision.message))
+        return False
+
+    def _host_budget_check(self, worker: WorkerRecord, predicted_bytes: float | None) -> bool:
         predicted = predicted_bytes
         if predicted is None:
             predicted = next_peak_estimate(self.policy, self.history(worker, with_supervisor=False))
@@ -484,9 +537,31 @@ class Pool:
         logger.info("worker %d: %s", worker.worker_id, choice.message)
         return total
 
+    def kill_over_gpu_budget(self) -> None:
+        """The GPU budget as a hard bound (sampler thread): on each GPU whose workers' GPU memory
+        sums over its budget in this sample, kill the worker :func:`choose_budget_kill` names."""
+        assert self.gpu is not None
+        with self.lock:
+            chosen = self.gpu.kill_over([w for w in self.workers if w.state not in ("dead", "exiting")])
+        for worker, choice in chosen:
+            worker.handle.kill()
+            logger.info("worker %d: %s", worker.worker_id, choice.message)
+
     def after_budget_kill(self, worker: WorkerRecord, choice: BudgetKill) -> None:
         """Fewer workers from now on after ``worker`` was killed at the budget (or, for a spare,
         no more replacements started early); each change recorded with its reason."""
+        if self.gpu is not None and "gpu" in choice.values:
+            index = choice.values["gpu"]
+            others = sum(1 for w in self.live() if w is not worker and w.gpu_index == index and w.kill is None)
+            change = self.gpu.lower_after_kill(
+                index,
+                others,
+                f"worker {worker.worker_id} was killed at GPU {index}'s memory budget (the workers' GPU memory "
+                f"there summed {format_bytes(choice.values['sum_bytes'])}, budget {format_bytes(choice.values['budget_bytes'])})",
+            )
+            if change is not None:
+                self.recorder.event("workers", change.message, data=change.values, worker=worker)
+            return
         budget = self.planner.budget_bytes or 0
         if worker.spare:
             self.no_prestart = True
@@ -509,9 +584,23 @@ class Pool:
 
     # -- after a trial ----------------------------------------------------------------------------
 
-    def plan_after_trial(self, worker: WorkerRecord, peak: int, rss_after: int, duration_s: float) -> None:
+    def plan_after_trial(
+        self,
+        worker: WorkerRecord,
+        peak: int,
+        rss_after: int,
+        duration_s: float,
+        *,
+        run: Any = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
         """Feed one good trial to the planner: a fresh worker's first peak sizes the pool under a
-        budget; timed trials choose threads per worker. Changes are recorded with their reasons."""
+        budget (its GPU peak the GPU slots under a GPU budget); timed trials choose threads per
+        worker. Changes are recorded with their reasons."""
+        if self.gpu is not None and run is not None:
+            plan = self.gpu.trial_ended(worker, run.sent_params, stats or {})
+            if plan is not None:
+                self.recorder.event("workers", f"GPU budget: {plan.message}", data=plan.to_dict(), worker=worker)
         if worker.trials_done == 1:
             change = self.planner.first_trial_done(peak, rss_after)
             if change is not None:
@@ -526,6 +615,8 @@ class Pool:
         soon, importing the frameworks its trials use, so the recycle costs no import."""
         if not self.planner.budgeted or self.no_prestart or any(w.spare for w in self.live()):
             return
+        if self.gpu is not None:
+            return  # a spare would hold a GPU slot it has not been given
         if self.backend.name != "local":
             return  # a spare is a worker beyond the slots a remote backend was opened with
         if not recycle_expected_soon(self.policy, self.history(worker)):

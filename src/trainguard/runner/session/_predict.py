@@ -134,6 +134,8 @@ class Predictions:
         self.forecaster: PeakForecaster | None = None
         self._shape: Any = None
         self.by_index: dict[int, PeakPrediction] = {}  # what each trial's latest attempt started with
+        #: another owner's refusal of a trial before it starts (the GPU budget's): its failure or None
+        self.refuse: Callable[[Any], dict[str, Any] | None] | None = None
 
     def open(self, *, budgeted: bool = False) -> None:
         """Fitted on this run's and earlier runs' ``ok`` trials of the same function's code; only
@@ -197,9 +199,28 @@ class Predictions:
                 queue.remove(run)
                 if not not_started(run, self.skipped(run, prediction)):
                     return None
-            if not skipped:
+            refused = self.refused(window) if not skipped else []
+            for run, error in refused:
+                queue.remove(run)
+                if not not_started(run, error):
+                    return None
+            if not skipped and not refused:
                 return self.pick(window, room_bytes)
         return None
+
+    def refused(self, window: Sequence[Any]) -> list[tuple[Any, dict[str, Any]]]:
+        """The trials of ``window`` that :attr:`refuse` does not let start, each recorded."""
+        if self.refuse is None:
+            return []
+        out = []
+        for run in window:
+            error = self.refuse(run)
+            if error is not None:
+                self.recorder.event(
+                    "peak_skip", f"trial {run.index} {error['message']}", data=error.get("prediction"), index=run.index
+                )
+                out.append((run, error))
+        return out
 
     def pick(self, window: Sequence[Any], room_bytes: float | None) -> Any:
         """The trial of ``window`` a worker takes: under a budget (``room_bytes`` left), the largest

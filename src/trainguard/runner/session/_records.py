@@ -83,6 +83,14 @@ class WorkerRecord:
     waited: bool = False
     prestart_said: bool = False
     budget_kill: BudgetKill | None = None  # why the sampler killed it at the memory budget
+    # under a GPU budget: its GPU (NVML index) and the share its caps were set from; its latest
+    # GPU reading, what the budget holds for its trial, and its latest good trial's GPU peak
+    gpu_index: int | None = None
+    gpu_share_bytes: int | None = None
+    cur_gpu: int | None = None
+    gpu_reserved_bytes: float | None = None
+    gpu_last_peak: int | None = None
+    gpu_waited: bool = False
 
     def trial_ended(self, rss_after: int, peak: int, bytes_in_use: Any) -> None:
         """Count a trial the worker finished, with its readings (called under the pool's lock)."""

@@ -94,6 +94,7 @@ class TreeSampling:
             gpu = worker.handle.gpu_bytes(gpu_map)
             with pool.lock:
                 worker.cur_rss = seen
+                worker.cur_gpu = gpu
                 run, kill = worker.trial, worker.kill
                 if run is not None:
                     worker.trial_peak_rss = max(worker.trial_peak_rss, seen)
@@ -130,6 +131,8 @@ class TreeSampling:
                 worker.handle.kill()
                 logger.info("worker %d: %s", worker.worker_id, decision.message)
         self.last.prune(time.monotonic())
+        if pool.gpu is not None:
+            pool.kill_over_gpu_budget()
         budget = pool.planner.budget_bytes
         if budget is not None:
             total = pool.kill_over_budget(budget)
