@@ -146,7 +146,13 @@ def test_a_one_time_first_call_cost_does_not_hide_a_steady_native_leak():
     # while it fills (the bump alone would have passed it at the 13th call)
     cache = 117_000_000 + 10_240 * np.minimum(calls, 40) + np.where(calls >= 1, 900 * 1024, 0)
     assert first_supported(cache[:41]) is None
-    # a pool whose rise slows by 10 % over the run stays "slowing" even with medians
+    # a cache that is full: the corpus's lru_cache_64 as measured (2 calls a reading, 512 KiB a
+    # call, then its last two readings +350 KiB and +496 B a call, still a strict rise): slowing
+    xs = [0, 1, 2, *range(4, 63, 2), 65, 67]
+    lru = 117_000_000 + np.array([0, 1, 2, *range(4, 63, 2)]) * 524_336
+    lru = np.append(lru, [lru[-1] + 3 * 349_776, lru[-1] + 3 * 349_776 + 992])
+    assert _native.support(_rows(lru, xs), alpha=1e-4, tolerance=2048).status == "slowing"
+    # a pool whose rise slows by 10 % over the run stays "slowing"
     pool = 117_000_000 + np.cumsum(100_000 * (1 - 0.2 * calls / calls.size))
     assert stats.allocator_trend(pool, calls, alpha=1e-4, tolerance=2048).status == "slowing"
 
