@@ -4,7 +4,7 @@ Two cases of bench/leak_corpus/, through the CLI in fresh processes as users run
 
 - ``tf_random_op_seed``: ``tf.random.normal(..., seed=step)`` eagerly; TF's eager kernel cache keeps
   a kernel per op seed (about 35 KiB a call on TF 2.21 CPU). Its first call also builds the step's
-  other kernels (+45 KiB once), which made the steady rise read as slowing for about 60 calls.
+  other kernels (+44 KiB once), which made the steady rise read as slowing for 68 calls.
 - ``torch_jit_script_in_step``: ``@torch.jit.script`` on a helper defined in the step; TorchScript's
   global compilation unit keeps every one (about 100 KiB a call on torch 2.13 CPU).
 

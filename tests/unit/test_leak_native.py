@@ -121,7 +121,7 @@ def test_a_kept_buffer_per_call_supports_a_leak_a_filling_pool_does_not():
 
 def test_a_one_time_first_call_cost_does_not_hide_a_steady_native_leak():
     """The first call builds what a framework keeps for good (TF's kernels for the step's other
-    ops: +45 KiB on the first call of ``tf_random_op_seed``), then each call keeps 35 KiB: the
+    ops: +44 KiB on the first call of ``tf_random_op_seed``), then each call keeps 35 KiB: the
     halves' totals read that as slowing for 60 calls; their medians see the steady rise. The fill
     allowance is passed by the steady rise alone, not by the one-time cost."""
     rng = np.random.default_rng(7)

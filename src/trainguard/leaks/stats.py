@@ -745,7 +745,7 @@ def _steady_rise(x: np.ndarray, v: np.ndarray, max_slowdown: float) -> float | N
     ``max_slowdown`` below the first half's median rise per call.
 
     The first half by its median: a framework's first calls build, once, what it then keeps (the
-    corpus's ``tf_random_op_seed``: +45 KiB of kernels on the first call against 35 KiB a call
+    corpus's ``tf_random_op_seed``: +44 KiB of kernels on the first call against 35 KiB a call
     after; ``torch_jit_script_in_step``: +3.2 MiB of TorchScript's frontend, then 100 KiB a call),
     and with the half's total that one reading read as slowing for 68 calls (TF) or past the
     120-call wait (torch). The recent half by its total, as before: a cache that is full shows as
