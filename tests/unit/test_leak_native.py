@@ -119,6 +119,44 @@ def test_a_kept_buffer_per_call_supports_a_leak_a_filling_pool_does_not():
     assert stats.allocator_trend(slow, calls, alpha=1e-4, tolerance=200_000).status == "slow"
 
 
+def test_a_one_time_first_call_cost_does_not_hide_a_steady_native_leak():
+    """The first call builds what a framework keeps for good (TF's kernels for the step's other
+    ops: +44 KiB on the first call of ``tf_random_op_seed``), then each call keeps 35 KiB: the
+    halves' totals read that as slowing for 60 calls; their medians see the steady rise. The fill
+    allowance is passed by the steady rise alone, not by the one-time cost."""
+    rng = np.random.default_rng(7)
+    calls = np.arange(0, 80)
+    per_call = 35_000 + rng.integers(-300, 300, calls.size)
+    per_call[0] = 0
+    leak = 117_000_000 + np.cumsum(per_call) + np.where(calls >= 1, 45_000, 0)
+
+    def first_supported(y):
+        """The first reading at which bytes in use support a leak (None: never)."""
+        for n in range(3, len(y) + 1):
+            if _native.support(_rows(y[:n], calls[:n]), alpha=1e-4, tolerance=2048).supports:
+                return n
+        return None
+
+    got = first_supported(leak)
+    # 1 MiB / 35 KB = 30 calls of the steady rise
+    assert got is not None and 30 <= got <= 33, got
+    s = _native.support(_rows(leak[:got], calls[:got]), alpha=1e-4, tolerance=2048)
+    assert s.bytes_per_iter == pytest.approx(35_000, rel=0.02)
+    # a 900 KiB one-time cost and 10 KiB a call into a cache of 40 entries: not past the allowance
+    # while it fills (the bump alone would have passed it at the 13th call)
+    cache = 117_000_000 + 10_240 * np.minimum(calls, 40) + np.where(calls >= 1, 900 * 1024, 0)
+    assert first_supported(cache[:41]) is None
+    # a cache that is full: the corpus's lru_cache_64 as measured (2 calls a reading, 512 KiB a
+    # call, then its last two readings +350 KiB and +496 B a call, still a strict rise): slowing
+    xs = [0, 1, 2, *range(4, 63, 2), 65, 67]
+    lru = 117_000_000 + np.array([0, 1, 2, *range(4, 63, 2)]) * 524_336
+    lru = np.append(lru, [lru[-1] + 3 * 349_776, lru[-1] + 3 * 349_776 + 992])
+    assert _native.support(_rows(lru, xs), alpha=1e-4, tolerance=2048).status == "slowing"
+    # a pool whose rise slows by 10 % over the run stays "slowing"
+    pool = 117_000_000 + np.cumsum(100_000 * (1 - 0.2 * calls / calls.size))
+    assert stats.allocator_trend(pool, calls, alpha=1e-4, tolerance=2048).status == "slowing"
+
+
 def test_false_leak_rate_with_an_allocator_series_added():
     """The synthetic non-leaking families with bytes in use beside them: noise, AR(1) noise, a
     warm-up that levels off, and a fill that stops within the allowance. At most 0.1 % supported."""
