@@ -34,10 +34,20 @@ HERE = Path(__file__).resolve().parent
 HOG_PIDS: set[int] = set()
 
 
+SPLIT: dict[int, list[tuple[float, int, int]]] = {}  # pid -> (time, anon, file) samples
+
+
 def _per_process(me: int) -> dict[int, int]:
-    from trainguard.process.tree import descendants, fork_charge_bytes, statm_rss_bytes, unexeced_fork_parent
+    from trainguard.process.tree import (
+        descendants,
+        fork_charge_bytes,
+        statm_rss_bytes,
+        status_split,
+        unexeced_fork_parent,
+    )
 
     got: dict[int, int] = {}
+    now = time.time()
     for child in descendants(me):
         r = statm_rss_bytes(child)
         if r is None:
@@ -47,6 +57,9 @@ def _per_process(me: int) -> dict[int, int]:
             r = fork_charge_bytes(child, parent)
         if child not in HOG_PIDS:
             got[child] = r
+            split = status_split(child)
+            if split is not None:
+                SPLIT.setdefault(child, []).append((now, split[0], split[1]))
     return got
 
 
@@ -84,7 +97,9 @@ class PerProcessSampler:
 def naive(trials: int) -> dict[str, Any]:
     from trainguard._measured_loop import run_naive
 
-    half = run_naive(trials)
+    with PerProcessSampler() as sampler:
+        half = run_naive(trials)
+    child = next(iter(sampler.cmdlines))
     ready = [v for t, v in half.series]
     return {
         "trial_peaks": list(half.trial_peak_rss_bytes),
@@ -92,6 +107,8 @@ def naive(trials: int) -> dict[str, Any]:
         "series": list(half.series),
         "wall_s": half.wall_s,
         "first_sample": ready[0] if ready else None,
+        "pid": child,
+        "rows": sampler.rows,
     }
 
 
@@ -125,9 +142,20 @@ def two_workers(trials: int, store: str, runner_kwargs: dict[str, Any]) -> dict[
     }
 
 
+def _split_at(pid: int, at: float) -> str:
+    samples = SPLIT.get(pid) or []
+    if not samples:
+        return "no split"
+    t, anon, file_ = min(samples, key=lambda s: abs(s[0] - at))
+    return f"anon {anon / MIB:.0f} + file {file_ / MIB:.0f} MiB"
+
+
 def analyse(nv: dict[str, Any], tw: dict[str, Any]) -> list[str]:
     single = nv["trial_peaks"][0]
     out = [f"naive: trial peaks {[round(p / MIB) for p in nv['trial_peaks']]} MiB; first sample {nv['first_sample'] / MIB:.0f} MiB"]
+    at0 = next((t for t, s in nv["rows"] if s.get(nv["pid"], 0) >= single - MIB), None)
+    if at0 is not None:
+        out.append(f"   naive trial 0 at its peak: {_split_at(nv['pid'], at0)}")
     rows = tw["rows"]
     sums = [(t, sum(s.values()), s) for t, s in rows]
     t_peak, peak, snap = max(sums, key=lambda r: r[1])
@@ -146,7 +174,7 @@ def analyse(nv: dict[str, Any], tw: dict[str, Any]) -> list[str]:
                 where = f"in trial {a['index']} at {t_peak - a['start']:.2f} s of {((a['end'] or t_peak) - a['start']):.2f} s"
             else:
                 where = "between trials"
-        out.append(f"   pid {pid} worker {wid}: {rss / MIB:.0f} MiB {where}  [{tw['cmdlines'].get(pid, '?')[:70]}]")
+        out.append(f"   pid {pid} worker {wid}: {rss / MIB:.0f} MiB {where}; {_split_at(pid, t_peak)}")
     # each worker's own series
     for w in tw["workers"]:
         series = [(t, s[w["pid"]]) for t, s in rows if w["pid"] in s]
@@ -154,7 +182,8 @@ def analyse(nv: dict[str, Any], tw: dict[str, Any]) -> list[str]:
             continue
         own_peak = max(v for _, v in series)
         atts = sorted(by_worker_attempts.get(w["id"], []), key=lambda a: a["start"])
-        idle = [v for t, v in series if not any(a["start"] <= t <= (a["end"] or 1e18) for a in atts)]
+        after_first = atts[0]["end"] or 1e18 if atts else 1e18
+        idle = [v for t, v in series if t > after_first and not any(a["start"] <= t <= (a["end"] or 1e18) for a in atts)]
         first = atts[0] if atts else None
         first_peak = max((v for t, v in series if first and first["start"] <= t <= (first["end"] or 1e18)), default=0)
         out.append(
