@@ -10,8 +10,9 @@ outside (the same reader as runner_bench.py, per process instead of summed). It 
 - one trial's peak (naive trial 0) and the naive child's RSS before its first trial;
 - the 2-worker tree peak and its ratio, and at that moment: each process's RSS, which trial each
   worker was in and how far into it;
-- each worker's own peak over the run, its RSS when idle between trials, and its first trial's peak;
-- how often both workers were within 5 % of their own peak at once (phase overlap).
+- each worker's own peak over the run, its first trial's peak, and its RSS between later trials;
+- the sum's spread once both workers have run a first trial (a plateau, or peaks that coincide);
+- any process in the tree that is not one of the two workers.
 
 The raw series go to bench/results/two_worker_probe.json.
 """
@@ -79,7 +80,9 @@ class PerProcessSampler:
             for pid in snap:
                 if pid not in self.cmdlines:
                     try:
-                        self.cmdlines[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+                        self.cmdlines[pid] = (
+                            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+                        )
                     except OSError:
                         self.cmdlines[pid] = "?"
             self.rows.append((t, snap))
@@ -132,9 +135,18 @@ def two_workers(trials: int, store: str, runner_kwargs: dict[str, Any]) -> dict[
         "wall_s": wall,
         "rows": sampler.rows,
         "cmdlines": sampler.cmdlines,
-        "workers": [{"id": w.worker_id, "pid": w.pid, "start": w.started_at, "end": w.ended_at, "reason": w.reason} for w in workers],
+        "workers": [
+            {"id": w.worker_id, "pid": w.pid, "start": w.started_at, "end": w.ended_at, "reason": w.reason}
+            for w in workers
+        ],
         "attempts": [
-            {"index": a.index, "worker": a.worker_id, "start": a.started_at, "end": a.finished_at, "peak": a.peak_rss_bytes}
+            {
+                "index": a.index,
+                "worker": a.worker_id,
+                "start": a.started_at,
+                "end": a.finished_at,
+                "peak": a.peak_rss_bytes,
+            }
             for a in attempts
         ],
         "events": [{"kind": e.kind, "message": e.message} for e in events],
@@ -152,14 +164,18 @@ def _split_at(pid: int, at: float) -> str:
 
 def analyse(nv: dict[str, Any], tw: dict[str, Any]) -> list[str]:
     single = nv["trial_peaks"][0]
-    out = [f"naive: trial peaks {[round(p / MIB) for p in nv['trial_peaks']]} MiB; first sample {nv['first_sample'] / MIB:.0f} MiB"]
+    out = [
+        f"naive: trial peaks {[round(p / MIB) for p in nv['trial_peaks']]} MiB; first sample {nv['first_sample'] / MIB:.0f} MiB"
+    ]
     at0 = next((t for t, s in nv["rows"] if s.get(nv["pid"], 0) >= single - MIB), None)
     if at0 is not None:
         out.append(f"   naive trial 0 at its peak: {_split_at(nv['pid'], at0)}")
     rows = tw["rows"]
     sums = [(t, sum(s.values()), s) for t, s in rows]
     t_peak, peak, snap = max(sums, key=lambda r: r[1])
-    out.append(f"2 workers: tree peak {peak / MIB:.0f} MiB = {peak / single:.3f} x single {single / MIB:.0f} MiB; wall {tw['wall_s']:.1f} s")
+    out.append(
+        f"2 workers: tree peak {peak / MIB:.0f} MiB = {peak / single:.3f} x single {single / MIB:.0f} MiB; wall {tw['wall_s']:.1f} s"
+    )
     pid_to_worker = {w["pid"]: w["id"] for w in tw["workers"]}
     by_worker_attempts: dict[int, list[dict[str, Any]]] = {}
     for a in tw["attempts"]:
@@ -168,7 +184,9 @@ def analyse(nv: dict[str, Any], tw: dict[str, Any]) -> list[str]:
         wid = pid_to_worker.get(pid)
         where = ""
         if wid is not None:
-            inside = [a for a in by_worker_attempts.get(wid, []) if a["start"] <= t_peak <= (a["end"] or 1e18)]
+            inside = [
+                a for a in by_worker_attempts.get(wid, []) if a["start"] <= t_peak <= (a["end"] or 1e18)
+            ]
             if inside:
                 a = inside[0]
                 where = f"in trial {a['index']} at {t_peak - a['start']:.2f} s of {((a['end'] or t_peak) - a['start']):.2f} s"
@@ -177,25 +195,40 @@ def analyse(nv: dict[str, Any], tw: dict[str, Any]) -> list[str]:
         out.append(f"   pid {pid} worker {wid}: {rss / MIB:.0f} MiB {where}; {_split_at(pid, t_peak)}")
     # each worker's own series
     for w in tw["workers"]:
-        series = [(t, s[w["pid"]]) for t, s in rows if w["pid"] in s]
+        series = [(t, s[w["pid"]]) for t, s in rows if s.get(w["pid"])]  # 0: exited, not reaped yet
         if not series:
             continue
         own_peak = max(v for _, v in series)
         atts = sorted(by_worker_attempts.get(w["id"], []), key=lambda a: a["start"])
         after_first = atts[0]["end"] or 1e18 if atts else 1e18
-        idle = [v for t, v in series if t > after_first and not any(a["start"] <= t <= (a["end"] or 1e18) for a in atts)]
+        idle = [
+            v
+            for t, v in series
+            if t > after_first and not any(a["start"] <= t <= (a["end"] or 1e18) for a in atts)
+        ]
         first = atts[0] if atts else None
-        first_peak = max((v for t, v in series if first and first["start"] <= t <= (first["end"] or 1e18)), default=0)
-        out.append(
-            f"   worker {w['id']} pid {w['pid']}: {len(atts)} trials, own peak {own_peak / MIB:.0f} MiB ({own_peak / single:.3f} x), "
-            f"first trial peak {first_peak / MIB:.0f}, idle median {sorted(idle)[len(idle) // 2] / MIB if idle else 0:.0f} MiB, "
-            f"reason {w['reason']}"
+        first_peak = max(
+            (v for t, v in series if first and first["start"] <= t <= (first["end"] or 1e18)), default=0
         )
-    # phase overlap: samples where both workers are within 5% of own peak
+        between = f"{sorted(idle)[len(idle) // 2] / MIB:.0f} MiB" if idle else "- (no sample)"
+        out.append(
+            f"   worker {w['id']} pid {w['pid']}: {len(atts)} trials, own peak {own_peak / MIB:.0f} MiB "
+            f"({own_peak / single:.3f} x), first trial peak {first_peak / MIB:.0f}, "
+            f"between later trials median {between}, reason {w['reason']}"
+        )
+    # the sum once both workers have finished a first trial, until the first ends: a plateau or peaks?
     pids = [w["pid"] for w in tw["workers"]]
-    peaks = {p: max((s.get(p, 0) for _, s in rows), default=0) for p in pids}
-    both = sum(1 for _, s in rows if sum(1 for p in pids if p in s and s[p] >= 0.95 * peaks[p]) >= 2)
-    out.append(f"   samples {len(rows)}; both workers within 5 % of own peak at once: {both}")
+    firsts = [
+        min((a["end"] or 1e18) for a in by_worker_attempts.get(w["id"], [{"end": None}]))
+        for w in tw["workers"]
+    ]
+    ends = [w["end"] or 1e18 for w in tw["workers"]]
+    steady = sorted(sum(s.get(p, 0) for p in pids) for t, s in rows if max(firsts) < t < min(ends))
+    if steady:
+        out.append(
+            f"   sum after both first trials ({len(steady)} of {len(rows)} samples): min {steady[0] / MIB:.0f}, "
+            f"median {steady[len(steady) // 2] / MIB:.0f}, max {steady[-1] / MIB:.0f} MiB"
+        )
     others = {p for _, s in rows for p in s} - set(pids)
     for p in sorted(others):
         mx = max(s.get(p, 0) for _, s in rows)
