@@ -1,7 +1,7 @@
 """The ``trainguard demo``: the seed's repeated Keras ``fit``, naive and then under the Runner.
 
 Both halves run :func:`trainguard.workloads.keras_fit` with its defaults on the TensorFlow backend
-(:data:`DEFAULT_DEMO_TRIALS` fits each: under a minute for both halves on 2 quiet cores):
+(:data:`DEFAULT_DEMO_TRIALS` fits each: about a minute for both halves on 2 cores):
 
 * **naive**: one child process runs every trial in a loop with ``clear_session()`` and
   ``gc.collect()`` after each (what the seed does by hand). It runs in a subprocess so that this
@@ -48,7 +48,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: fits per half: 46 s for both halves on 2 quiet cores, TensorFlow's two loads included. A fit's
+#: fits per half: about a minute for both halves on 2 cores, TensorFlow's two loads included (59 s
+#: with another process busy on one core; BENCHMARKS.md, "The demo's length"). A fit's
 #: second is its graphs' tracing, not its rows (500 rows fit in the same time as 2000), so fewer
 #: fits is what makes the demo shorter; 15 growths of +9.8 MiB still show the naive loop's line
 DEFAULT_DEMO_TRIALS = 16
