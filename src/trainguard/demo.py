@@ -48,8 +48,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: fits per half: about a minute for both halves on 2 cores, TensorFlow's two loads included (59 s
-#: with another process busy on one core; BENCHMARKS.md, "The demo's length"). A fit's
+#: fits per half: about a minute for both halves on 2 cores, TensorFlow's two loads included (45 s
+#: at load 1, 59 s with another process busy on one core; BENCHMARKS.md, "The demo's length"). A fit's
 #: second is its graphs' tracing, not its rows (500 rows fit in the same time as 2000), so fewer
 #: fits is what makes the demo shorter; 15 growths of +9.8 MiB still show the naive loop's line
 DEFAULT_DEMO_TRIALS = 16
