@@ -28,6 +28,7 @@ from trainguard.exceptions import TrainguardError
 __all__ = [
     "DemoHalf",
     "TreeSampler",
+    "ReadyCallback",
     "TrialCallback",
     "run_naive",
     "run_measured_child",
@@ -156,6 +157,9 @@ def _naive_child() -> None:
 #: ``on_trial(index, duration_s, rss_bytes)``: called as each trial of a half finishes.
 TrialCallback = Callable[[int, float, "int | None"], None]
 
+#: ``on_ready(import_s)``: called when the child has imported its framework, before its first trial.
+ReadyCallback = Callable[[float], None]
+
 
 def run_naive(
     trials: int,
@@ -163,8 +167,12 @@ def run_naive(
     *,
     interval_s: float = 0.1,
     on_trial: TrialCallback | None = None,
+    on_ready: ReadyCallback | None = None,
 ) -> DemoHalf:
     """Run ``trials`` fits in one child process, as a user would by hand; measure it from outside.
+
+    ``on_ready`` hears how long the child took to import Keras and TensorFlow (seconds of silence
+    otherwise), ``on_trial`` each trial as it finishes.
 
     Raises:
         TrainguardError: the child failed (its last lines of stderr are in the message).
@@ -172,7 +180,12 @@ def run_naive(
     spec = json.dumps({"trials": trials, "params": dict(params or {})})
     code = "from trainguard._measured_loop import _naive_child; _naive_child()"
     return run_measured_child(
-        [sys.executable, "-c", code, spec], trials, mode="naive", interval_s=interval_s, on_trial=on_trial
+        [sys.executable, "-c", code, spec],
+        trials,
+        mode="naive",
+        interval_s=interval_s,
+        on_trial=on_trial,
+        on_ready=on_ready,
     )
 
 
@@ -184,10 +197,12 @@ def run_measured_child(
     interval_s: float = 0.1,
     env: dict[str, str] | None = None,
     on_trial: TrialCallback | None = None,
+    on_ready: ReadyCallback | None = None,
 ) -> DemoHalf:
     """Run a child that prints one marked JSON line per trial and sample its process tree from outside.
 
-    ``on_trial`` is called as each trial's line arrives (progress for a half that takes minutes).
+    ``on_trial`` is called as each trial's line arrives (progress for a half that takes minutes),
+    ``on_ready`` with ``import_s`` when a ``{"event": "ready", "import_s"}`` line arrives.
 
     Each line is ``TRAINGUARD-DEMO {"event": "trial", "index", "start", "end", "rss_after_bytes", "value"}``
     (see :func:`_naive_child`); a trial's peak is the highest outside sample within its window.
@@ -228,6 +243,8 @@ def run_measured_child(
                     rows.append(event)
                     if on_trial is not None:
                         on_trial(event["index"], event["end"] - event["start"], event["rss_after_bytes"])
+                elif event["event"] == "ready" and on_ready is not None:
+                    on_ready(float(event.get("import_s", 0.0)))
         exit_code = proc.wait()
     wall_s = time.time() - t0
     drain.join(timeout=5)

@@ -1,11 +1,16 @@
 """The ``trainguard demo``: the seed's repeated Keras ``fit``, naive and then under the Runner.
 
-Both halves run :func:`trainguard.workloads.keras_fit` with its defaults on the TensorFlow backend:
+Both halves run :func:`trainguard.workloads.keras_fit` with its defaults on the TensorFlow backend
+(:data:`DEFAULT_DEMO_TRIALS` fits each: about a minute for both halves on 2 cores):
 
 * **naive**: one child process runs every trial in a loop with ``clear_session()`` and
   ``gc.collect()`` after each (what the seed does by hand). It runs in a subprocess so that this
   process never imports TensorFlow and both halves are measured the same way, from outside.
-* **runner**: :class:`trainguard.Runner` with one worker and the default policy.
+* **runner**: :class:`trainguard.Runner` with one worker and the default policy; the worker imports
+  Keras before its first trial (``preload``), as the naive child does before its loop.
+
+Before each TensorFlow load (seconds on 2 cores) ``progress`` hears what is being loaded, so the
+demo is never silent for long; every number it shows is measured.
 
 Memory is sampled from outside at 10 Hz (RSS summed over the process tree) for both halves; each
 trial's peak is the highest sample inside its time window (naive) or the Runner's own per-trial peak.
@@ -43,8 +48,14 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: about two minutes for both halves on 2 CPU cores (about 1 s a fit, plus TensorFlow's start-up)
-DEFAULT_DEMO_TRIALS = 40
+#: fits per half: about a minute for both halves on 2 cores, TensorFlow's two loads included (45 s
+#: at load 1, 59 s with another process busy on one core; BENCHMARKS.md, "The demo's length"). A fit's
+#: second is its graphs' tracing, not its rows (500 rows fit in the same time as 2000), so fewer
+#: fits is what makes the demo shorter; 15 growths of +9.8 MiB still show the naive loop's line
+DEFAULT_DEMO_TRIALS = 16
+
+#: what a TensorFlow import takes on 2 cores, cold (said before each, so that the wait is not silent)
+_LOAD_TIME = "10-20 s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +115,10 @@ def run_with_runner(
 
     t0 = time.time()
     with TreeSampler(read, interval_s=interval_s) as sampler:
-        with Runner(workers=workers, policy=policy, store=store, keras_backend="tensorflow") as runner:
+        # the worker imports Keras before its first trial, as the naive child does: trial 1 is a fit
+        with Runner(
+            workers=workers, policy=policy, store=store, keras_backend="tensorflow", preload=("keras",)
+        ) as runner:
             results = []
             for result in runner.imap(keras_fit, [dict(params) for _ in range(trials)], name=name):
                 results.append(result)
@@ -163,7 +177,8 @@ def run_demo(
         trials: fits per half (>= 2).
         store: the Runner's store file.
         params: :func:`~trainguard.workloads.keras_fit` params (default: its defaults).
-        progress: called with a line of text as each half starts and as each trial finishes.
+        progress: called with a line of text before each slow step (a framework's load, a half)
+            and as each trial finishes.
 
     Raises:
         ConfigError: ``trials`` < 2, or ``store`` is in a folder that does not exist.
@@ -175,9 +190,12 @@ def run_demo(
     _require_demo_frameworks()
     from trainguard.store import Store
 
-    Store(store).close()  # a bad --store fails now, not after the naive half's minute of work
+    Store(store).close()  # a bad --store fails now, not after the naive half's work
     say = progress or (lambda _line: None)
     from trainguard.units import format_bytes
+    from trainguard.workloads import DEMO_PARAMS
+
+    fit_params = dict(params or {})
 
     def trial_progress(half: str) -> TrialCallback:
         def on_trial(index: int, duration_s: float, rss_bytes: int | None) -> None:
@@ -185,12 +203,15 @@ def run_demo(
 
         return on_trial
 
-    say(f"1/2 naive loop: {trials} x keras fit in one process, clear_session() + gc.collect() after each ...")
-    naive = run_naive(trials, params, on_trial=trial_progress("naive"))
-    say(f"2/2 trainguard Runner: the same {trials} fits, 1 worker, default policy ...")
-    runner = run_with_runner(trials, params, store=store, on_trial=trial_progress("Runner"))
-    from trainguard.workloads import DEMO_PARAMS
-
-    return DemoResult(
-        naive=naive, runner=runner, params={**DEMO_PARAMS, **(params or {})}, versions=versions()
+    say(f"1/2 naive loop: {trials} x keras fit in one process, clear_session() + gc.collect() after each")
+    say(f"  loading TensorFlow in that process ({_LOAD_TIME} the first time)...")
+    naive = run_naive(
+        trials,
+        fit_params,
+        on_trial=trial_progress("naive"),
+        on_ready=lambda import_s: say(f"  TensorFlow loaded in {import_s:.1f} s; fitting..."),
     )
+    say(f"2/2 trainguard Runner: the same {trials} fits, 1 worker, default policy")
+    say(f"  starting the worker; it loads TensorFlow before its first fit ({_LOAD_TIME} the first time)...")
+    runner = run_with_runner(trials, fit_params, store=store, on_trial=trial_progress("Runner"))
+    return DemoResult(naive=naive, runner=runner, params={**DEMO_PARAMS, **fit_params}, versions=versions())

@@ -8,7 +8,7 @@ import os
 import tempfile
 
 HELP = (
-    "run the seed's repeated Keras fit naively and under trainguard, and compare their memory (about 2 min)"
+    "run the seed's repeated Keras fit naively and under trainguard, and compare their memory (about 1 min)"
 )
 
 
@@ -20,7 +20,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_DEMO_TRIALS,
         metavar="N",
-        help=f"fits per half (default {DEFAULT_DEMO_TRIALS}, about 2 minutes in all on 2 cores)",
+        help=f"fits per half (default {DEFAULT_DEMO_TRIALS}, about a minute in all on 2 cores)",
     )
     parser.add_argument(
         "--store",
@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     store = args.store or os.path.join(folder or "", "demo.db")
     err = console(stderr=True)
     try:
-        # progress goes to stderr, with --json too (stdout holds only the JSON): a half takes minutes
+        # progress goes to stderr, with --json too (stdout holds only the JSON): each half loads
+        # TensorFlow (seconds) and then fits, a line for each
         result = run_demo(
             args.trials, store=store, progress=None if args.quiet else lambda line: err.print(line)
         )

@@ -16,6 +16,9 @@ HELP = "run a step repeatedly in a fresh process and say whether it leaks, how f
 
 EXIT = {"no_leak": 0, "plateau": 0, "leak": 1, "inconclusive": 3}
 
+#: how a progress line on stderr starts (an error line starts ``trainguard leakcheck: error:``)
+PROGRESS_PREFIX = "trainguard leakcheck: "
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -98,28 +101,51 @@ def _split_target(target: str) -> tuple[str, str]:
     return path, name
 
 
-class _Progress:
-    """Live progress on stderr (rich), silent when stderr is not a terminal."""
+#: seconds between progress lines when stderr is not a terminal (a log, a pipe)
+_LINE_EVERY_S = 10.0
 
-    def __init__(self, enabled: bool) -> None:
+
+class _Progress:
+    """Progress on stderr: a live status line on a terminal; otherwise plain lines, the first
+    before the fresh process starts (its imports can take seconds), then one every 10 s."""
+
+    def __init__(self, enabled: bool, target: str) -> None:
         self._status = None
-        if enabled and sys.stderr.isatty():
+        self._plain = enabled and not sys.stderr.isatty()
+        self._last_line = float("-inf")
+        first = f"starting a fresh process for {target}; its imports come first (a framework's: 10-20 s)..."
+        if self._plain:
+            from trainguard.cli._display import say, visible
+
+            say(f"{PROGRESS_PREFIX}{visible(first)}")
+        elif enabled:
             from rich.console import Console
 
-            self._status = Console(stderr=True).status("starting a fresh process...")
+            from trainguard.cli._display import markup_safe
+
+            self._status = Console(stderr=True).status(markup_safe(first))
             self._status.start()
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if self._status is None:
+        if self._status is None and not self._plain:
             return
+        import time
+
         from trainguard.units import format_bytes
 
         slope = event.get("slope_bytes_per_iter")
-        self._status.update(
+        text = (
             f"iteration {event.get('iteration')}  memory {format_bytes(event.get('bytes'))}  "
             f"slope {format_bytes(slope, signed=True) if slope is not None else '-'}/iter  "
             f"({event.get('elapsed_s', 0):.0f} s)"
         )
+        if self._status is not None:
+            self._status.update(text)
+        elif time.monotonic() - self._last_line >= _LINE_EVERY_S:  # the first reading, then every 10 s
+            from trainguard.cli._display import say
+
+            self._last_line = time.monotonic()
+            say(f"{PROGRESS_PREFIX}{text}")
 
     def close(self) -> None:
         if self._status is not None:
@@ -222,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--tracemalloc traces Python allocations: a JavaScript step has none; drop the flag"
         )
-    progress = _Progress(enabled=not args.quiet)
+    progress = _Progress(enabled=not args.quiet, target=args.target)
     try:
         # a TF.js (or any Node) step is looped in Node under --expose-gc and decided here
         report = leakcheck_file(path, step_name, setup=args.setup, config=config, progress=progress)
