@@ -118,6 +118,8 @@ __all__ = [
     "decide",
     "CountTrend",
     "count_trend",
+    "flat_since",
+    "rss_allows_flat",
     "allocator_trend",
     "ALLOCATOR_FILL_ALLOWANCE_BYTES",
     "TrialBytesTrend",
@@ -685,6 +687,34 @@ def _count_not_rising(ca: np.ndarray, xa: np.ndarray) -> CountTrend:
         return CountTrend("plateau", 0.0, 0.0, 1, 0, int(ca[top] - ca[rise]), 1.0)
     status = "flat" if np.ptp(ca) == 0 else "irregular"
     return CountTrend(status, 0.0, 0.0, 1, 0, 0, 1.0)
+
+
+def flat_since(counts: ArrayLike) -> int:
+    """Index from which an exact count never rises above its value there: the start of the final
+    run over which the kind grew by exactly 0 a call (it may fall within the run, never rise past
+    where it started). A leaking kind is higher at every reading than at any before, so its run is
+    its last reading alone; a warm-up that stops (a first fit's caches) starts its run where it
+    stopped. The mirror of :func:`count_trend`'s rising run, for ``no_leak``.
+
+    Raises:
+        ConfigError: no counts, or NaN values.
+    """
+    _, ca = _as_xy(counts, None)
+    if ca.size == 0:
+        raise ConfigError("flat_since needs at least one count, e.g. [5, 5, 5]")
+    # the highest count at or after each reading, from the right: a run may start at i when no
+    # later reading is above c[i]
+    later_max = np.maximum.accumulate(ca[::-1])[::-1]
+    ok = np.append(ca[:-1] >= later_max[1:], True)
+    return int(np.argmax(ok))
+
+
+def rss_allows_flat(est: SlopeEstimate, *, alpha: float, tolerance: float) -> bool:
+    """Whether RSS's own slope leaves room for a ``no_leak`` that exact evidence supports (counts
+    exactly flat, bytes in use flat): no significant growth at the look's level ``alpha``, and the
+    point slope under ``tolerance``. Memory outside both malloc and Python objects (an ``mmap``
+    kept a call, a thread's stack) shows in RSS alone; this is the check on it."""
+    return bool(est.p_increase >= alpha and est.slope < tolerance)
 
 
 #: Bytes in use a native pool or cache may take before a steady rise supports a leak.

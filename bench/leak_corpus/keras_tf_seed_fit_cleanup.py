@@ -1,0 +1,36 @@
+"""Keras fit in a loop, seed-sized, on the tensorflow backend, with the fix: trainguard.frameworks.cleanup()
+where the seed calls clear_session()."""
+
+import os
+
+os.environ["KERAS_BACKEND"] = "tensorflow"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import trainguard  # noqa: E402
+
+EXPECTED = "no_leak"
+SOURCE = (
+    "Keras 3 on TF: keras_tf_seed_fit_loop with trainguard.frameworks.cleanup() in place of "
+    "clear_session + gc (the README's one-line fix): flat, a slow step whose RSS swings by MBs"
+)
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((2000, 100)).astype("float32")
+Y = (X.sum(axis=1) > 0).astype("float32")
+
+
+def step():
+    model = keras.Sequential(
+        [
+            keras.layers.Input(shape=(100,)),
+            keras.layers.Dense(512, activation="relu"),
+            keras.layers.Dense(512, activation="relu"),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+    model.fit(X, Y, epochs=1, batch_size=32, verbose=0)
+    del model
+    trainguard.frameworks.cleanup()
