@@ -93,8 +93,11 @@ def decide_run(
     return out
 
 
-def _chunk(args: tuple[int, int, float, float, float, float]) -> list[dict[str, tuple[str, int]]]:
-    start, n, step_s, swing, leak_x, jitter = args
+def _chunk(args: tuple[int, int, float, float, float, float, float]) -> list[dict[str, tuple[str, int]]]:
+    from trainguard.leaks import stats
+
+    start, n, step_s, swing, leak_x, jitter, cap = args
+    stats.FLAT_RSS_CAP = cap  # the rule's cap under study (the shipped default unless --cap)
     return [decide_run(seed, step_s, swing, leak_x, jitter) for seed in range(start, start + n)]
 
 
@@ -114,8 +117,14 @@ def main() -> None:
     ap.add_argument("--steps", type=float, nargs="*", default=[1.5, 5.0], help="step times, seconds")
     ap.add_argument("--swings", type=float, nargs="*", default=[2.0, 20.0], help="RSS swing, MB")
     ap.add_argument("--leaks", type=float, nargs="*", default=[0, 1, 1.5, 2, 4, 8], help="x tolerance")
-    ap.add_argument("--jitter-kb", type=float, default=32.0, help="bytes in use jitter, one sd, KiB")
+    ap.add_argument("--jitter-kb", type=float, default=2.0, help="bytes in use jitter, one sd, KiB")
+    ap.add_argument(
+        "--cap", type=float, default=None, help="RSS interval cap in tolerances (default: shipped)"
+    )
     args = ap.parse_args()
+    from trainguard.leaks import stats
+
+    cap = stats.FLAT_RSS_CAP if args.cap is None else args.cap
     t0 = time.perf_counter()
     rows = []
     chunk = max(1, math.ceil(args.runs / (4 * args.jobs)))
@@ -124,13 +133,15 @@ def main() -> None:
             for swing in args.swings:
                 for leak_x in args.leaks:
                     tasks = [
-                        (s, min(chunk, args.runs - s), step_s, swing * MB, leak_x, args.jitter_kb * KB)
+                        (s, min(chunk, args.runs - s), step_s, swing * MB, leak_x, args.jitter_kb * KB, cap)
                         for s in range(0, args.runs, chunk)
                     ]
                     res = [r for part in pool.map(_chunk, tasks) for r in part]
                     rows.append(summarize(res, step_s, swing, leak_x))
     wall = time.perf_counter() - t0
-    print(f"## no_leak from exact evidence, synthetic slow steps ({args.runs} runs a row, {wall:.0f} s)\n")
+    print(
+        f"## no_leak from exact evidence, synthetic slow steps ({args.runs} runs a row, cap {cap:g}, {wall:.0f} s)\n"
+    )
     print(
         "| step | swing | RSS-only leak | no_leak: before → after | leak: before → after | median calls to no_leak: before → after |"
     )

@@ -494,7 +494,8 @@ def _flat_reason(est: stats.SlopeEstimate, in_use: stats.SlopeEstimate, flat: An
         f"{flat.censuses} censuses over the {flat.calls} calls since call {flat.from_iteration}; the "
         f"allocator's bytes in use {fmt(in_use.slope)}/iter (CI up to {fmt(in_use.ci_high)}), under a "
         f"quarter of the tolerance {fmt(tolerance)}/iter; and RSS {fmt(est.slope)}/iter "
-        f"(CI {fmt(est.ci_low)} .. {fmt(est.ci_high)}), not growing past the tolerance"
+        f"(CI {fmt(est.ci_low)} .. {fmt(est.ci_high)}), under the tolerance, within "
+        f"{stats.FLAT_RSS_CAP:g} tolerances each side"
     )
 
 
@@ -553,7 +554,9 @@ def look(
         flat = flat_decision(series, key, decision, alpha=alpha, tolerance=tol, flat=flat_support)
         if flat is None and final:
             k = plan.calls_per_measurement
-            flat_readings = flat_readings_needed(series, decision, flat_support, alpha=alpha, tolerance=tol, k=k)
+            flat_readings = flat_readings_needed(
+                series, decision, flat_support, alpha=alpha, tolerance=tol, k=k
+            )
         decision = flat or decision
     gpu_decision = None
     if plan.gpu_key is not None:
