@@ -277,56 +277,6 @@ def test_scope_reports_native_bytes_kept_when_survivors_do_not_explain_rss():
     assert "freed memory the allocator keeps (retention" in got["retained_note"]
 
 
-def _slow_step_looks(rss, in_use, *, flat_support: bool, step_time_s: float = 5.0):
-    """The loop's looks over a 5 s step (the seed's Keras fit) in the default 2-minute budget."""
-    from trainguard.leaks._run import make_config
-
-    config = make_config(max_time="2m")
-    series: list[dict] = []
-    plan = None
-    for i, (y, a) in enumerate(zip(rss, in_use, strict=True)):
-        series.append({"iteration": i, "bytes": float(y), _native.KEY: int(a)})
-        elapsed = i * step_time_s
-        if plan is None and len(series) >= 3:
-            plan = _plan.calibrate(
-                config, series, iterations=i, measure_cost_s=0.01, step_time_s=step_time_s, elapsed_s=elapsed
-            )
-        final = _plan.out_of_budget(config, series, iterations=i, elapsed_s=elapsed, next_block_s=step_time_s)
-        if plan is None or not (final or len(series) in plan.schedule):
-            continue
-        res = _plan.look(
-            config,
-            plan,
-            series,
-            iterations=i,
-            elapsed_s=elapsed,
-            step_time_s=step_time_s,
-            final=final,
-            key="bytes",
-            flat_support=flat_support,
-        )
-        if res.stop:
-            return res.decision, i
-    raise AssertionError("the final look always stops")
-
-
-def test_slow_flat_step_is_no_leak_within_about_20_calls_on_exact_evidence():
-    rng = np.random.default_rng(7)
-    n = 30
-    rss = 900e6 + rng.normal(0, 35e6, n)  # the torch-backend Keras fit's +-70 MB swing
-    in_use = 300_000_000 + rng.integers(-2000, 2000, n)
-    decision, calls = _slow_step_looks(rss, in_use, flat_support=True)
-    assert decision.verdict is stats.Verdict.NO_LEAK and calls <= 20, (decision.reason, calls)
-    assert "exact evidence" in decision.reason
-    # without the exact evidence the same RSS is not decided that early
-    decision, calls = _slow_step_looks(rss, in_use, flat_support=False)
-    assert decision.verdict is not stats.Verdict.NO_LEAK or calls > 20
-    # bytes in use that rise (a native leak of 64 KiB a call): never no_leak from this rule
-    rising_in_use = 300_000_000 + 65536 * np.arange(n)
-    decision, _ = _slow_step_looks(rss, rising_in_use, flat_support=True)
-    assert decision.verdict is not stats.Verdict.NO_LEAK
-
-
 def test_allocator_rise_held_by_counted_arrays_is_the_counts_to_judge():
     from trainguard.leaks._evidence import KindEvidence
 

@@ -42,6 +42,8 @@ __all__ = [
     "Holder",
     "holder_allowance",
     "CountSupport",
+    "FlatCounts",
+    "flat_counts",
     "take_counts",
     "census_gap",
     "census_fallback",
@@ -529,6 +531,31 @@ def count_support(
     found.sort(key=lambda k: (_STATUS_ORDER[k.trend.status], not k.qualifies, -k.trend.count_per_iter))
     supports = any(k.trend.status == "grows" and k.qualifies for k in found)
     return CountSupport(supports, tuple(found), nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class FlatCounts:
+    """Every kind the censuses counted, exactly flat over the last censuses: none above where it
+    stood at ``from_iteration`` (0 objects a call), over ``censuses`` censuses spanning ``calls``
+    calls (``stats.flat_since`` of each kind, the latest start of them all)."""
+
+    from_iteration: int
+    censuses: int
+    calls: int
+    kinds: int
+
+
+def flat_counts(points: list[CountPoint]) -> FlatCounts:
+    """How long every counted kind has been exactly flat (pure: census points in). A kind missing
+    from a census counts 0 there (it appears when it first has objects, e.g. a container that grew)."""
+    if not points:
+        return FlatCounts(0, 0, 0, 0)
+    labels = {k for p in points for k in p.kinds}
+    start = 0
+    for label in labels:
+        start = max(start, stats.flat_since([p.kinds.get(label, (0, 0))[0] for p in points]))
+    first = points[start].iteration
+    return FlatCounts(first, len(points) - start, points[-1].iteration - first, len(labels))
 
 
 def _trend(

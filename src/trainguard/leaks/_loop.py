@@ -101,9 +101,10 @@ class LoopBase:
         """Whether object counts support a leak at this look."""
         return False
 
-    def flat_support(self) -> bool:
-        """Whether exact counts say nothing that could hold memory rose (asked after count_support)."""
-        return False
+    def flat_support(self) -> Any:
+        """How long exact counts have stayed flat (an ``_evidence.FlatCounts``), or None when the
+        loop has no counts that can speak for ``no_leak`` (asked after count_support)."""
+        return None
 
     # -- shared ----------------------------------------------------------------------------------
 

@@ -108,12 +108,15 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class LookResult:
-    """One look: the host and GPU decisions, whether to stop, and the leak gate it used."""
+    """One look: the host and GPU decisions, whether to stop, and the leak gate it used.
+    ``flat_readings``: at a final look that did not decide, the readings after which exact evidence
+    would say ``no_leak`` as it stands (:func:`flat_readings_needed`; inf when it cannot)."""
 
     decision: stats.Decision
     gpu_decision: stats.Decision | None
     stop: bool
     leak_gate: int
+    flat_readings: float = math.inf
 
 
 #: What the check itself keeps in the measured process per reading (the reading's row, its share of
@@ -396,43 +399,103 @@ def decide_series(
 #: evidence to support ``no_leak``: Python objects kept in pymalloc's arenas show in bytes in use
 #: only through the pointer arrays of the containers holding them (8 of a float's 32 bytes).
 FLAT_ALLOCATOR_SHARE = 0.25
+#: Calls over which every counted kind must have stayed exactly flat (0 objects a call) for exact
+#: evidence to support ``no_leak``: the mirror of the 15 calls a count must rise over to support a
+#: ``leak`` (``stats.count_trend``'s ``min_calls``), so that a slow step is decided in about 16-20.
+FLAT_MIN_CALLS = 15
+#: Censuses in that flat run (a Keras-TF census is taken every few calls once counts stop rising).
+FLAT_MIN_CENSUSES = 4
 
 
 def flat_decision(
-    series: list[dict[str, Any]], key: str, memory: stats.Decision, *, alpha: float, tolerance: float
+    series: list[dict[str, Any]],
+    key: str,
+    memory: stats.Decision,
+    *,
+    alpha: float,
+    tolerance: float,
+    flat: Any,
 ) -> stats.Decision | None:
     """``no_leak`` from exact evidence, for a step too slow for RSS's noise to settle (a Keras fit
-    of seconds swings RSS by tens of MB): the census counts found nothing that could hold memory
-    rising (the caller's ``flat_support``), the allocator's bytes in use have an interval under
-    :data:`FLAT_ALLOCATOR_SHARE` of the tolerance over 8 settled readings, and RSS itself shows
-    no significant growth at this look's level. None when that evidence is not there."""
+    of seconds swings RSS by MBs): every counted kind exactly flat over at least
+    :data:`FLAT_MIN_CALLS` calls and :data:`FLAT_MIN_CENSUSES` censuses (``flat``, an
+    ``_evidence.FlatCounts`` the caller gives only when the counts are usable), the allocator's
+    bytes in use with an interval at this look's level under :data:`FLAT_ALLOCATOR_SHARE` of the
+    tolerance over 8 settled readings, and RSS itself not growing past the tolerance
+    (``stats.rss_allows_flat``: memory outside both malloc and Python objects, an ``mmap`` kept a
+    call, shows in RSS alone). None when any of the three disagrees or is missing (no allocator
+    evidence: no bytes in use in the rows)."""
     from trainguard.leaks._native import KEY
 
+    if flat is None or flat.calls < FLAT_MIN_CALLS or flat.censuses < FLAT_MIN_CENSUSES:
+        return None
     est = memory.slope
-    if est is None or est.p_increase < alpha:
+    if est is None or not stats.rss_allows_flat(est, alpha=alpha, tolerance=tolerance):
         return None
     in_use = decide_series(
         series, KEY, alpha, FLAT_ALLOCATOR_SHARE * tolerance, False, True, min_points=COUNT_CONFIRM_POINTS
     )
     if in_use.verdict is not Verdict.NO_LEAK or in_use.slope is None:
         return None
-    from trainguard.units import format_bytes
-
-    def fmt(value: float, _unit: str) -> str:
-        return format_bytes(value, signed=True)
-
     return stats.Decision(
         Verdict.NO_LEAK,
-        f"no significant growth ({fmt(est.slope, 'B')}/iter, CI {fmt(est.ci_low, 'B')} .. {fmt(est.ci_high, 'B')}), "
-        f"and exact evidence says none: no counted kind that could hold memory rose, and the allocator's "
-        f"bytes in use grow {fmt(in_use.slope.slope, 'B')}/iter (CI up to {fmt(in_use.slope.ci_high, 'B')}), "
-        f"under a quarter of the tolerance {fmt(tolerance, 'B')}/iter",
+        _flat_reason(est, in_use.slope, flat, tolerance),
         memory.warmup_index,
         est,
         memory.recent_slope,
         memory.step_indices,
         memory.noise_bytes,
         memory.alpha,
+    )
+
+
+def flat_readings_needed(
+    series: list[dict[str, Any]], memory: stats.Decision, flat: Any, *, alpha: float, tolerance: float, k: int
+) -> float:
+    """Readings after which :func:`flat_decision` would say ``no_leak``, if the evidence goes on as
+    it stands: the counts' flat run long enough (its censuses coming at the rate they came, ``k``
+    calls a reading), and the interval of bytes in use under its share of the tolerance (its
+    half-width shrinks as ``n^-1.5``). inf when the evidence disagrees: RSS grows past the
+    tolerance, the last census rose, bytes in use rise or are not read."""
+    from trainguard.leaks._native import KEY
+
+    est = memory.slope
+    if flat is None or flat.censuses < 2 or est is None:
+        return math.inf
+    if not stats.rss_allows_flat(est, alpha=alpha, tolerance=tolerance):
+        return math.inf
+    per_census = flat.calls / (flat.censuses - 1)
+    extra_calls = max(FLAT_MIN_CALLS - flat.calls, (FLAT_MIN_CENSUSES - flat.censuses) * per_census, 0.0)
+    need = len(series) + extra_calls / max(k, 1)
+    pairs = [(r["iteration"], r[KEY]) for r in series if r.get(KEY) is not None]
+    if len(pairs) < COUNT_CONFIRM_POINTS:
+        return math.inf if not pairs else max(need, COUNT_CONFIRM_POINTS)
+    xs, ys = np.array(pairs, dtype=float).T
+    warm = stats.detect_warmup(ys, xs)
+    strict = stats.robust_slope(ys[warm:], xs[warm:], confidence=1.0 - 2.0 * alpha)
+    want = FLAT_ALLOCATOR_SHARE * tolerance
+    if strict.ci_high < want:
+        return need
+    if strict.slope >= want or not math.isfinite(strict.ci_high):
+        return math.inf
+    m = len(ys) - warm
+    return max(need, warm + m * ((strict.ci_high - strict.slope) / (want - strict.slope)) ** (2.0 / 3.0))
+
+
+def _flat_reason(est: stats.SlopeEstimate, in_use: stats.SlopeEstimate, flat: Any, tolerance: float) -> str:
+    """What a ``no_leak`` from exact evidence rests on, in words: the three series and their figures."""
+    from trainguard.units import format_bytes
+
+    def fmt(value: float) -> str:
+        return format_bytes(value, signed=True)
+
+    return (
+        f"exact evidence says no leak: every counted kind ({flat.kinds}) exactly flat, 0 a call, at "
+        f"{flat.censuses} censuses over the {flat.calls} calls since call {flat.from_iteration}; the "
+        f"allocator's bytes in use {fmt(in_use.slope)}/iter (CI up to {fmt(in_use.ci_high)}), under a "
+        f"quarter of the tolerance {fmt(tolerance)}/iter; and RSS {fmt(est.slope)}/iter "
+        f"(CI {fmt(est.ci_low)} .. {fmt(est.ci_high)}), under the tolerance, within "
+        f"{stats.FLAT_RSS_CAP:g} tolerances each side"
     )
 
 
@@ -447,16 +510,21 @@ def look(
     final: bool,
     key: str,
     count_support: bool = False,
-    flat_support: bool = False,
+    flat_support: Any = None,
 ) -> LookResult:
     """One look of the sequential test at the readings so far.
 
     ``count_support``: exact counts of some kind grow like a leak (see
     :func:`trainguard.leaks._evidence.count_support`); a leak then need not wait for the warm-up
-    gate nor pass the strict recent-third test, only the memory series' own test. Stops on a leak (host or GPU), when every series
+    gate nor pass the strict recent-third test, only the memory series' own test.
+    ``flat_support``: how long every counted kind has stayed exactly flat (an
+    ``_evidence.FlatCounts``; None without usable counts): with bytes in use and RSS agreeing it
+    may give ``no_leak`` before RSS's interval is under the tolerance (:func:`flat_decision`).
+    Stops on a leak (host or GPU), when every series
     decided, or at the final look.
     """
     base_gate = config.min_iterations or BASE_MIN_ITERATIONS
+    flat_readings = math.inf
     gate = leak_gate(config, iterations=iterations, elapsed_s=elapsed_s, step_time_s=step_time_s)
     leak_ok = iterations >= gate or (count_support and iterations >= base_gate)
     # the strict test stands in for the warm-up wait; count evidence answers the same question
@@ -477,19 +545,25 @@ def look(
         if confirm.verdict is Verdict.LEAK:
             decision = confirm
     if (
-        flat_support
+        flat_support is not None
         and not count_support
-        and decision.verdict is None
-        and not final
+        and decision.verdict in (None, Verdict.INCONCLUSIVE)
         and iterations >= base_gate
     ):
-        decision = flat_decision(series, key, decision, alpha=alpha, tolerance=tol) or decision
+        # at the final look too: a budget that ends as the exact evidence completes still decides
+        flat = flat_decision(series, key, decision, alpha=alpha, tolerance=tol, flat=flat_support)
+        if flat is None and final:
+            k = plan.calls_per_measurement
+            flat_readings = flat_readings_needed(
+                series, decision, flat_support, alpha=alpha, tolerance=tol, k=k
+            )
+        decision = flat or decision
     gpu_decision = None
     if plan.gpu_key is not None:
         gpu_decision = decide_series(series, plan.gpu_key, alpha, tol, final, *gates)
     verdicts = [decision.verdict] + ([gpu_decision.verdict] if gpu_decision is not None else [])
     stop = final or Verdict.LEAK in verdicts or all(v is not None for v in verdicts)
-    return LookResult(decision, gpu_decision, stop, gate)
+    return LookResult(decision, gpu_decision, stop, gate, flat_readings)
 
 
 #: Readings below which no verdict is given: the warm-up cut and the slope's noise estimate need
@@ -530,11 +604,13 @@ def final_verdict(
     step_times: Any,
     elapsed_s: float | None = None,
     tolerance: float | None = None,
+    flat_readings: float = math.inf,
 ) -> tuple[Verdict, str]:
     """The verdict and reason reported: the host decision, a GPU leak over a host non-leak, a
     step error (inconclusive unless a leak was already clear), or too few readings
     (:data:`MIN_VERDICT_READINGS`). Where the budget did not reach a verdict, the reason says what
-    ``--max-time`` would (from ``elapsed_s`` and ``tolerance`` when given)."""
+    ``--max-time`` would (from ``elapsed_s`` and ``tolerance`` when given): the time for RSS's own
+    interval, or for exact evidence (``flat_readings``, :func:`flat_readings_needed`) when sooner."""
     verdict = decision.verdict or Verdict.INCONCLUSIVE
     reason = decision.reason
     if gpu_decision is not None and gpu_decision.verdict is Verdict.LEAK and verdict is not Verdict.LEAK:
@@ -558,5 +634,12 @@ def final_verdict(
             "raise max_time or max_iterations" + budget_hint(elapsed_s, readings, MIN_VERDICT_READINGS)
         )
     if verdict is Verdict.INCONCLUSIVE and tolerance is not None:
-        reason += budget_hint(elapsed_s, readings, readings_needed(decision, readings, tolerance))
+        needed = readings_needed(decision, readings, tolerance)
+        if flat_readings < needed:
+            reason += budget_hint(elapsed_s, readings, flat_readings) + (
+                " (counts exactly flat and bytes in use flat so far: with that many, exact evidence "
+                "would decide no_leak)"
+            )
+        else:
+            reason += budget_hint(elapsed_s, readings, needed)
     return verdict, reason

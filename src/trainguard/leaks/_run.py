@@ -21,6 +21,7 @@ import dataclasses
 import gc
 import inspect
 import logging
+import math
 import os
 import sys
 import time
@@ -691,13 +692,15 @@ class _Loop(LoopBase):
             return dataclasses.replace(native, status="visible")
         return native
 
-    def flat_support(self) -> bool:
-        """The censuses (at least 3, over at least 8 calls) found nothing that could hold memory
-        rising, and bytes in use are read in this process alone (no child processes)."""
-        support, points = self.counts.support, self.counts.points
-        if support is None or not support.found_nothing or self.counts.fallback or self.meter.tree_seen:
-            return False
-        return len(points) >= 3 and points[-1].iteration - points[0].iteration >= 8
+    def flat_support(self) -> _evidence.FlatCounts | None:
+        """How long every counted kind has stayed exactly flat (``_evidence.flat_counts``), when
+        the counts can speak for ``no_leak``: censuses on and not dropped for cost, and bytes in
+        use read in this process alone (no child processes, whose allocations are not in them).
+        ``_plan.flat_decision`` judges the length."""
+        counts = self.counts
+        if not counts.enabled or counts.fallback or self.meter.tree_seen or len(counts.points) < 2:
+            return None
+        return _evidence.flat_counts(counts.points)
 
     # -- the end -------------------------------------------------------------------------------
 
@@ -794,6 +797,7 @@ class _Loop(LoopBase):
             step_times=self.step_times,
             elapsed_s=elapsed,
             tolerance=tolerance,
+            flat_readings=self.last_look.flat_readings if self.last_look else math.inf,
         )
         self.counts.finish(self, alpha, self.host_key(True))
         reason += self.counts_reason(verdict)

@@ -123,6 +123,9 @@ __all__ = [
     "decide",
     "CountTrend",
     "count_trend",
+    "flat_since",
+    "rss_allows_flat",
+    "FLAT_RSS_CAP",
     "allocator_trend",
     "ALLOCATOR_FILL_ALLOWANCE_BYTES",
     "TrialBytesTrend",
@@ -690,6 +693,50 @@ def _count_not_rising(ca: np.ndarray, xa: np.ndarray) -> CountTrend:
         return CountTrend("plateau", 0.0, 0.0, 1, 0, int(ca[top] - ca[rise]), 1.0)
     status = "flat" if np.ptp(ca) == 0 else "irregular"
     return CountTrend(status, 0.0, 0.0, 1, 0, 0, 1.0)
+
+
+def flat_since(counts: ArrayLike) -> int:
+    """Index from which an exact count never rises above its value there: the start of the final
+    run over which the kind grew by exactly 0 a call (it may fall within the run, never rise past
+    where it started). A leaking kind is higher at every reading than at any before, so its run is
+    its last reading alone; a warm-up that stops (a first fit's caches) starts its run where it
+    stopped. The mirror of :func:`count_trend`'s rising run, for ``no_leak``.
+
+    Raises:
+        ConfigError: no counts, or NaN values.
+    """
+    _, ca = _as_xy(counts, None)
+    if ca.size == 0:
+        raise ConfigError("flat_since needs at least one count, e.g. [5, 5, 5]")
+    # the highest count at or after each reading, from the right: a run may start at i when no
+    # later reading is above c[i]
+    later_max = np.maximum.accumulate(ca[::-1])[::-1]
+    ok = np.append(ca[:-1] >= later_max[1:], True)
+    return int(np.argmax(ok))
+
+
+#: How wide RSS's 95 % interval may be, each side, in tolerances, for exact evidence to support
+#: ``no_leak`` (see :func:`rss_allows_flat`; the choice is measured in BENCHMARKS.md,
+#: ``bench/flat_evidence_rates.py``).
+FLAT_RSS_CAP = 2.0
+
+
+def rss_allows_flat(est: SlopeEstimate, *, alpha: float, tolerance: float, cap: float | None = None) -> bool:
+    """Whether RSS's own slope leaves room for a ``no_leak`` that exact evidence supports (counts
+    exactly flat, bytes in use flat). Memory outside both malloc and Python objects (an ``mmap``
+    kept a call, pymalloc arenas of uncounted builtins, a native thread's stack) shows in RSS
+    alone, so RSS must agree: no significant growth at the look's level ``alpha``, the point
+    slope under ``tolerance``, and the interval precise enough to see growth of ``cap`` tolerances
+    (its 95 % half-width under ``cap`` times the tolerance; default :data:`FLAT_RSS_CAP`). Then RSS
+    growth of ``1 + cap`` tolerances or more reads over the tolerance at a look with at most about
+    2.5 % chance. The point slope alone would pass a noisy series half the time whatever it
+    hides (a Keras fit on the torch backend swings RSS by 70 MB: over 20 readings its interval is
+    +-2.6 MB a call, and a 1 MB/call leak there reads under a 90 KB tolerance about a quarter of
+    the time); with the half-width asked for, a step that noisy waits for RSS's own interval as
+    before."""
+    limit = (FLAT_RSS_CAP if cap is None else cap) * tolerance
+    precise = est.ci_high - est.slope < limit
+    return bool(est.p_increase >= alpha and est.slope < tolerance and precise)
 
 
 #: Bytes in use a native pool or cache may take before a steady rise supports a leak.
