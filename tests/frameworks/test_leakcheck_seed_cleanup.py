@@ -1,6 +1,12 @@
 """The README's fix, checked as a user checks it: the seed's Keras fit loop on TensorFlow with
 ``trainguard.frameworks.cleanup()`` where the seed calls ``clear_session()``, through
-``trainguard leakcheck`` with the default budget (2 minutes), is ``no_leak`` on exact evidence."""
+``trainguard leakcheck`` with the default budget (2 minutes).
+
+What holds, measured: no countable growth (0 Operations a fit), and RSS growth a small fraction of
+the seed's +9.8 MiB a fit. The verdict is not asserted: after ``cleanup()`` TensorFlow's native
+side still grows +33 to +194 KiB a fit here, above the default tolerance of a one-second fit, so
+the check says ``leak`` on a quiet machine and ``inconclusive`` under load (BENCHMARKS.md, "no_leak
+from exact evidence"); the exact-evidence rule rightly does not call it ``no_leak``."""
 
 from __future__ import annotations
 
@@ -15,11 +21,12 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("keras")
 
-CASE = Path(__file__).resolve().parents[2] / "bench" / "leak_corpus" / "keras_tf_seed_fit_cleanup.py"
+CASE = Path(__file__).resolve().parent / "seed_cleanup_step.py"
+MIB = 2**20
 
 
 @pytest.mark.slow
-def test_seed_keras_fit_with_cleanup_is_no_leak_within_the_default_budget() -> None:
+def test_seed_keras_fit_with_cleanup_has_no_countable_growth_and_a_fraction_of_the_seeds() -> None:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     res = subprocess.run(
         [sys.executable, "-m", "trainguard", "leakcheck", f"{CASE}:step", "--json"],
@@ -28,18 +35,12 @@ def test_seed_keras_fit_with_cleanup_is_no_leak_within_the_default_budget() -> N
         env=env,
         timeout=400,
     )
+    assert res.returncode in (0, 1, 3), res.stderr[-2000:]
     data = json.loads(res.stdout)
-    # what holds: cleanup() leaves no countable growth (0 Operations a fit), and bytes in use are read
+    # cleanup() leaves no countable growth (the seed's loop grows Operations and graphs every fit)
     assert data["counts"]["status"] == "found_nothing", data["counts"]
     assert "count evidence" not in data["reason"]
     assert data["allocator"]["available"] is True
-    if data["verdict"] != "no_leak":
-        # measured on tensorflow-cpu 2.21 / keras 3.15 (BENCHMARKS.md, "no_leak from exact
-        # evidence"): after cleanup() RSS still grows, +200 KiB a fit over fits 3-20 falling to
-        # +35-46 KiB over fits 40-106, and bytes in use +9 to +3 KiB a fit, above the default
-        # tolerance of a fit of about a second; the exact evidence rule rightly does not decide
-        pytest.xfail(f"the fit is not flat here: {data['verdict']}: {data['reason']}")
-    assert res.returncode == 0
-    # on exact evidence, within about 20 calls (the mirror of a countable leak's 15-20), or on RSS
-    assert "exact evidence" in data["reason"] or data["iterations"] > 25, data["reason"]
-    assert data["iterations"] <= 40, (data["iterations"], data["reason"])
+    # the seed's loop grows +9.8 MiB a fit; with cleanup() the growth is under a tenth of that
+    assert data["slope_bytes_per_iter"] is not None and data["slope_bytes_per_iter"] < 1 * MIB, data["reason"]
+    assert data["verdict"] in ("leak", "no_leak", "plateau", "inconclusive")

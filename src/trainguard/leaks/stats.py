@@ -789,9 +789,9 @@ def allocator_trend(
 def _steady_rise(x: np.ndarray, v: np.ndarray, max_slowdown: float) -> float | None:
     """The rise per call of a strictly rising run of bytes in use (the median of its readings'
     rises per call), or None when it slows: the recent half's rise per call more than
-    ``max_slowdown`` below the first half's median rise per call.
+    ``max_slowdown`` below the first half's, read without its first rise.
 
-    The first half by its median: a framework's first calls build, once, what it then keeps (the
+    The first half without its first rise: a framework's first calls build, once, what it then keeps (the
     corpus's ``tf_random_op_seed``: +44 KiB of kernels on the first call against 35 KiB a call
     after; ``torch_jit_script_in_step``: +3.2 MiB of TorchScript's frontend, then 100 KiB a call),
     and with the half's total that one reading read as slowing for 68 calls (TF) or past the
@@ -800,7 +800,9 @@ def _steady_rise(x: np.ndarray, v: np.ndarray, max_slowdown: float) -> float | N
     entries are in, still a strict rise), which a median would pass over."""
     per = np.diff(v) / np.maximum(np.diff(x), 1e-12)
     half = per.size // 2
-    first = float(np.median(per[:half]))
+    # the first half's total without its first rise (the one-time cost); a median instead read a
+    # jemalloc count, which rises in uneven steps (its thread caches), as slowing
+    first = float((v[half] - v[1]) / max(x[half] - x[1], 1e-12)) if half >= 2 else float(per[0])
     recent = float((v[-1] - v[half]) / max(x[-1] - x[half], 1e-12))
     if not (first > 0 and recent >= (1.0 - max_slowdown) * first):
         return None
