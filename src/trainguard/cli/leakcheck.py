@@ -101,6 +101,21 @@ def _split_target(target: str) -> tuple[str, str]:
     return path, name
 
 
+def _check_before_work(path: str) -> None:
+    """What can be refused before the fresh process starts (and before the first progress line),
+    in the words the check itself uses: a missing file, a JavaScript step without Node."""
+    from pathlib import Path
+
+    from trainguard._node import find_node, is_js_file
+    from trainguard.exceptions import ConfigError
+
+    if not Path(path).is_file():
+        kind, example = ("JavaScript", "train.js") if is_js_file(path) else ("Python", "train.py")
+        raise ConfigError(f"{path}: no such file: give the path of a {kind} file, e.g. {example}:step")
+    if is_js_file(path):
+        find_node()  # MissingDependencyError, with how to install it
+
+
 #: seconds between progress lines when stderr is not a terminal (a log, a pipe)
 _LINE_EVERY_S = 10.0
 
@@ -248,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--tracemalloc traces Python allocations: a JavaScript step has none; drop the flag"
         )
+    _check_before_work(path)
     progress = _Progress(enabled=not args.quiet, target=args.target)
     try:
         # a TF.js (or any Node) step is looped in Node under --expose-gc and decided here

@@ -603,8 +603,6 @@ def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any
 _TORCH_THREADS_DONE = [False]
 #: trials this worker has started
 _TRIALS_RUN = [0]
-#: how many modules were imported when the worker last froze what it held
-_FROZEN_MODULES = [0]
 
 
 def _freeze_imports() -> None:
@@ -613,12 +611,13 @@ def _freeze_imports() -> None:
     that no garbage is frozen: the ``gc.collect()`` after every trial then scans only what trials
     made. Measured: 3.1 ms a trial with trainguard and numpy imported, a full collection's cost,
     the most of a tiny trial's, and 78 ms with Keras and TensorFlow imported (BENCHMARKS.md,
-    "Supervisor overhead"). Also after a trial that imported modules (a framework imported in the
-    trial's first call), once its reply is sent; seldom otherwise: an object a trial made and still
-    held then, frozen, is never collected once it is dropped (a bounded cost: what one trial held)."""
+    "Supervisor overhead"). Only before the first trial: an object a trial made and still holds,
+    frozen, would never be collected once dropped, and ``gc.get_objects()`` (the census, a trial's
+    own counts) no longer lists frozen objects, so what a trial keeps must stay visible. A
+    framework imported inside the trial function is therefore not frozen: preload it (``preload=``,
+    ``keras_backend=``) or import it at the module's top level to have it frozen."""
     gc.collect()
     gc.freeze()
-    _FROZEN_MODULES[0] = len(sys.modules)
 
 
 def _serve(inbox: Any, outbox: Any, threads: int | None, max_result_bytes: int | None) -> None:
@@ -636,8 +635,6 @@ def _serve(inbox: Any, outbox: Any, threads: int | None, max_result_bytes: int |
             reply = run_trial(functions[msg["key"]], msg, max_result_bytes)
             _apply_torch_threads(threads, _TORCH_THREADS_DONE)
             write_message(outbox, reply)
-            if len(sys.modules) > _FROZEN_MODULES[0]:
-                _freeze_imports()  # the trial imported (TensorFlow in its first call, say)
         elif op == "fn":
             try:
                 functions[msg["key"]] = _load_fn(msg, max_result_bytes)
