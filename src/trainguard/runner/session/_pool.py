@@ -468,16 +468,20 @@ class Pool:
         if decision.action in ("wait", "other_device"):
             if not worker.gpu_waited:
                 worker.gpu_waited = True
-                self.recorder.event(
-                    "budget_wait",
-                    f"worker {worker.worker_id} waits: {decision.message}",
-                    data=decision.values,
-                    worker=worker,
-                )
+                self._say_wait(worker, decision)
             return False
         rule = "gpu_share" if decision.action == "recycle" else "gpu_budget_fewer_workers"
         self.retire(worker, RecycleDecision(rule, decision.values, decision.message))
         return False
+
+    def _say_wait(self, worker: WorkerRecord, decision: Any) -> None:
+        """The event a worker held back by a budget gets, once a wait (the host's or a GPU's)."""
+        self.recorder.event(
+            "budget_wait",
+            f"worker {worker.worker_id} waits: {decision.message}",
+            data=decision.values,
+            worker=worker,
+        )
 
     def _host_budget_check(self, worker: WorkerRecord, predicted_bytes: float | None) -> bool:
         predicted = predicted_bytes
@@ -497,12 +501,7 @@ class Pool:
         if decision.action == "wait":
             if not worker.waited:
                 worker.waited = True
-                self.recorder.event(
-                    "budget_wait",
-                    f"worker {worker.worker_id} waits: {decision.message}",
-                    data=decision.values,
-                    worker=worker,
-                )
+                self._say_wait(worker, decision)
             return False
         if decision.action == "over_budget":
             self.recorder.event("budget_too_small", decision.message, data=decision.values, worker=worker)
