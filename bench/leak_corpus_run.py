@@ -1,13 +1,15 @@
 """Run every case of bench/leak_corpus/ through the CLI exactly as a user would, and score the verdicts.
 
-Run: .venv/bin/python bench/leak_corpus_run.py [--only NAME ...] [--jobs 1] [-- extra leakcheck args]
+Run: .venv/bin/python bench/leak_corpus_run.py [--only NAME ...] [--jobs 1] [--hog N] [-- extra leakcheck args]
 
 Each case is ``trainguard leakcheck CASE.py:step --setup setup --json`` with default options (a
 case without a ``setup`` function gets a warning from the CLI and runs without one). A case's
 ``EXPECTED`` is ``leak`` or ``no_leak``; the verdicts ``no_leak`` and ``plateau`` both count as
 "not a leak", ``inconclusive`` counts as wrong either way. Prints a markdown table and the accuracy;
 writes the table to bench/results/leak_corpus_run.json and each full report to
-bench/results/leak_corpus/CASE.json.
+bench/results/leak_corpus/CASE.json. ``--hog N`` runs N CPU-bound processes beside the whole run
+(a loaded machine: N=4 on 2 cores reads a load average of about 4-6) and records the load average
+at each case's end.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ def run_case(path: Path, extra: list[str], src: str | None = None) -> dict:
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     wall = time.perf_counter() - t0
     row = {"case": path.stem, **constants(path), "exit": res.returncode, "wall_s": wall}
+    row["load1"] = round(os.getloadavg()[0], 2)
     try:
         data = json.loads(res.stdout)
     except json.JSONDecodeError:
@@ -84,6 +87,8 @@ def run_case(path: Path, extra: list[str], src: str | None = None) -> dict:
         elapsed_s=data.get("elapsed_s"),
         reason=data.get("reason"),
         counts=(data.get("counts") or {}).get("status"),
+        censuses=(data.get("counts") or {}).get("censuses"),
+        census_median_s=(data.get("counts") or {}).get("census_median_s"),
     )
     return row
 
@@ -124,8 +129,19 @@ def main() -> None:
         help="also run every case with PYTHONPATH=SRC (a checkout's src/ of the detector before a "
         "change), alternating with this tree, and print both side by side",
     )
+    ap.add_argument("--hog", type=int, default=0, help="CPU-bound processes to run beside the whole run")
     args, extra = ap.parse_known_args()
     extra = [a for a in extra if a != "--"]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hog)]
+    try:
+        run_all(args, extra)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
+
+def run_all(args: argparse.Namespace, extra: list[str]) -> None:
     cases = sorted(p for p in CORPUS.glob("*.py") if not p.name.startswith("_"))
     if args.only:
         cases = [p for p in cases if p.stem in set(args.only)]
@@ -157,15 +173,19 @@ def main() -> None:
     )
     if extra:
         print(f"extra arguments: {' '.join(extra)}")
+    if args.hog:
+        print(f"beside {args.hog} CPU-bound processes")
     print()
-    print("| case | expected | verdict | metric | slope /iter | 95 % CI | iterations | wall s | correct |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| case | expected | verdict | metric | slope /iter | 95 % CI | iterations | wall s | load | correct |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ci = r.get("ci") or (None, None)
         print(
             f"| {r['case']} | {r.get('EXPECTED')} | {r.get('verdict')} | {r.get('metric', '-')} | {fmt_bytes(r.get('slope'))} | "
             f"{fmt_bytes(ci[0])} .. {fmt_bytes(ci[1])} | {r.get('iterations', '-')} | {r['wall_s']:.1f} | "
-            f"{'yes' if correct(r) else '**no**'} |"
+            f"{r.get('load1', '-')} | {'yes' if correct(r) else '**no**'} |"
         )
     ok = sum(correct(r) for r in rows)
     print(f"\naccuracy {ok}/{len(rows)} = {ok / max(len(rows), 1):.0%}; total wall {total:.0f} s")
@@ -179,6 +199,7 @@ def main() -> None:
             {
                 "date": str(datetime.date.today()),
                 "extra": extra,
+                "hog": args.hog,
                 "rows": rows,
                 "before": before,
                 "wall_s": total,

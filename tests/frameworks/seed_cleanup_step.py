@@ -10,10 +10,11 @@ import numpy as np  # noqa: E402
 
 import trainguard  # noqa: E402
 
-# Not a leak-corpus case: whether this slow growth levels off is not known. Measured on
-# tensorflow-cpu 2.21 / keras 3.15, RSS grows +194 KiB a fit early, +33-45 KiB after 40 fits, and
-# bytes in use +9 to +3 KiB a fit, above the default tolerance of a ~1 s fit (BENCHMARKS.md,
-# "no_leak from exact evidence"); the counts are exactly flat (0 Operations a fit).
+# Measured on tensorflow-cpu 2.21 / keras 3.15: counts exactly flat (0 Operations a fit), bytes in
+# use +3.5 KiB a fit for good (TensorFlow's tf.data metric cells and function stats publishers, a
+# fixed cost per fit), RSS outside glibc's heaps flat; RSS as a whole +30-65 KiB a fit early,
+# slowing toward the untrimmed level: pages malloc_trim(0) gave back, touched again and pinned
+# (BENCHMARKS.md, "no_leak from exact evidence").
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((2000, 100)).astype("float32")

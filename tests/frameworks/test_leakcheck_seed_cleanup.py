@@ -1,12 +1,12 @@
 """The README's fix, checked as a user checks it: the seed's Keras fit loop on TensorFlow with
 ``trainguard.frameworks.cleanup()`` where the seed calls ``clear_session()``, through
-``trainguard leakcheck`` with the default budget (2 minutes).
+``trainguard leakcheck`` with the default budget (2 minutes): ``no_leak``.
 
-What holds, measured: no countable growth (0 Operations a fit), and RSS growth a small fraction of
-the seed's +9.8 MiB a fit. The verdict is not asserted: after ``cleanup()`` TensorFlow's native
-side still grows +33 to +194 KiB a fit here, above the default tolerance of a one-second fit, so
-the check says ``leak`` on a quiet machine and ``inconclusive`` under load (BENCHMARKS.md, "no_leak
-from exact evidence"); the exact-evidence rule rightly does not call it ``no_leak``."""
+After ``cleanup()`` the counts are exactly flat (0 Operations a fit) and what stays of a fit is
+about 3.5 KiB of TensorFlow's native bookkeeping, a fifth of the tolerance; RSS as a whole still
+climbs +30-65 KiB a fit for a hundred fits, inside glibc's heaps (pages ``malloc_trim`` gave back,
+touched again), which RSS outside the heaps and bytes in use tell apart: the verdict rests on live
+memory, and the reason says where RSS grew (BENCHMARKS.md, "no_leak from exact evidence")."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ MIB = 2**20
 
 
 @pytest.mark.slow
-def test_seed_keras_fit_with_cleanup_has_no_countable_growth_and_a_fraction_of_the_seeds() -> None:
+def test_seed_keras_fit_with_cleanup_is_no_leak_within_the_default_budget() -> None:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     res = subprocess.run(
         [sys.executable, "-m", "trainguard", "leakcheck", f"{CASE}:step", "--json"],
@@ -43,4 +43,10 @@ def test_seed_keras_fit_with_cleanup_has_no_countable_growth_and_a_fraction_of_t
     assert data["allocator"]["available"] is True
     # the seed's loop grows +9.8 MiB a fit; with cleanup() the growth is under a tenth of that
     assert data["slope_bytes_per_iter"] is not None and data["slope_bytes_per_iter"] < 1 * MIB, data["reason"]
-    assert data["verdict"] in ("leak", "no_leak", "plateau", "inconclusive")
+    assert data["verdict"] == "no_leak", data["reason"]
+    assert res.returncode == 0
+    if "glibc's heaps" in data["reason"]:
+        # RSS grew where the allocator keeps free memory; live memory decided, under the tolerance
+        assert data["allocator"]["heaps_available"] is True
+        assert data["allocator"]["live_slope_bytes_per_iter"] < data["tolerance_bytes_per_iter"]
+    assert data["elapsed_s"] < 125

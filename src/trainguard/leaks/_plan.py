@@ -430,18 +430,87 @@ def flat_decision(
     if flat is None or flat.calls < FLAT_MIN_CALLS or flat.censuses < FLAT_MIN_CENSUSES:
         return None
     est = memory.slope
-    if est is None or not stats.rss_allows_flat(est, alpha=alpha, tolerance=tolerance):
+    if est is None:
         return None
-    in_use = decide_series(
-        series, KEY, alpha, FLAT_ALLOCATOR_SHARE * tolerance, False, True, min_points=COUNT_CONFIRM_POINTS
-    )
-    if in_use.verdict is not Verdict.NO_LEAK or in_use.slope is None:
-        return None
+    if stats.rss_allows_flat(est, alpha=alpha, tolerance=tolerance):
+        in_use = decide_series(
+            series, KEY, alpha, FLAT_ALLOCATOR_SHARE * tolerance, False, True, min_points=COUNT_CONFIRM_POINTS
+        )
+        if in_use.verdict is not Verdict.NO_LEAK or in_use.slope is None:
+            return None
+        reason = _flat_reason(est, in_use.slope, flat, tolerance)
+    else:
+        # RSS too noisy or growing: its part outside the free memory malloc keeps may still agree
+        live = live_decision(series, alpha=alpha, tolerance=tolerance)
+        if live is None or live.verdict is not Verdict.NO_LEAK or live.slope is None:
+            return None
+        reason = _live_reason(est, live.slope, flat, tolerance)
     return stats.Decision(
         Verdict.NO_LEAK,
-        _flat_reason(est, in_use.slope, flat, tolerance),
+        reason,
         memory.warmup_index,
         est,
+        memory.recent_slope,
+        memory.step_indices,
+        memory.noise_bytes,
+        memory.alpha,
+    )
+
+
+def live_decision(series: list[dict[str, Any]], *, alpha: float, tolerance: float) -> stats.Decision | None:
+    """The test of the live series (``_native.LIVE_KEY``: bytes in use plus RSS outside glibc's
+    heaps, read up to the last reading), or None where it is not read. RSS less the free memory
+    malloc keeps inside its heaps: what grows or swings there while bytes in use do not is
+    retention, fragmentation, or pages ``malloc_trim`` gave back touched again, never live memory;
+    memory held outside malloc (an ``mmap`` kept a call, pymalloc's arenas) stays in it."""
+    from trainguard.leaks._native import LIVE_KEY
+
+    if not series or series[-1].get(LIVE_KEY) is None:
+        return None
+    return decide_series(series, LIVE_KEY, alpha, tolerance, False, True, min_points=COUNT_CONFIRM_POINTS)
+
+
+def retention_hold(
+    series: list[dict[str, Any]],
+    memory: stats.Decision,
+    *,
+    alpha: float,
+    tolerance: float,
+    final: bool,
+    gates: tuple[bool, bool, bool],
+) -> stats.Decision:
+    """A ``leak`` that RSS alone calls, checked against live memory (:func:`live_decision`'s
+    series, at this look's gates) where it is read: when live memory does not grow like a leak,
+    RSS grew inside glibc's heaps, free memory the allocator keeps, which is never a leak by
+    itself. The look then waits (or, at the final look, says what live memory says), with the
+    reason naming where RSS grew. ``memory`` as it is where live memory is not read or agrees."""
+    from trainguard.leaks._native import LIVE_KEY
+
+    if not series or series[-1].get(LIVE_KEY) is None:
+        return memory
+    live = decide_series(series, LIVE_KEY, alpha, tolerance, final, *gates)
+    if live.verdict is Verdict.LEAK or live.slope is None or memory.slope is None:
+        return memory
+    fmt = _fmt_signed
+    where = (
+        f"RSS grows {fmt(memory.slope.slope)}/iter (CI {fmt(memory.slope.ci_low)} .. {fmt(memory.slope.ci_high)}) "
+        f"but live memory (the allocator's bytes in use plus RSS outside glibc's heaps) does not grow like a "
+        f"leak, {fmt(live.slope.slope)}/iter (CI {fmt(live.slope.ci_low)} .. {fmt(live.slope.ci_high)}): the "
+        "growth is inside malloc's heaps, free memory the allocator keeps (retention or fragmentation; pages "
+        "malloc_trim gave back, touched again), not live allocations; `--allocator jemalloc` keeps RSS flatter"
+    )
+    verdict = live.verdict if live.verdict is Verdict.NO_LEAK or final else None
+    if verdict is Verdict.NO_LEAK:
+        reason = f"no leak: {where}"
+    elif verdict is None:
+        reason = f"{where}; waiting for live memory to decide"
+    else:
+        reason = f"{where}; live memory: {live.reason}"
+    return stats.Decision(
+        verdict,
+        reason,
+        memory.warmup_index,
+        memory.slope,
         memory.recent_slope,
         memory.step_indices,
         memory.noise_bytes,
@@ -463,7 +532,13 @@ def flat_readings_needed(
     if flat is None or flat.censuses < 2 or est is None:
         return math.inf
     if not stats.rss_allows_flat(est, alpha=alpha, tolerance=tolerance):
-        return math.inf
+        live = live_decision(series, alpha=alpha, tolerance=tolerance)
+        if live is None or live.verdict is Verdict.LEAK:
+            return math.inf
+        per_census = flat.calls / (flat.censuses - 1)
+        extra_calls = max(FLAT_MIN_CALLS - flat.calls, (FLAT_MIN_CENSUSES - flat.censuses) * per_census, 0.0)
+        need = len(series) + extra_calls / max(k, 1)
+        return max(need, readings_needed(live, len(series), tolerance))
     per_census = flat.calls / (flat.censuses - 1)
     extra_calls = max(FLAT_MIN_CALLS - flat.calls, (FLAT_MIN_CENSUSES - flat.censuses) * per_census, 0.0)
     need = len(series) + extra_calls / max(k, 1)
@@ -482,20 +557,43 @@ def flat_readings_needed(
     return max(need, warm + m * ((strict.ci_high - strict.slope) / (want - strict.slope)) ** (2.0 / 3.0))
 
 
-def _flat_reason(est: stats.SlopeEstimate, in_use: stats.SlopeEstimate, flat: Any, tolerance: float) -> str:
-    """What a ``no_leak`` from exact evidence rests on, in words: the three series and their figures."""
-    from trainguard.units import format_bytes
-
-    def fmt(value: float) -> str:
-        return format_bytes(value, signed=True)
-
+def _flat_head(in_use: str, flat: Any) -> str:
     return (
         f"exact evidence says no leak: every counted kind ({flat.kinds}) exactly flat, 0 a call, at "
-        f"{flat.censuses} censuses over the {flat.calls} calls since call {flat.from_iteration}; the "
-        f"allocator's bytes in use {fmt(in_use.slope)}/iter (CI up to {fmt(in_use.ci_high)}), under a "
+        f"{flat.censuses} censuses over the {flat.calls} calls since call {flat.from_iteration}; {in_use}"
+    )
+
+
+def _fmt_signed(value: float) -> str:
+    from trainguard.units import format_bytes
+
+    return format_bytes(value, signed=True)
+
+
+def _flat_reason(est: stats.SlopeEstimate, in_use: stats.SlopeEstimate, flat: Any, tolerance: float) -> str:
+    """What a ``no_leak`` from exact evidence rests on, in words: the three series and their figures."""
+    fmt = _fmt_signed
+    return _flat_head(
+        f"the allocator's bytes in use {fmt(in_use.slope)}/iter (CI up to {fmt(in_use.ci_high)}), under a "
         f"quarter of the tolerance {fmt(tolerance)}/iter; and RSS {fmt(est.slope)}/iter "
         f"(CI {fmt(est.ci_low)} .. {fmt(est.ci_high)}), under the tolerance, within "
-        f"{stats.FLAT_RSS_CAP:g} tolerances each side"
+        f"{stats.FLAT_RSS_CAP:g} tolerances each side",
+        flat,
+    )
+
+
+def _live_reason(est: stats.SlopeEstimate, live: stats.SlopeEstimate, flat: Any, tolerance: float) -> str:
+    """The same, where live memory (bytes in use plus RSS outside glibc's heaps) agreed and RSS as
+    a whole did not: what RSS did inside the heaps is named as the allocator's."""
+    fmt = _fmt_signed
+    return _flat_head(
+        f"live memory (the allocator's bytes in use plus RSS outside glibc's heaps) {fmt(live.slope)}/iter "
+        f"(CI {fmt(live.ci_low)} .. {fmt(live.ci_high)}), under the tolerance {fmt(tolerance)}/iter. RSS as a "
+        f"whole {fmt(est.slope)}/iter (CI {fmt(est.ci_low)} .. {fmt(est.ci_high)}): what it gained or swung "
+        "beyond that is inside malloc's heaps, free memory the allocator keeps (retention or fragmentation; "
+        "pages malloc_trim gave back, touched again), not live allocations; `--allocator jemalloc` keeps RSS "
+        "flatter",
+        flat,
     )
 
 
@@ -544,6 +642,9 @@ def look(
         )
         if confirm.verdict is Verdict.LEAK:
             decision = confirm
+    if decision.verdict is Verdict.LEAK and not count_support:
+        # RSS alone grows: where live memory is read, growth inside glibc's heaps is never a leak
+        decision = retention_hold(series, decision, alpha=alpha, tolerance=tol, final=final, gates=gates)
     if (
         flat_support is not None
         and not count_support

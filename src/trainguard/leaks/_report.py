@@ -83,7 +83,11 @@ class LeakReport:
             bookkeeping subtracted): ``allocator`` (glibc, jemalloc, tcmalloc), ``available``,
             ``slope_bytes_per_iter``, ``status`` (``stats.allocator_trend``), ``supports_leak``,
             ``cost_per_reading_s``, ``bookkeeping_bytes_per_reading``, ``text`` and ``note``
-            (allocator retention; child processes not counted; or why it is unavailable).
+            (allocator retention; child processes not counted; or why it is unavailable). On
+            glibc, RSS split at malloc's heaps (``heap_resident_bytes``, ``outside_heaps_bytes``
+            and ``live_bytes`` in the rows that could afford it): ``heaps_available``,
+            ``heap_resident_slope_bytes_per_iter``, ``outside_heaps_slope_bytes_per_iter``,
+            ``live_slope_bytes_per_iter``, ``heaps_cost_per_reading_s`` and ``heaps_text``.
     """
 
     verdict: Verdict
@@ -224,6 +228,8 @@ class LeakReport:
             lines.append(f"bytes in use: {self.allocator.get('text') or self.allocator.get('note')}")
             if self.allocator.get("text") and self.allocator.get("note"):
                 lines.append(f"bytes in use: {self.allocator['note']}")
+            if self.allocator.get("heaps_available"):
+                lines.append(f"heaps: {self.allocator['heaps_text']}")
         for h in self.hints:
             lines.append(f"hint: {h}")
         if self.error is not None:

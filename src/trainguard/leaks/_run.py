@@ -302,16 +302,24 @@ class _Meter:
                 self._nvml = False
         return allocated, nvml
 
-    def read(self) -> dict[str, Any]:
+    def read(self, calls_s: float | None = None) -> dict[str, Any]:
+        """One reading's row. ``calls_s``: the step time since the last reading, which decides
+        whether the heaps' residency is affordable (``_native.AllocatorSeries.read_heaps``)."""
         gc.collect()
         untrimmed = None
         if self._trim and self.trim_available:
             untrimmed, _, _ = self._host()
             self.trim_available = self._malloc_trim()
         value, pids, pss = self._host(extra=True)
+        heaps = self.native.read_heaps(calls_s) if self.metric in ("rss", "auto") else None
         allocated, nvml = self.gpu_bytes(pids)
         self.tree_seen = self.tree_seen or len(pids) > 1
         row: dict[str, Any] = {_native.KEY: self.native.read()}
+        if heaps is not None and len(pids) == 1:
+            # RSS inside glibc's heaps and outside them: the process's own, so with no children
+            row[_native.HEAP_KEY], row[_native.OUTSIDE_KEY] = heaps
+            if row[_native.KEY] is not None:
+                row[_native.LIVE_KEY] = row[_native.OUTSIDE_KEY] + row[_native.KEY]
         if self.metric == "auto" and pss is not None:
             row["pss_bytes"] = pss
         return row | {
@@ -557,6 +565,8 @@ class _Loop(LoopBase):
         self.dense = _plan.dense_next(config, iterations=0, rising=True, spent_s=0.0, budget_s=0.0)
         self.dense_spent = 0.0
         self.native_support: _native.NativeSupport | None = None
+        #: the step time summed up to the last reading (what the next reading may spend on heaps)
+        self.steps_at_reading_s = 0.0
 
     # -- calls and readings ------------------------------------------------------------------
 
@@ -601,8 +611,10 @@ class _Loop(LoopBase):
         return True
 
     def measure(self) -> None:
+        calls_s = self.step_times.total_s - self.steps_at_reading_s
+        self.steps_at_reading_s = self.step_times.total_s
         t0 = time.perf_counter()
-        row = self.meter.read()
+        row = self.meter.read(calls_s)
         self.measure_cost = time.perf_counter() - t0
         self.measure_costs.append(self.measure_cost)
         row["iteration"] = self.iterations

@@ -94,6 +94,15 @@ def plot_report(report: Any, path: str) -> str:
                 color="grey",
                 label=f"{report.metric} before malloc_trim",
             )
+        live = [(r["iteration"], r["live_bytes"] / scale) for r in report.series if r.get("live_bytes")]
+        if live:
+            ax.plot(
+                *zip(*live, strict=False),
+                "-",
+                lw=1,
+                color="#CC79A7",
+                label="live memory: bytes in use + RSS outside glibc's heaps",
+            )
         if report.warmup_iterations:
             ax.axvline(report.warmup_iterations, color="orange", ls="--", label="end of warm-up")
         if report.slope_bytes_per_iter is not None and xs:

@@ -81,6 +81,16 @@ def _lines(data: LeakReportData) -> list[_svg.Line]:
                 css_class="series untrimmed",
             ),
         )
+    if data.live:
+        lines.append(
+            _svg.Line(
+                "live memory: bytes in use + RSS outside glibc's heaps",
+                [list(data.live)],
+                colour="#CC79A7",
+                width=1.2,
+                css_class="series live",
+            )
+        )
     if data.gpu:
         lines.append(_svg.Line("GPU memory", [list(data.gpu)], colour="#009E73", css_class="series gpu"))
     if data.fit is not None and data.slope is not None:

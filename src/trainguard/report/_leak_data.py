@@ -71,6 +71,8 @@ class LeakReportData:
     #: (iteration, bytes) of each reading, and of the readings before malloc_trim where they differ
     series: tuple[Point, ...]
     untrimmed: tuple[Point, ...]
+    #: (iteration, bytes) of live memory: bytes in use plus RSS outside glibc's heaps, where read
+    live: tuple[Point, ...]
     gpu: tuple[Point, ...]
     #: the Theil-Sen line over the readings after the warm-up, its ends; and the 95 % band's outline
     fit: tuple[Point, Point] | None
@@ -111,6 +113,9 @@ class LeakReportData:
             ci_high=hi,
             series=points,
             untrimmed=untrimmed,
+            live=tuple(
+                (float(r["iteration"]), float(r["live_bytes"])) for r in series if number(r.get("live_bytes"))
+            ),
             gpu=tuple(
                 (float(r["iteration"]), float(r["gpu_bytes"])) for r in series if number(r.get("gpu_bytes"))
             ),
