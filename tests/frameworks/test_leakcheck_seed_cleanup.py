@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("keras")
 
-CASE = Path(__file__).resolve().parent / "seed_cleanup_step.py"
+CASE = Path(__file__).resolve().parents[2] / "bench" / "leak_corpus" / "keras_tf_seed_fit_cleanup.py"
 MIB = 2**20
 
 

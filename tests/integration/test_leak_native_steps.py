@@ -96,6 +96,10 @@ def test_jemalloc_preloaded_is_read_and_named():
     # by hand, 34-106 under pytest in a git checkout, an unexplained difference left open)
     assert got["allocator"]["allocator"] == "jemalloc" and got["allocator"]["available"]
     assert got["allocator"]["status"] == "grows" and got["allocator"]["slope_bytes_per_iter"] > 200 * 1024
+    # glibc's heaps hold nothing under jemalloc: RSS is not split, and the report says why
+    assert got["allocator"]["heaps_available"] is False
+    assert "jemalloc allocator does not use glibc's heaps" in got["allocator"]["heaps_text"]
+    assert not any("live_bytes" in r for r in got["series"])
 
 
 def test_unknown_allocator_rests_on_what_it_has(tmp_path):
@@ -113,3 +117,6 @@ def test_step_with_a_child_process_says_the_figure_is_its_own():
     finally:
         native_steps.stop_child()
     assert "step process's only" in report.allocator["note"]
+    # RSS is split at glibc's heaps only while the step is one process (the heaps are its own)
+    with_child = [r for r in report.series if r.get("processes", 1) > 1]
+    assert with_child and not any(r.get("live_bytes") is not None for r in with_child)

@@ -497,7 +497,8 @@ def retention_hold(
         f"but live memory (the allocator's bytes in use plus RSS outside glibc's heaps) does not grow like a "
         f"leak, {fmt(live.slope.slope)}/iter (CI {fmt(live.slope.ci_low)} .. {fmt(live.slope.ci_high)}): the "
         "growth is inside malloc's heaps, free memory the allocator keeps (retention or fragmentation; pages "
-        "malloc_trim gave back, touched again), not live allocations; `--allocator jemalloc` keeps RSS flatter"
+        "malloc_trim gave back, touched again), not live allocations; jemalloc keeps RSS flatter "
+        "(`trainguard run --allocator jemalloc` in workers)"
     )
     verdict = live.verdict if live.verdict is Verdict.NO_LEAK or final else None
     if verdict is Verdict.NO_LEAK:
@@ -524,24 +525,23 @@ def flat_readings_needed(
     """Readings after which :func:`flat_decision` would say ``no_leak``, if the evidence goes on as
     it stands: the counts' flat run long enough (its censuses coming at the rate they came, ``k``
     calls a reading), and the interval of bytes in use under its share of the tolerance (its
-    half-width shrinks as ``n^-1.5``). inf when the evidence disagrees: RSS grows past the
-    tolerance, the last census rose, bytes in use rise or are not read."""
+    half-width shrinks as ``n^-1.5``); where RSS does not agree, live memory's interval under the
+    tolerance instead. inf when the evidence disagrees: RSS grows past the tolerance with live
+    memory not read or growing like a leak, the last census rose, bytes in use rise or are not read."""
     from trainguard.leaks._native import KEY
 
     est = memory.slope
     if flat is None or flat.censuses < 2 or est is None:
         return math.inf
-    if not stats.rss_allows_flat(est, alpha=alpha, tolerance=tolerance):
-        live = live_decision(series, alpha=alpha, tolerance=tolerance)
-        if live is None or live.verdict is Verdict.LEAK:
-            return math.inf
-        per_census = flat.calls / (flat.censuses - 1)
-        extra_calls = max(FLAT_MIN_CALLS - flat.calls, (FLAT_MIN_CENSUSES - flat.censuses) * per_census, 0.0)
-        need = len(series) + extra_calls / max(k, 1)
-        return max(need, readings_needed(live, len(series), tolerance))
     per_census = flat.calls / (flat.censuses - 1)
     extra_calls = max(FLAT_MIN_CALLS - flat.calls, (FLAT_MIN_CENSUSES - flat.censuses) * per_census, 0.0)
     need = len(series) + extra_calls / max(k, 1)
+    if not stats.rss_allows_flat(est, alpha=alpha, tolerance=tolerance):
+        # where RSS does not agree, live memory's own interval (flat_decision's other branch)
+        live = live_decision(series, alpha=alpha, tolerance=tolerance)
+        if live is None or live.verdict is Verdict.LEAK:
+            return math.inf
+        return max(need, readings_needed(live, len(series), tolerance))
     pairs = [(r["iteration"], r[KEY]) for r in series if r.get(KEY) is not None]
     if len(pairs) < COUNT_CONFIRM_POINTS:
         return math.inf if not pairs else max(need, COUNT_CONFIRM_POINTS)
@@ -591,8 +591,8 @@ def _live_reason(est: stats.SlopeEstimate, live: stats.SlopeEstimate, flat: Any,
         f"(CI {fmt(live.ci_low)} .. {fmt(live.ci_high)}), under the tolerance {fmt(tolerance)}/iter. RSS as a "
         f"whole {fmt(est.slope)}/iter (CI {fmt(est.ci_low)} .. {fmt(est.ci_high)}): what it gained or swung "
         "beyond that is inside malloc's heaps, free memory the allocator keeps (retention or fragmentation; "
-        "pages malloc_trim gave back, touched again), not live allocations; `--allocator jemalloc` keeps RSS "
-        "flatter",
+        "pages malloc_trim gave back, touched again), not live allocations; jemalloc keeps RSS "
+        "flatter (`trainguard run --allocator jemalloc` in workers)",
         flat,
     )
 

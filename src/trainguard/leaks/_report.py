@@ -228,7 +228,7 @@ class LeakReport:
             lines.append(f"bytes in use: {self.allocator.get('text') or self.allocator.get('note')}")
             if self.allocator.get("text") and self.allocator.get("note"):
                 lines.append(f"bytes in use: {self.allocator['note']}")
-            if self.allocator.get("heaps_available"):
+            if self.allocator.get("heaps_text"):
                 lines.append(f"heaps: {self.allocator['heaps_text']}")
         for h in self.hints:
             lines.append(f"hint: {h}")
