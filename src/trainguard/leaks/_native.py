@@ -119,9 +119,11 @@ class AllocatorSeries:
             return None
         if self.heap_costs_s and calls_s is not None and self.heap_costs_s[-1] > HEAP_SHARE * calls_s:
             return None
+        from trainguard.process import statm_rss_bytes
+
         t0 = time.perf_counter()
         value = self.heaps.read()
-        rss = _own_rss()
+        rss = statm_rss_bytes(os.getpid())
         self.heap_costs_s.append(time.perf_counter() - t0)
         if value is None or rss is None:
             return None
@@ -154,18 +156,6 @@ class AllocatorSeries:
             return None
         kept = float(np.median(self.kept_per_reading)) if self.kept_per_reading else 0.0
         return kept + float(np.median(self.row_bytes))
-
-
-def _own_rss() -> int | None:
-    """This process's RSS (``/proc/self/statm``), None where it cannot be read."""
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclass(frozen=True, slots=True)

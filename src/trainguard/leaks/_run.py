@@ -311,12 +311,13 @@ class _Meter:
             untrimmed, _, _ = self._host()
             self.trim_available = self._malloc_trim()
         value, pids, pss = self._host(extra=True)
-        heaps = self.native.read_heaps(calls_s) if self.metric in ("rss", "auto") else None
+        # RSS inside glibc's heaps and outside them: the process's own, so with no children
+        alone = len(pids) == 1 and self.metric in ("rss", "auto")
+        heaps = self.native.read_heaps(calls_s) if alone else None
         allocated, nvml = self.gpu_bytes(pids)
         self.tree_seen = self.tree_seen or len(pids) > 1
         row: dict[str, Any] = {_native.KEY: self.native.read()}
-        if heaps is not None and len(pids) == 1:
-            # RSS inside glibc's heaps and outside them: the process's own, so with no children
+        if heaps is not None:
             row[_native.HEAP_KEY], row[_native.OUTSIDE_KEY] = heaps
             if row[_native.KEY] is not None:
                 row[_native.LIVE_KEY] = row[_native.OUTSIDE_KEY] + row[_native.KEY]
