@@ -141,6 +141,21 @@ def test_flat_gives_exit_0_and_a_table(targets: Path, tmp_path: Path) -> None:
     assert f"plot written to {plot}" in res.stderr  # says where the file went
 
 
+def test_a_slow_step_has_rss_split_at_glibcs_heaps_in_the_table_and_json(targets: Path) -> None:
+    # a reading of the heaps costs well under 1 % of a 0.4 s step here: every reading splits RSS
+    res = cli(f"{targets}:slow", "--max-time", "8s")
+    assert "heaps" in res.stdout and "RSS inside glibc's heaps" in res.stdout, res.stdout
+    res = cli(f"{targets}:slow", "--json", "--max-time", "8s")
+    data = json.loads(res.stdout)
+    alloc = data["allocator"]
+    assert alloc["heaps_available"] is True and alloc["heaps_cost_per_reading_s"] < 0.004
+    rows = [r for r in data["series"] if r.get("live_bytes") is not None]
+    assert len(rows) >= len(data["series"]) - 1  # the first reading pays for the maps' first read
+    for r in rows:
+        assert r["heap_resident_bytes"] + r["outside_heaps_bytes"] > 0
+        assert r["live_bytes"] == r["outside_heaps_bytes"] + r["allocated_bytes"]
+
+
 def test_step_that_raises_keeps_the_series_and_says_where(targets: Path) -> None:
     res = cli(f"{targets}:boom", "--json", "--max-time", "10s")
     assert res.returncode == 3

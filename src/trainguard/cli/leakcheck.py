@@ -214,6 +214,8 @@ def _table(report: Any) -> None:
         for line in (alloc.get("text"), alloc.get("note")):
             if line:
                 table.add_row("bytes in use", markup_safe(line))
+        if alloc.get("heaps_text"):
+            table.add_row("heaps", markup_safe(alloc["heaps_text"]))
     for h in report.hints:
         table.add_row("hint", markup_safe(h))
     if report.error is not None:

@@ -61,7 +61,7 @@ HEAP_SHARE = 0.01
 
 RETENTION_NOTE = (
     "RSS grows, bytes in use do not: the allocator keeps freed memory (retention or fragmentation), "
-    "not a leak of live allocations; try `--allocator jemalloc` or `malloc_trim`"
+    "not a leak of live allocations; try jemalloc (`trainguard run --allocator jemalloc`) or `malloc_trim`"
 )
 
 

@@ -892,7 +892,8 @@ def _retention(
         [r["untrimmed_bytes"] for r in rows], xs, alpha=alpha, tolerance=tolerance, final=True
     )
     note = ""
-    if untrimmed.verdict is Verdict.LEAK and decision.verdict is not Verdict.LEAK:
+    trimmed_flat = decision.slope is not None and decision.slope.slope < tolerance
+    if untrimmed.verdict is Verdict.LEAK and decision.verdict is not Verdict.LEAK and trimmed_flat:
         note = (
             "RSS before malloc_trim(0) grows but the memory after it does not: the growth is freed memory "
             "that glibc's allocator keeps, not live objects (try MALLOC_TRIM_THRESHOLD_ / MALLOC_ARENA_MAX, "
