@@ -239,6 +239,39 @@ def test_leak_report_in_chromium(browser, tmp_path: Path) -> None:
     page.context.close()
 
 
+def test_leak_report_draws_live_memory_where_rss_was_split_at_the_heaps(browser, tmp_path: Path) -> None:
+    from trainguard.report._leak import render_leak
+    from trainguard.report._leak_data import LeakReportData
+
+    mib = 2**20
+    series = [
+        {"iteration": i, "bytes": 700 * mib + 60_000 * i, "live_bytes": 400 * mib + 4_000 * i}
+        for i in range(30)
+    ]
+    series[5].pop("live_bytes")  # a reading that could not afford the heaps: no point there
+    report = {
+        "verdict": "no_leak",
+        "reason": "live memory under the tolerance",
+        "metric": "rss",
+        "series": series,
+    }
+    out = tmp_path / "live.html"
+    out.write_text(render_leak(LeakReportData.from_report(report)))
+    opened = open_file(browser, out)
+    page = opened.page
+    assert opened.errors == [] and opened.other_requests == []
+    assert page.locator("path.series.live").count() == 1
+    assert "live memory: bytes in use + RSS outside glibc's heaps" in page.inner_text(".legend")
+    # without the split, neither the line nor its legend
+    out2 = tmp_path / "plain.html"
+    plain = {**report, "series": [{k: v for k, v in r.items() if k != "live_bytes"} for r in series]}
+    out2.write_text(render_leak(LeakReportData.from_report(plain)))
+    page2 = open_file(browser, out2).page
+    assert page2.locator("path.series.live").count() == 0 and "live memory" not in page2.inner_text(".legend")
+    page.context.close()
+    page2.context.close()
+
+
 def test_leakcheck_cli_html(tmp_path: Path) -> None:
     import subprocess
 

@@ -211,7 +211,7 @@ svg rect.trial:hover{stroke:#1d2433;stroke-width:1}
 .l-rss{background:#0072B2}.l-uss{color:#56B4E9}.l-gpu{background:#009E73}.l-limit{color:#C62828}
 .l-recycle{color:#5d6b82}.l-kill-t{color:#C62828}.l-ok{background:#9ccfae}
 .l-failed{background:#ef9a9a}.l-run{background:#f3d27a}.l-fit{background:#C62828}.l-band{background:#f4c7c7}
-.l-warm{background:#fbe3bf}.l-untrim{color:#b7c0cc}
+.l-warm{background:#fbe3bf}.l-untrim{color:#b7c0cc}.l-live{background:#CC79A7}
 .c0{background:#0072B2}.c1{background:#E69F00}.c2{background:#009E73}.c3{background:#CC79A7}.c4{background:#56B4E9}
 .c5{background:#D55E00}.c6{background:#F0E442}.c7{background:#000}
 ul.warn{margin:6px 0 0;padding-left:20px}ul.warn li{margin:0 0 6px}

@@ -31,10 +31,15 @@ def render_leak(data: LeakReportData, *, title: str | None = None) -> str:
     if data.counts is not None and data.counts.kinds:
         tables["counts"] = _counts_table(data.counts)
     page_data: dict[str, Any] = {"kind": "leak", "verdict": verdict, "tables": tables}
+    live = (
+        '<span><i class="l-live"></i>live memory: bytes in use + RSS outside glibc\'s heaps</span>'
+        if data.live
+        else ""
+    )
     legend = (
         '<div class="legend"><span><i class="l-rss"></i>reading after gc + trim</span>'
         '<span><i class="l-untrim dash"></i>before malloc_trim</span><span><i class="box l-warm"></i>warm-up (left out)</span>'
-        '<span><i class="l-fit"></i>fitted slope</span><span><i class="box l-band"></i>95 % band of the slope</span></div>'
+        f'{live}<span><i class="l-fit"></i>fitted slope</span><span><i class="box l-band"></i>95 % band of the slope</span></div>'
     )
     heading = title or "leak check"
     body = (
