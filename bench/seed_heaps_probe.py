@@ -1,4 +1,5 @@
-"""Where the seed's Keras fit with ``trainguard.frameworks.cleanup()`` grows, fit by fit: RSS, the C
+"""Where the seed's Keras fit with ``trainguard.frameworks.cleanup()`` (the corpus case
+``keras_tf_seed_fit_cleanup``) grows, fit by fit: RSS, the C
 allocator's bytes in use, glibc's heaps as resident, RSS outside them, and live memory (bytes in use
 plus RSS outside the heaps), with and without ``malloc_trim(0)``.
 
@@ -16,29 +17,33 @@ With jemalloc glibc's heaps hold nothing and bytes in use are jemalloc's.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
+import importlib.util
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def fit_once(keras, X, Y, trim: bool) -> None:  # type: ignore[no-untyped-def]
-    import trainguard
+CASE = Path(__file__).resolve().parent / "leak_corpus" / "keras_tf_seed_fit_cleanup.py"
 
-    model = keras.Sequential(
-        [
-            keras.layers.Input(shape=(100,)),
-            keras.layers.Dense(512, activation="relu"),
-            keras.layers.Dense(512, activation="relu"),
-            keras.layers.Dense(1, activation="sigmoid"),
-        ]
-    )
-    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
-    model.fit(X, Y, epochs=1, batch_size=32, verbose=0)
-    del model
-    trainguard.frameworks.cleanup(malloc_trim=trim)
+
+def load_step(trim: bool) -> Callable[[], None]:
+    """The corpus case's step (the seed's fit, then ``trainguard.frameworks.cleanup()``); with
+    ``trim`` False its cleanup runs with ``malloc_trim=False``."""
+    import trainguard.frameworks
+
+    if not trim:
+        trainguard.frameworks.cleanup = functools.partial(trainguard.frameworks.cleanup, malloc_trim=False)
+    spec = importlib.util.spec_from_file_location("keras_tf_seed_fit_cleanup", CASE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.step
 
 
 def main() -> None:
@@ -46,21 +51,18 @@ def main() -> None:
     ap.add_argument("--fits", type=int, default=80)
     ap.add_argument("--no-trim", action="store_true", help="cleanup(malloc_trim=False)")
     args = ap.parse_args()
-    import keras
     import numpy as np
 
     from trainguard.probes.allocator import AllocatorProbe
     from trainguard.probes.heaps import HeapResidency
 
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((2000, 100)).astype("float32")
-    Y = (X.sum(axis=1) > 0).astype("float32")
+    step = load_step(trim=not args.no_trim)
     probe = AllocatorProbe()
     heaps = HeapResidency(probe.name)
     page = os.sysconf("SC_PAGE_SIZE")
     rows, costs = [], []
     for i in range(args.fits):
-        fit_once(keras, X, Y, trim=not args.no_trim)
+        step()
         gc.collect()
         t0 = time.perf_counter()
         resident = heaps.read() or 0
