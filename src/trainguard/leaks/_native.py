@@ -65,6 +65,18 @@ RETENTION_NOTE = (
 )
 
 
+def heaps_affordable(costs_s: list[float], calls_s: float | None) -> bool:
+    """Whether reading the heaps at this reading keeps their cost within :data:`HEAP_SHARE` of
+    ``calls_s``, the step time since the last reading (None: not known yet). The first two readings
+    always read them; after that the cost is the least of the last five readings': a reading skipped
+    adds no new cost, so a cost that one slow reading set (the maps' first read, a loaded machine:
+    1.7 ms, then 5.8 ms beside a 0.4 s step on two busy cores) would switch the split off for the rest
+    of the run, which it did when the last reading's cost decided."""
+    if len(costs_s) < 2 or calls_s is None:
+        return True
+    return min(costs_s[-5:]) <= HEAP_SHARE * calls_s
+
+
 class AllocatorSeries:
     """The reading side: bytes in use at each reading, and what the check itself keeps."""
 
@@ -101,9 +113,9 @@ class AllocatorSeries:
         return None if raw is None else raw - self.bookkeeping_bytes
 
     def read_heaps(self, calls_s: float | None) -> tuple[int, int] | None:
-        """Resident bytes of glibc's heaps and RSS outside them, when available and affordable:
-        the first time, and then while the last reading cost at most :data:`HEAP_SHARE` of
-        ``calls_s``, the step time since the last reading (None: no step time known yet).
+        """Resident bytes of glibc's heaps and RSS outside them, when available and affordable
+        (:func:`heaps_affordable`: at most :data:`HEAP_SHARE` of ``calls_s``, the step time since
+        the last reading).
 
         RSS is read again right after the heaps, not taken from the reading before them: reading
         ``/proc/self/maps`` (150 KB for TensorFlow) allocates inside the heaps, touching pages
@@ -117,7 +129,7 @@ class AllocatorSeries:
         threads (a stack freed as a thread ends) as the check's."""
         if self.heaps is None or not self.heaps.available:
             return None
-        if self.heap_costs_s and calls_s is not None and self.heap_costs_s[-1] > HEAP_SHARE * calls_s:
+        if not heaps_affordable(self.heap_costs_s, calls_s):
             return None
         from trainguard.process import statm_rss_bytes
 
