@@ -267,7 +267,8 @@ def test_a_daemonized_child_counts_in_the_tree_and_is_killed_with_its_trial(tmp_
 
 _SIGNALLED = textwrap.dedent(
     """
-    import sys
+    import faulthandler, signal, sys
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is, should it hang
     from trainguard.runner import Runner
     store, fn, pid_file, tracking = sys.argv[1:5]
     try:
@@ -305,7 +306,14 @@ def test_nothing_a_trial_started_outlives_a_signalled_supervisor(tmp_path, sig, 
         [worker] = s.workers(s.get_run("signalled").run_id)
     assert _alive(daemon) and _alive(worker.pid)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # every thread's stack, then the end
+        time.sleep(2)
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the supervisor did not end within 60 s of {sig.name}; its threads:\n{err[-8000:]}")
     assert _wait_for(lambda: not _alive(daemon) and not _alive(worker.pid), 10), (daemon, worker.pid)
     if sig == signal.SIGKILL:
         return

@@ -500,3 +500,39 @@ def test_sample_envelope_keeps_each_workers_peak_and_bounds_the_count(tmp_path):
     assert min(s.rss_bytes for s in zero) == 100
     assert [s.time for s in env] == sorted(s.time for s in env)
     assert {s.rss_bytes for s in env if s.worker_id == 1} == {200}
+
+
+class _InterruptedAfterBegin:
+    """A connection whose BEGIN lands and is then interrupted, as a SIGTERM turned into
+    KeyboardInterrupt can be at the next bytecode after the call."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.armed = True
+
+    def execute(self, sql: str, *args):
+        cur = self._conn.execute(sql, *args)
+        if self.armed and sql.startswith("BEGIN"):
+            self.armed = False
+            raise KeyboardInterrupt("SIGTERM received")
+        return cur
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+def test_an_interrupt_right_after_begin_leaves_no_transaction_open(db: Path) -> None:
+    # the supervisor's shutdown writes the run's end after the interrupt: an open transaction
+    # left by it made every one of those writes fail ("cannot start a transaction within a
+    # transaction") and held the database's write lock until the process ended
+    with Store(db) as store:
+        run = store.begin_run("r", "m:f", [{"a": 1}], {})
+        real = store._conn
+        store._conn = _InterruptedAfterBegin(real)
+        with pytest.raises(KeyboardInterrupt):
+            store.finish_run(run.run_id, "completed")
+        assert not real.in_transaction
+        store.finish_run(run.run_id, "interrupted")
+        store._conn = real
+    with Store(db, readonly=True) as store:
+        assert store.get_run("r").status == "interrupted"

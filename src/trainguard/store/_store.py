@@ -543,8 +543,11 @@ class Store(RunRows, TrialRows, WorkerRows, EventRows, SampleRows, FittedSizeRow
                     path=self._shown,
                 )
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                # BEGIN inside the block that rolls back: an interrupt (SIGTERM/SIGHUP raise
+                # KeyboardInterrupt in the supervisor) landing right after BEGIN would otherwise
+                # leave the transaction open, and every write of the shutdown would then fail
                 try:
+                    conn.execute("BEGIN IMMEDIATE")
                     yield conn
                     conn.execute("COMMIT")
                 except BaseException:

@@ -10,16 +10,15 @@ under its lock. What follows a failed attempt is :class:`~trainguard.runner.sess
 to decide; staged trials are :class:`~trainguard.runner.session._stages.Stages`'.
 
 A session holds its run's lock for as long as it runs (``Store.lock_run``), keeps its temporary
-files in a private folder made for it, treats SIGTERM and SIGHUP like Ctrl-C (when it runs in the
-main thread and those signals have their default action), and parses what workers send as data.
+files in a private folder made for it, treats SIGTERM and SIGHUP like Ctrl-C and raises all three
+between passes of the loop, never inside one (:mod:`~trainguard.runner.session._interrupts`), and
+parses what workers send as data.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import signal
 import threading
 import time
 from collections import deque
@@ -31,6 +30,7 @@ from trainguard.exceptions import FAILURE_ERRORS, ConfigError, DiskFullError, Tr
 from trainguard.runner._protocol import MessageReader, ProtocolError
 from trainguard.runner.policy import EndCause, RecycleDecision, decide_recycle
 from trainguard.runner.session._eta import eta_seconds
+from trainguard.runner.session._interrupts import Interrupts
 from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.runner.session._pool import Pool
 from trainguard.runner.session._predict import Predictions
@@ -61,40 +61,6 @@ __all__ = ["Session", "TrialResult", "RunProgress", "WorkerProgress", "default_r
 
 
 logger = logging.getLogger(__name__)
-
-
-_TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-@contextlib.contextmanager
-def _signals_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does, so that the session shuts down
-    the same way: run marked interrupted, every worker's tree ended. Only in the main thread, and
-    only for signals still at their default action (a handler the program set is left alone)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    installed: dict[int, Any] = {}
-
-    def handler(signum: int, frame: Any) -> None:
-        # one interrupt is enough: the shutdown it starts must not be cut short by a second one
-        for sig in installed:
-            with contextlib.suppress(ValueError, OSError):
-                signal.signal(sig, signal.SIG_IGN)
-        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
-
-    for sig in _TERMINATING_SIGNALS:
-        try:
-            if signal.getsignal(sig) is signal.SIG_DFL:
-                installed[sig] = signal.signal(sig, handler)
-        except (ValueError, OSError):
-            continue
-    try:
-        yield
-    finally:
-        for sig, previous in installed.items():
-            with contextlib.suppress(ValueError, OSError):
-                signal.signal(sig, previous)
 
 
 class Session:
@@ -213,7 +179,8 @@ class Session:
     def run(self) -> Iterator[TrialResult]:
         """Yield every trial's result as it finishes (earlier sessions' results first)."""
         status, full = "interrupted", None
-        with _signals_as_interrupt():
+        interrupts = Interrupts()
+        with interrupts.installed():
             try:
                 yield from self._begin()
                 if self._queue:
@@ -226,15 +193,8 @@ class Session:
                     self.pool.say_initial()
                     self.sampling.start()
                 while self._queue or self.pool.busy():
-                    if self._stop_result is None:
-                        self.pool.maintain(
-                            len(self._queue) + sum(1 for w in self.pool.workers if w.state == "busy")
-                        )
-                    self._dispatch()
-                    self.predictions.refit()
-                    self._poll(0.25)
-                    self.pool.check_starting()
-                    self.sampling.flush()
+                    with interrupts.body():  # a signal raises at its end, not inside (_interrupts)
+                        self._step()
                     while self._out:
                         yield self._out.popleft()
                 while self._out:
@@ -254,6 +214,16 @@ class Session:
             raise stopped_for_disk(self, full) from None
         if self._stop_result is not None:
             _raise_stopped(self._stop_result)
+
+    def _step(self) -> None:
+        """One pass of the loop: workers kept, trials sent, a poll of their messages (0.25 s)."""
+        if self._stop_result is None:
+            self.pool.maintain(len(self._queue) + sum(1 for w in self.pool.workers if w.state == "busy"))
+        self._dispatch()
+        self.predictions.refit()
+        self._poll(0.25)
+        self.pool.check_starting()
+        self.sampling.flush()
 
     def _begin(self) -> Iterator[TrialResult]:
         recorder = self.recorder
