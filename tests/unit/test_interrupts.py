@@ -10,6 +10,21 @@ import pytest
 
 from trainguard.runner.session._interrupts import Interrupts
 
+_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+@pytest.fixture(autouse=True)
+def default_handlers():
+    """Each test starts from the default actions (a library imported by an earlier test in the same
+    process may have set its own), and leaves the handlers as it found them."""
+    found = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    for sig, handler in found.items():
+        signal.signal(sig, handler)
+
 
 def test_a_signal_inside_the_body_raises_when_the_body_ends() -> None:
     interrupts = Interrupts()
