@@ -19,10 +19,11 @@ TRIALS = f"{FIXTURES / 'trials.js'}:train"
 
 
 def test_leaking_node_training_stays_flat_by_recycling_where_one_process_grows(tmp_path, trainguard_cli):
-    # 2 MB kept per trial: with Node's own warm-up a worker grows 6-8 MiB per trial at first, and
+    # 2 MB kept per trial: with Node's own warm-up a worker grows 6-10 MiB per trial at first, and
     # the policy trusts a slope only from its third trial, so the third trial peaks near
-    # first + 2 x growth: 1.18-1.21 x at 2 MB (5 runs, 2 of them beside a CPU burner); at 3 MB it
-    # was 1.23-1.27 x, at the 1.25 x bound itself
+    # first + 2 x growth: 1.20-1.22 x in 19 runs of 22 at 2 MB, 1.256-1.261 x in 3 (a worker
+    # whose first two trials grew 10 MiB each); the bound is 1.3 x, against 2.03-2.04 x in one
+    # process (at 3 MB kept it was 1.23-1.27 x)
     params = [{"leak_mb": 2, "seed": i} for i in range(30)]
     peaks = {}
     for name, policy in [
@@ -42,7 +43,7 @@ def test_leaking_node_training_stays_flat_by_recycling_where_one_process_grows(t
             assert len(workers) == 1
         else:
             assert len(workers) > 2
-    assert max(peaks["recycled"]) <= 1.25 * single, (single, max(peaks["recycled"]))
+    assert max(peaks["recycled"]) <= 1.3 * single, (single, max(peaks["recycled"]))
     assert max(peaks["one_process"]) >= 1.75 * single  # 30 x 2 MB kept in one Node process: 2.0 x measured
     # tf.memory() and process.memoryUsage() at each trial's end, stored and shown
     with Store(tmp_path / "runs.db", readonly=True) as store:
