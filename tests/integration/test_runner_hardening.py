@@ -280,6 +280,11 @@ _SIGNALLED = textwrap.dedent(
 )
 
 
+def _default_signals() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("sig", "tracking"),
     [
@@ -300,6 +305,9 @@ def test_nothing_a_trial_started_outlives_a_signalled_supervisor(tmp_path, sig, 
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
+        # the signals at their default action, as in a terminal: under nohup (as CI may run) SIGHUP
+        # is inherited ignored, and a session rightly leaves an ignored signal ignored
+        preexec_fn=_default_signals,
     )
     daemon = _pid_from(pid_file, 60)
     with Store(store, readonly=True) as s:

@@ -95,3 +95,14 @@ def test_outside_the_main_thread_nothing_is_installed() -> None:
     t.start()
     t.join()
     assert found == [signal.SIG_DFL]
+
+
+def test_a_signal_ignored_when_the_session_starts_stays_ignored() -> None:
+    # nohup: SIGHUP is inherited ignored, and a run started under it must not stop when the
+    # terminal closes
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    with Interrupts().installed():
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGHUP)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
