@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+# the fast lane (--fast) and the durations it is cut from (--record-durations): tests/_lanes.py
+pytest_plugins = ["_lanes"]
+
 # Quiet TF's C++ logs and keep each test process to modest threading on a 2-core machine.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,6 +29,9 @@ _PLATFORM_MARKS = {"windows": "win32", "macos": "darwin"}
 
 
 def pytest_collection_modifyitems(config, items):
+    from _lanes import select_fast_lane
+
+    select_fast_lane(config, items)
     # code for another platform, written against its real API, runs only there (hosted CI)
     for mark, platform in _PLATFORM_MARKS.items():
         skip_other = pytest.mark.skip(reason=f"needs {mark} (this is {sys.platform}); the hosted CI's {mark} job runs it")

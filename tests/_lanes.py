@@ -1,0 +1,87 @@
+"""The fast lane and the durations it is cut from.
+
+``pytest --fast`` (``bash scripts/test.sh --fast``) runs every test whose recorded duration in
+``tests/durations.json`` is under :data:`FAST_TEST_MAX_S`, and no test marked ``slow``. A test the
+record does not know yet (a new one) runs in the lane until a whole run records it.
+
+``pytest --record-durations tests/durations.json`` writes each test's setup + call + teardown time
+from the run into that file, merged with what it held for the tests that did not run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+DURATIONS = Path(__file__).with_name("durations.json")
+# a test longer than this on the recording machine (2 cores) stays out of the fast lane; chosen so the
+# lane's recorded total stays under 5 minutes on 2 cores (tests/unit/test_fast_lane.py checks that)
+FAST_TEST_MAX_S = 2.5
+FAST_LANE_BUDGET_S = 300.0
+
+
+def load_durations(path: Path = DURATIONS) -> dict[str, float]:
+    """The recorded seconds per test node id ({} when there is no record yet)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    return {str(k): float(v) for k, v in data.items()}
+
+
+def fast_lane_excludes(
+    node_ids: Iterable[str], slow: Iterable[str], durations: Mapping[str, float], max_s: float = FAST_TEST_MAX_S
+) -> set[str]:
+    """The node ids the fast lane leaves out: marked slow, or recorded longer than ``max_s``."""
+    slow_ids = set(slow)
+    return {n for n in node_ids if n in slow_ids or durations.get(n, 0.0) > max_s}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("trainguard lanes")
+    group.addoption(
+        "--fast",
+        action="store_true",
+        help=f"the fast lane: tests recorded under {FAST_TEST_MAX_S} s in tests/durations.json, none marked slow",
+    )
+    group.addoption(
+        "--record-durations",
+        metavar="PATH",
+        default=None,
+        help="write each test's duration (setup + call + teardown) to PATH as JSON, merged with what it holds",
+    )
+
+
+def select_fast_lane(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect what the fast lane leaves out (called from conftest's collection hook)."""
+    if not config.getoption("--fast"):
+        return
+    slow = [item.nodeid for item in items if item.get_closest_marker("slow")]
+    excluded = fast_lane_excludes((item.nodeid for item in items), slow, load_durations())
+    if excluded:
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid in excluded])
+        items[:] = [item for item in items if item.nodeid not in excluded]
+
+
+class DurationRecorder:
+    """Adds up each test's phases and writes them at the end of the session."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        merged = {**load_durations(self.path), **{k: round(v, 3) for k, v in self.seconds.items()}}
+        self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--record-durations")
+    if path:
+        config.pluginmanager.register(DurationRecorder(Path(path)), "trainguard-durations")
