@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["by_trial", "worker_trends", "trend_line", "trend_lines", "bytes_in_use_json"]
+__all__ = ["by_trial", "worker_trend", "worker_trends", "trend_line", "trend_lines", "bytes_in_use_json"]
 
 #: the most workers given a line of their own; the others are counted in one line
 MAX_WORKER_LINES = 8
@@ -32,26 +32,52 @@ def by_trial(readings: Sequence[Any]) -> dict[int, int]:
 
 def worker_trends(readings: Sequence[Any]) -> list[dict[str, Any]]:
     """Per worker, in worker order: its readings in the order its trials ended, the allocator and
-    :func:`~trainguard.leaks.stats.trial_bytes_trend` of them."""
-    from trainguard.leaks.stats import trial_bytes_trend
-
+    :func:`worker_trend` of them."""
     series: dict[int, list[Any]] = {}
     for r in sorted(readings, key=lambda r: r.time):
         series.setdefault(r.worker_id, []).append(r)
     out = []
     for worker_id in sorted(series):
         rows = series[worker_id]
-        trend = trial_bytes_trend([r.bytes_in_use for r in rows])
+        values = [r.bytes_in_use for r in rows]
         out.append(
             {
-                "worker_id": worker_id,
-                "allocator": rows[-1].allocator,
+                **worker_trend(worker_id, rows[-1].allocator, values),
                 "trials": [r.index for r in rows],
-                "bytes_in_use": [r.bytes_in_use for r in rows],
-                "trend": dataclasses.asdict(trend),
+                "bytes_in_use": values,
             }
         )
     return out
+
+
+#: the most readings of one worker the trend reads: Theil-Sen pairs every two (O(n**2) memory),
+#: so a worker of 30,000 trials needed gigabytes; an even sample keeps the first and the last
+TREND_POINTS = 512
+
+
+def worker_trend(worker_id: int, allocator: str, values: Sequence[int]) -> dict[str, Any]:
+    """One worker's ``{"worker_id", "allocator", "trend"}``: :func:`~trainguard.leaks.stats.trial_bytes_trend`
+    of its readings, over an even sample of :data:`TREND_POINTS` of them when it has more (the
+    slope, its interval and the settled point read back per trial; ``n`` stays the count of all)."""
+    from trainguard.leaks.stats import TRIAL_RISE_BYTES, trial_bytes_trend
+    from trainguard.report._data import evenly_sampled
+
+    n = len(values)
+    if n <= TREND_POINTS:
+        trend = trial_bytes_trend(values)
+    else:
+        _, sampled = evenly_sampled(values, TREND_POINTS)
+        spacing = (n - 1) / (len(sampled) - 1)  # trials between two sampled readings
+        step = trial_bytes_trend([int(v) for v in sampled], min_rise_bytes=TRIAL_RISE_BYTES * spacing)
+        trend = dataclasses.replace(
+            step,
+            per_trial_bytes=step.per_trial_bytes / spacing,
+            ci_low=step.ci_low / spacing,
+            ci_high=step.ci_high / spacing,
+            n=n,
+            settled_from=round(step.settled_from * spacing),
+        )
+    return {"worker_id": worker_id, "allocator": allocator, "trend": dataclasses.asdict(trend)}
 
 
 def trend_line(worker: dict[str, Any], *, named: bool) -> str:
@@ -79,11 +105,19 @@ def trend_line(worker: dict[str, Any], *, named: bool) -> str:
 _RECYCLED = {"retention": "recycled for retention", "leak": "recycled for a leak"}
 
 
-def trend_lines(readings: Sequence[Any], ended: Mapping[int, str | None] | None = None) -> list[str]:
+def trend_lines(
+    readings: Sequence[Any],
+    ended: Mapping[int, str | None] | None = None,
+    *,
+    workers: Sequence[dict[str, Any]] | None = None,
+) -> list[str]:
     """The lines ``show`` prints: none when no bytes in use were recorded (an allocator without
     the count, or a store written before they were). ``ended``: the cause each recycled worker's
-    policy named (``"leak"``, ``"retention"``); such a worker's line says which."""
-    workers = worker_trends(readings)
+    policy named (``"leak"``, ``"retention"``); such a worker's line says which. ``workers``:
+    the :func:`worker_trend` of each worker, in worker order, when already made (``readings`` is
+    then not read)."""
+    if workers is None:
+        workers = worker_trends(readings)
     named = len(workers) > 1
     ended = ended or {}
     lines = []

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from trainguard.outcomes import EventKind
 
 if TYPE_CHECKING:
-    from trainguard.report import RunRecords
-    from trainguard.store import BytesInUseReading, EventRecord, Sample, TrialRecord, WorkerRecord
+    from trainguard.store import EventRecord, TrialRecord, WorkerRecord
 
 HELP = "show one run: summary, per-trial results and memory, workers and why they ended, recent events"
 
@@ -49,51 +48,135 @@ def run(args: argparse.Namespace) -> int:
     if args.trial is not None and args.trial < 0:
         raise ConfigError(f"--trial {args.trial} must be a trial index >= 0, e.g. --trial 0")
     with Store(args.store, readonly=True) as store:
-        v = _read_run(store, args)
-    info, summary, trials = v["info"], v["summary"], v["trials"]
+        info = _find_run(store, args)
+        if args.json:
+            return _print_json(_read_run(store, args, info), args)
+        if args.trial is not None:
+            return _print_one_trial(store, info, args)
+        # the tables read in bounded memory: a page of trials, the rest counted or folded in SQL
+        _print_view(store, info, args)
+    return 0
+
+
+def _no_trial(name: str, index: int, count: int) -> Exception:
+    from trainguard.exceptions import ConfigError
+
+    return ConfigError(f"run {name!r} has no trial {index}: its trials are 0 .. {count - 1}")
+
+
+def _print_json(v: dict[str, Any], args: argparse.Namespace) -> int:
+    """``show --json``: every trial, attempt and event of the run (its size is the output's)."""
+    from trainguard.cli._display import to_json
+    from trainguard.cli._flight import attempt_rows
+
+    summary, trials = v["summary"], v["trials"]
     assert summary is not None
     if args.trial is not None and not any(t.index == args.trial for t in trials):
-        raise ConfigError(
-            f"run {summary.name!r} has no trial {args.trial}: its trials are 0 .. {len(trials) - 1}"
-        )
-    from trainguard.cli._flight import attempt_rows, print_pressure, print_trial
-
+        raise _no_trial(summary.name, args.trial, len(trials))
     v["attempt_json"] = attempt_rows(v["attempts"])
     memory_events = v["memory_events"]
-    v["peak_events"] = peak_events = [e for e in memory_events if e.kind in PEAK_EVENT_KINDS]
-    fragmentation, oom = memory_rows([e for e in memory_events if e.kind not in PEAK_EVENT_KINDS])
-    v["fragmentation"], v["oom"] = fragmentation, oom
-    if args.json:
-        from trainguard.cli._display import to_json
+    v["peak_events"] = [e for e in memory_events if e.kind in PEAK_EVENT_KINDS]
+    v["fragmentation"], v["oom"] = memory_rows([e for e in memory_events if e.kind not in PEAK_EVENT_KINDS])
+    print(to_json(_json_payload(v), indent=2))
+    return 0
 
-        print(to_json(_json_payload(v), indent=2))
-        return 0
-    events, samples, trial_memory = v["events"], v["samples"], v["trial_memory"]
-    attempt_json, pressure_events, stages = v["attempt_json"], v["pressure_events"], v["stages"]
-    sessions, trial_sessions, note, predictions = (
-        v["sessions"],
-        v["trial_sessions"],
-        v["note"],
-        v["predictions"],
+
+def _print_one_trial(store: Any, info: Any, args: argparse.Namespace) -> int:
+    """``show RUN --trial N``: trial N's attempts and flight recorders, and the run's pressure events."""
+    from trainguard.cli._flight import attempt_rows, print_trial
+
+    if not store.has_trial(info.run_id, args.trial):
+        raise _no_trial(info.name, args.trial, store.trial_count(info.run_id))
+    pressure = store.events(info.run_id, kinds=list(EventKind.in_view("pressure")))
+    print_trial(args.trial, attempt_rows(store.attempts(info.run_id, args.trial)), pressure)
+    return 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TrialPage:
+    """The trials ``show`` lists (the first ``--max-trials``) and what of the whole run decides
+    the table's columns and caption: each ``*_column`` says whether any trial of the run has it."""
+
+    trials: tuple[TrialRecord, ...]
+    total: int
+    seeded: bool
+    trial_memory: dict[int, dict[str, Any]]
+    memory_column: bool
+    predictions: dict[int, dict[str, Any]]
+    predicted_column: bool
+    in_use_after: dict[int, int]
+    in_use_column: bool
+
+
+def _trial_page(store: Any, run_id: int, limit: int) -> TrialPage:
+    trials = tuple(store.trial_page(run_id, limit))
+    first, last = (trials[0].index, trials[-1].index) if trials else (0, -1)
+    memory_column = store.has_trial_memory(run_id)
+    predicted_column = store.has_predictions(run_id)
+    in_use_column = store.has_bytes_in_use(run_id)
+    return TrialPage(
+        trials=trials,
+        total=store.trial_count(run_id),
+        seeded=store.has_seeds(run_id),
+        trial_memory=store.trial_memory(run_id, first, last) if memory_column else {},
+        memory_column=memory_column,
+        predictions=store.predictions(run_id, first=first, last=last) if predicted_column else {},
+        predicted_column=predicted_column,
+        in_use_after=store.bytes_in_use_after(run_id, first, last) if in_use_column else {},
+        in_use_column=in_use_column,
     )
-    pool_events = v["pool_events"]
-    if args.trial is not None:
-        print_trial(args.trial, attempt_json, pressure_events)
-        return 0
-    _print_text(args, v["records"], events, samples, trial_memory, predictions, v["bytes_in_use"])
-    _print_sessions(sessions, trial_sessions)
+
+
+def _in_use_trends(store: Any, run_id: int) -> list[dict[str, Any]]:
+    from trainguard.cli._bytes_in_use import worker_trend
+
+    return [worker_trend(w, allocator, values) for w, allocator, values in store.bytes_in_use_series(run_id)]
+
+
+def _print_view(store: Any, info: Any, args: argparse.Namespace) -> None:
+    """The run's tables, as they always were, from reads each bounded whatever the run's size."""
+    from trainguard.cli._bytes_in_use import trend_lines
     from trainguard.cli._display import console
     from trainguard.cli._display import markup_safe as escape
+    from trainguard.cli._flight import print_pressure
+    from trainguard.store import interrupted_note
 
+    run_id = info.run_id
+    summary = store.summary(run_id)
+    workers = store.workers(run_id)
+    page = _trial_page(store, run_id, args.max_trials)
+    pressure = list(EventKind.in_view("pressure"))
+    out = console(pipe_width=160)  # the trials table has a params column: lines stay whole in a file
+    _print_summary(out, info, summary, store.sample_overview(run_id, SPARK_WIDTH))
+    out.print(_trials_table(page))
+    causes = {w.worker_id: (w.detail or {}).get("cause") for w in workers}
+    for line in trend_lines((), causes, workers=_in_use_trends(store, run_id)):
+        out.print(escape(line))
+    if workers:
+        out.print(_workers_table(workers))
+    events = store.events(run_id, limit=args.events, exclude=(*POOL_EVENT_KINDS, *pressure))
+    if events:
+        out.print(_events_table(events))
+    sessions = store.session_settings(run_id)
+    _print_sessions(sessions, store.trials_per_session(run_id, [s.started_at for s in sessions]))
+    note = interrupted_note(store.path, info.name, summary.status if summary else "")
     if note:
         console().print(f"{escape(info.name)}: {escape(note)}")
-    print_pressure(console(pipe_width=160), pressure_events)
-    _print_memory(fragmentation, oom)
-    _print_peaks(peak_events)
-    _print_pool(pool_events)
+    print_pressure(console(pipe_width=160), store.events(run_id, kinds=pressure))
+    oom_kinds = [k for k in MEMORY_EVENT_KINDS if k != "trial_stats" and k not in PEAK_EVENT_KINDS]
+    _, oom = memory_rows(store.events(run_id, kinds=oom_kinds))
+    _print_memory(store.fragmentation_tail(run_id, SHOWN_ROWS), oom)
+    _print_peaks(store.events_newest(run_id, PEAK_EVENT_KINDS, SHOWN_ROWS))
+    _print_pool(store.events(run_id, kinds=POOL_EVENT_KINDS))
+    stages = store.stages(run_id)
     if stages:
         _print_stages(stages)
-    return 0
+
+
+#: how many rows the fragmentation and peak-model tables show (the newest)
+SHOWN_ROWS = 50
+#: the columns of the summary's RSS sparkline
+SPARK_WIDTH = 80
 
 
 def _find_run(store: Any, args: argparse.Namespace) -> Any:
@@ -113,12 +196,11 @@ def _find_run(store: Any, args: argparse.Namespace) -> Any:
     return info
 
 
-def _read_run(store: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Everything ``show`` prints of one run, read in one pass over the store."""
+def _read_run(store: Any, args: argparse.Namespace, info: Any) -> dict[str, Any]:
+    """Everything ``show --json`` prints of one run, read in one pass over the store."""
     from trainguard.report import RunRecords
     from trainguard.store import interrupted_note
 
-    info = _find_run(store, args)
     run_id = info.run_id
     # the run's own rows, read as the run report reads them
     records = RunRecords.from_store(store, info)
@@ -226,39 +308,17 @@ def _trial_outcome(trial) -> str:  # noqa: ANN001 - TrialRecord
     return markup_safe(short_value(trial.value, 60))
 
 
-def _print_text(
-    args: argparse.Namespace,
-    records: RunRecords,
-    events: Sequence[EventRecord],
-    samples: Sequence[Sample],
-    trial_memory: dict[int, dict[str, Any]] | None = None,
-    predictions: dict[int, dict[str, Any]] | None = None,
-    in_use: Sequence[BytesInUseReading] = (),
+def _print_summary(
+    out: Any, info: Any, summary: Any, samples: tuple[int, float | None, float | None, list[float]]
 ) -> None:
-    """The run's summary, its trials, its workers and the recent events, as tables."""
-    from trainguard.cli._bytes_in_use import trend_lines
-    from trainguard.cli._display import console
-    from trainguard.cli._display import markup_safe as escape
-
-    out = console(pipe_width=160)  # the trials table has a params column: lines stay whole in a file
-    _print_summary(out, records, samples)
-    out.print(_trials_table(args, records.trials, trial_memory or {}, predictions or {}, in_use))
-    for line in trend_lines(in_use, {w.worker_id: (w.detail or {}).get("cause") for w in records.workers}):
-        out.print(escape(line))
-    if records.workers:
-        out.print(_workers_table(records.workers))
-    if events:
-        out.print(_events_table(events))
-
-
-def _print_summary(out: Any, records: RunRecords, samples: Sequence[Sample]) -> None:
+    """The run's two summary lines and its worker-tree RSS over time (``samples``:
+    :meth:`~trainguard.store.Store.sample_overview`)."""
     from trainguard.cli._display import markup_safe as escape
     from trainguard.cli._display import sparkline, when
     from trainguard.units import format_bytes, format_duration
 
-    summary = records.summary
     assert summary is not None  # show reads a run that exists
-    run_seed = records.info.config.get("seed")
+    run_seed = info.config.get("seed")
     out.print(
         f"[bold]{escape(summary.name)}[/]  {escape(summary.status)}  ({escape(summary.fn_ref)})"
         + (f"   seed {run_seed}" if run_seed is not None else "")
@@ -270,33 +330,25 @@ def _print_summary(out: Any, records: RunRecords, samples: Sequence[Sample]) -> 
         f"workers {summary.workers_started}"
         + (f"   sessions {summary.sessions}" if summary.sessions > 1 else "")
     )
-    # stores written before zombie workers were skipped hold zeros
-    rss = [s.rss_bytes for s in samples if s.rss_bytes > 0]
-    if rss:
+    # stores written before zombie workers were skipped hold zeros: the overview counts RSS > 0
+    count, low, high, pooled = samples
+    if count:
         out.print(
-            f"worker-tree RSS over time ({len(rss)} samples, highest worker per sample): "
-            f"{format_bytes(min(rss))} .. {format_bytes(max(rss))}"
+            f"worker-tree RSS over time ({count} samples, highest worker per sample): "
+            f"{format_bytes(low)} .. {format_bytes(high)}"
         )
-        out.print(f"  {sparkline(rss, 80)}")
+        out.print(f"  {sparkline(pooled, SPARK_WIDTH)}")
 
 
-def _trials_table(
-    args: argparse.Namespace,
-    trials: Sequence[TrialRecord],
-    trial_memory: dict[int, dict[str, Any]],
-    predictions: dict[int, dict[str, Any]],
-    in_use: Sequence[BytesInUseReading],
-) -> Any:
+def _trials_table(page: TrialPage) -> Any:
     from rich.table import Table
 
-    from trainguard.cli._bytes_in_use import by_trial
     from trainguard.cli._display import markup_safe as escape
     from trainguard.cli._display import short_value
     from trainguard.units import format_bytes, format_duration
 
     table = Table(title="trials", title_justify="left")
-    seeded = any(t.seed is not None for t in trials)
-    after = by_trial(in_use)
+    predictions, trial_memory, after = page.predictions, page.trial_memory, page.in_use_after
     columns: list[tuple[str, Literal["left", "right"]]] = [
         ("#", "right"),
         ("status", "left"),
@@ -307,17 +359,17 @@ def _trials_table(
         ("worker", "right"),
         ("duration", "right"),
     ]
-    if predictions:
+    if page.predicted_column:
         columns.insert(6, ("predicted", "right"))
-    if seeded:
+    if page.seeded:
         columns.append(("seed", "right"))
-    if trial_memory:
+    if page.memory_column:
         columns.append(("tf.memory / heap at end", "left"))
-    if after:
+    if page.in_use_column:
         columns.append(("in use after", "right"))
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=name not in ("value / error", "params"))
-    for t in trials[: args.max_trials]:
+    for t in page.trials:
         style = {"ok": "green", "failed": "red", "pending": "yellow"}.get(t.status, "")
         table.add_row(
             str(t.index),
@@ -326,15 +378,15 @@ def _trials_table(
             _trial_outcome(t),
             str(t.attempts),
             format_bytes(t.peak_rss_bytes),
-            *([_predicted_text(predictions.get(t.index))] if predictions else []),
+            *([_predicted_text(predictions.get(t.index))] if page.predicted_column else []),
             "-" if t.worker_id is None else str(t.worker_id),
             format_duration(t.duration_s),
-            *([str(t.seed) if t.seed is not None else "-"] if seeded else []),
-            *([escape(_memory_text(trial_memory.get(t.index)))] if trial_memory else []),
-            *([format_bytes(after.get(t.index))] if after else []),
+            *([str(t.seed) if t.seed is not None else "-"] if page.seeded else []),
+            *([escape(_memory_text(trial_memory.get(t.index)))] if page.memory_column else []),
+            *([format_bytes(after.get(t.index))] if page.in_use_column else []),
         )
-    if len(trials) > args.max_trials:
-        table.caption = f"{len(trials) - args.max_trials} more trials not shown (--max-trials N or --json)"
+    if page.total > len(page.trials):
+        table.caption = f"{page.total - len(page.trials)} more trials not shown (--max-trials N or --json)"
     return table
 
 
@@ -545,8 +597,9 @@ def _session_of(sessions: list[Any], finished_at: float | None) -> int | None:
     return found
 
 
-def _print_sessions(sessions: list[Any], trial_sessions: dict[int, int | None]) -> None:
-    """When a resume ran with other settings: each session's settings and its trials."""
+def _print_sessions(sessions: list[Any], trial_counts: Sequence[int]) -> None:
+    """When a resume ran with other settings: each session's settings and how many trials finished
+    in it (``trial_counts``, one per session)."""
     if len({json.dumps(s.config, sort_keys=True, default=str) for s in sessions}) < 2:
         return
     from trainguard.cli._display import console, when
@@ -554,7 +607,6 @@ def _print_sessions(sessions: list[Any], trial_sessions: dict[int, int | None]) 
 
     out = console()
     out.print("settings per session (each trial ran with its session's):")
-    for s in sessions:
+    for s, count in zip(sessions, trial_counts, strict=True):
         shown = ", ".join(f"{k} {json.dumps(v, default=str)}" for k, v in sorted(s.config.items()))
-        indexes = [i for i, n in trial_sessions.items() if n == s.session]
-        out.print(f"  session {s.session} ({when(s.started_at)}, {len(indexes)} trials): {escape(shown)}")
+        out.print(f"  session {s.session} ({when(s.started_at)}, {count} trials): {escape(shown)}")

@@ -73,12 +73,19 @@ class PeakRows:
                 row,
             )
 
-    def predictions(self, run_id: int) -> dict[int, dict[str, Any]]:
-        """``{index: prediction}`` of each trial's latest attempt (empty for a store without them)."""
+    def predictions(
+        self, run_id: int, *, first: int | None = None, last: int | None = None
+    ) -> dict[int, dict[str, Any]]:
+        """``{index: prediction}`` of each trial's latest attempt (empty for a store without them);
+        with ``first`` and ``last``, of the trials with those indexes and the ones between only."""
+        where = "run_id=?"
+        args: tuple[Any, ...] = (run_id,)
+        if first is not None and last is not None:
+            where, args = "run_id=? AND idx BETWEEN ? AND ?", (run_id, first, last)
         rows = self._rows(
             "SELECT idx, attempt, params_json, peak_bytes, low_bytes, high_bytes, reason, acted"
-            " FROM trial_predictions WHERE run_id=? ORDER BY idx, attempt",
-            (run_id,),
+            f" FROM trial_predictions WHERE {where} ORDER BY idx, attempt",
+            args,
         )
         out: dict[int, dict[str, Any]] = {}
         for idx, attempt, params, peak, low, high, reason, acted in rows:

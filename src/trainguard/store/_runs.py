@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 import time
 import uuid
@@ -422,32 +423,47 @@ _RUN_SELECT = (
 
 
 def _work_times(conn: sqlite3.Connection, run_id: int | None) -> dict[int, tuple[list[float], list[float]]]:
-    """Per run: the start time of each session (``run_started``/``run_resumed`` events) and the
-    time of everything recorded (events, attempts, workers), for :func:`_work_s`."""
-    where = "WHERE run_id=?" if run_id is not None else ""
+    """Per run: the start time of each session (``run_started``/``run_resumed`` events) and, for
+    each session, the time of the last thing recorded (events, attempts, workers) before the next
+    session started, for :func:`_work_s`. Asked of SQLite session by session: a run of a million
+    trials has millions of such times, which never come into this process."""
+    where = "WHERE run_id=? AND" if run_id is not None else "WHERE"
     args = (run_id,) if run_id is not None else ()
-    out: dict[int, tuple[list[float], list[float]]] = {}
+    starts: dict[int, list[float]] = {}
     for rid, t in conn.execute(
-        f"SELECT run_id, time FROM events {where} AND kind IN ('run_started', 'run_resumed')"
-        if where
-        else "SELECT run_id, time FROM events WHERE kind IN ('run_started', 'run_resumed')",
-        args,
+        f"SELECT run_id, time FROM events {where} kind IN ('run_started', 'run_resumed')", args
     ):
-        out.setdefault(rid, ([], []))[0].append(t)
-    activity = " UNION ALL ".join(
-        f"SELECT run_id, {column} FROM {table} {where}"
-        for table, column in (
-            ("events", "time"),
-            ("attempts", "started_at"),
-            ("attempts", "finished_at"),
-            ("workers", "started_at"),
-            ("workers", "ended_at"),
-        )
-    )
-    for rid, t in conn.execute(activity, args * 5):
-        if t is not None and rid in out:
-            out[rid][1].append(t)
+        starts.setdefault(rid, []).append(t)
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    for rid, times in starts.items():
+        ordered = sorted(times)
+        limits = [*ordered[1:], None]
+        out[rid] = (ordered, [_last_activity(conn, rid, limit) for limit in limits])
     return out
+
+
+_ACTIVITY = (
+    ("events", "time"),
+    ("attempts", "started_at"),
+    ("attempts", "finished_at"),
+    ("workers", "started_at"),
+    ("workers", "ended_at"),
+)
+
+
+def _last_activity(conn: sqlite3.Connection, run_id: int, before: float | None) -> float:
+    """The time of the last thing the run recorded before ``before`` (all of it for None); -inf
+    when nothing was."""
+    bound = "" if before is None else " AND {column} < ?"
+    parts = [
+        f"SELECT max({column}) FROM {table} WHERE run_id=?" + bound.format(column=column)
+        for table, column in _ACTIVITY
+    ]
+    args: list[Any] = []
+    for _ in _ACTIVITY:
+        args.extend((run_id,) if before is None else (run_id, before))
+    values = [v for (v,) in conn.execute(" UNION ALL ".join(parts), args) if v is not None]
+    return max(values) if values else -math.inf
 
 
 def _work_s(work: tuple[list[float], list[float]] | None, created: float, last: float) -> float:
@@ -455,19 +471,15 @@ def _work_s(work: tuple[list[float], list[float]] | None, created: float, last: 
 
     Each session runs from its start to the last thing recorded before the next session started
     (a supervisor killed mid-run records no end; what it recorded last bounds its work).
+    ``work``: the sessions' starts, in order, and the last time recorded before each next start.
     """
     if not work or not work[0]:
         return max(0.0, last - created)
-    import bisect
-
-    starts = sorted(work[0])
-    times = sorted(work[1])
+    starts, ends = work
     total = 0.0
     for i, start in enumerate(starts):
-        end_limit = starts[i + 1] if i + 1 < len(starts) else float("inf")
-        j = bisect.bisect_left(times, end_limit)
-        end = times[j - 1] if j > 0 else start
-        if end_limit == float("inf"):
+        end = ends[i] if ends[i] != -math.inf else start
+        if i == len(starts) - 1:
             end = max(end, last)
         total += max(0.0, end - start)
     return total

@@ -37,6 +37,7 @@ from trainguard.store._events import EventRows
 from trainguard.store._fitted import FittedSizeRows
 from trainguard.store._full import store_full_error
 from trainguard.store._peaks import PEAK_TABLE_DDL, PeakRows
+from trainguard.store._run_view import RunViewRows
 from trainguard.store._runs import RunRows
 from trainguard.store._samples import SampleRows
 from trainguard.store._schema import (
@@ -122,7 +123,18 @@ def _special_file_kind(path: Path) -> str | None:
     return "not a regular file"
 
 
-class Store(RunRows, TrialRows, WorkerRows, EventRows, SampleRows, FittedSizeRows, StageRows, PeakRows, BytesInUseRows):
+class Store(
+    RunRows,
+    TrialRows,
+    WorkerRows,
+    EventRows,
+    SampleRows,
+    FittedSizeRows,
+    StageRows,
+    PeakRows,
+    BytesInUseRows,
+    RunViewRows,
+):
     """The results store of runs, trials, attempts, workers, events and memory samples.
 
     One SQLite file in WAL mode. Only the supervisor writes (``readonly=False``, the default); any
