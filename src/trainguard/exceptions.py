@@ -23,7 +23,9 @@
     └── CheckpointError               a staged trial's ctx.checkpoint/restore cannot do what was asked
 
     TrainguardWarning (UserWarning)   warnings.warn() categories, filterable with the warnings module
-    └── FunctionChangedWarning        a resumed run reuses results stored by another version of its function
+    ├── FunctionChangedWarning        a resumed run reuses results stored by another version of its function
+    ├── SettingsChangedWarning        a run is resumed with other settings than its last session's
+    └── NoGpuWarning                  GPU-only options given where no GPU is seen: they have no effect
 
 Every error carries structured attributes (``pid``, ``exitcode``, ``signal``, ``limit_bytes``...) and
 survives pickling, so it can cross a process boundary unchanged. Messages are one line that says what
@@ -55,6 +57,8 @@ __all__ = [
     "CheckpointError",
     "TrainguardWarning",
     "FunctionChangedWarning",
+    "SettingsChangedWarning",
+    "NoGpuWarning",
 ]
 
 
@@ -204,3 +208,33 @@ class FunctionChangedWarning(TrainguardWarning):
     Run again with ``Runner(fresh=True)`` (``trainguard run --fresh``) or under another name to
     compute every trial with the current code.
     """
+
+
+class SettingsChangedWarning(TrainguardWarning):
+    """A run resumed by name runs its remaining trials with other settings than its last session.
+
+    Each trial keeps the settings it ran under (the store records each session's and each attempt's
+    session). ``changes`` holds ``(setting, before, after)`` triples, dotted names for nested ones
+    (``"policy.memory_limit"``).
+    """
+
+    def __init__(self, message: str, changes: tuple[tuple[str, Any, Any], ...] = ()) -> None:
+        super().__init__(message)
+        self.changes = tuple(changes)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.changes))
+
+
+class NoGpuWarning(TrainguardWarning):
+    """GPU-only options (``Device(tf_memory_growth=...)``, ``gpus=``...) were given on a machine where
+    no GPU is seen: they have no effect. ``options`` names them, ``evidence`` says how the absence
+    was detected."""
+
+    def __init__(self, message: str, options: tuple[str, ...] = (), evidence: str = "") -> None:
+        super().__init__(message)
+        self.options = tuple(options)
+        self.evidence = evidence
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.options, self.evidence))

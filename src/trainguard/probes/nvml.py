@@ -13,7 +13,14 @@ import threading
 from dataclasses import dataclass
 from types import ModuleType
 
-__all__ = ["GpuInfo", "nvml_available", "gpus", "gpu_memory_by_pid", "gpu_memory_of_pids"]
+__all__ = [
+    "GpuInfo",
+    "nvml_available",
+    "nvml_absence",
+    "gpus",
+    "gpu_memory_by_pid",
+    "gpu_memory_of_pids",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +50,7 @@ class GpuInfo:
 
 
 _LOCK = threading.Lock()
-_STATE: dict[str, object] = {"tried": False, "module": None}
+_STATE: dict[str, object] = {"tried": False, "module": None, "absence": None}
 
 
 def _nvml() -> ModuleType | None:
@@ -53,17 +60,41 @@ def _nvml() -> ModuleType | None:
             _STATE["tried"] = True
             try:
                 import pynvml  # noqa: PLC0415 - optional, lazily imported
-
+            except ImportError:
+                _STATE["absence"] = "nvidia-ml-py (pynvml) is not installed: pip install -e '.[nvml]'"
+                return None
+            try:
                 pynvml.nvmlInit()
                 _STATE["module"] = pynvml
-            except Exception as err:  # ImportError, NVMLError_LibraryNotFound, DriverNotLoaded...
+            except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded...
                 logger.debug("NVML unavailable: %s", err)
+                _STATE["absence"] = _absence_words(err)
                 _STATE["module"] = None
         return _STATE["module"]  # type: ignore[return-value]
 
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _absence_words(err: Exception) -> str:
+    """Why ``nvmlInit`` failed, in words: pynvml's error class names the cause."""
+    kind = type(err).__name__
+    if "LibraryNotFound" in kind:
+        return (
+            "pynvml is installed but the NVML library (libnvidia-ml.so.1) cannot be loaded: no NVIDIA "
+            "driver is visible to this process"
+        )
+    if "DriverNotLoaded" in kind:
+        return "pynvml is installed but the NVIDIA driver is not loaded"
+    if "NoPermission" in kind:
+        return "pynvml is installed but may not open the NVIDIA devices (permissions)"
+    return f"pynvml is installed but nvmlInit failed: {kind}: {err}"
+
+
+def nvml_absence() -> str | None:
+    """Why NVML cannot be used here, in one phrase (package missing, no driver...); None when it can."""
+    return None if _nvml() is not None else str(_STATE["absence"] or "NVML did not initialise")
 
 
 def nvml_available() -> bool:
