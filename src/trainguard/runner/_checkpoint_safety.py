@@ -25,6 +25,7 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
+from trainguard._ownership import owner_problem
 from trainguard.exceptions import CheckpointError
 
 __all__ = [
@@ -51,8 +52,9 @@ def _check_private(fd: int, path: str) -> None:
     st = os.fstat(fd)
     if not stat.S_ISDIR(st.st_mode):
         raise _refuse(path, "it is not a folder")
-    if st.st_uid != os.geteuid():
-        raise _refuse(path, f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})")
+    owner = owner_problem(st.st_uid, (os.geteuid(),))  # not even root's: the folders are the user's own
+    if owner is not None:
+        raise _refuse(path, owner)
     if st.st_mode & 0o077:
         raise _refuse(path, f"its mode is {stat.S_IMODE(st.st_mode):04o}; trainguard makes it 0700")
 

@@ -159,7 +159,8 @@ class Store(
         ConfigError: ``path`` is a folder, its folder does not exist, an argument is out of range,
             or ``journal="wal"`` for a store on a network filesystem.
         StoreError: the folder is not writable, the file is not a trainguard store (not SQLite, or
-            SQLite with other tables), or a read-only open finds no store.
+            SQLite with other tables), a read-only open finds no store, or another user could
+            have written the store (its file, journal or folder: see ``store/_trust.py``).
         SchemaVersionError: the store was written by another schema version.
     """
 
@@ -268,6 +269,11 @@ class Store(
                 raise StoreError(self._not_writable_message(), path=shown)
             if path.exists() and not os.access(path, os.W_OK):
                 raise StoreError(self._not_writable_message(), path=shown)
+        from trainguard.store._trust import untrusted_store
+
+        refusal = untrusted_store(path, shown, readonly=self._readonly)
+        if refusal is not None:
+            raise StoreError(refusal, path=shown)
         if path.exists():
             self._check_header()
 
@@ -590,21 +596,15 @@ class Store(
 
     # -- runs ---------------------------------------------------------------------------------
 
-
     # -- trials and attempts --------------------------------------------------------------------
-
 
     # -- workers ------------------------------------------------------------------------------
 
-
     # -- events -------------------------------------------------------------------------------
-
 
     # -- samples ------------------------------------------------------------------------------
 
-
     # -- fitted sizes ----------------------------------------------------------------------------
-
 
     # -- seeds and stages -------------------------------------------------------------------------
 
@@ -616,5 +616,3 @@ def _ddl_statements() -> list[str]:
         if not line.strip().startswith("--")
     ]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
-
-
