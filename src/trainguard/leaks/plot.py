@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,14 @@ def check_plot_path(path: str) -> Path:
     Raises:
         ConfigError: an extension other than .png/.svg, or a folder that does not exist.
     """
+    from trainguard._safe_write import check_output_file
+
     p = Path(path)
     if p.suffix.lower() not in _FORMATS:
         raise ConfigError(f"plot file {path!r} must end in .png or .svg, e.g. leak.png")
     if not p.parent.exists():
         raise ConfigError(f"plot file {path!r}: the folder {str(p.parent)!r} does not exist")
+    check_output_file(path, flag="--plot", what="the plot")  # no link or FIFO another user planted
     return p
 
 
@@ -121,7 +125,12 @@ def plot_report(report: Any, path: str) -> str:
         ax.set_title(f"leakcheck: {report.verdict.value}")
         ax.legend(loc="best", fontsize=8)
         fig.tight_layout()
-        fig.savefig(str(out))
+        image = io.BytesIO()
+        fig.savefig(image, format=out.suffix.lower().lstrip("."))
     finally:
         plt.close(fig)
+    # written as every output file is (trainguard._safe_write): never through another user's link
+    from trainguard._safe_write import write_output_file
+
+    write_output_file(path, image.getvalue(), flag="--plot", what="the plot")
     return str(out)
