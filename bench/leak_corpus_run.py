@@ -2,8 +2,10 @@
 
 Run: .venv/bin/python bench/leak_corpus_run.py [--only NAME ...] [--jobs 1] [--hog N] [-- extra leakcheck args]
 
-Each case is ``trainguard leakcheck CASE.py:step --setup setup --json`` with default options (a
-case without a ``setup`` function gets a warning from the CLI and runs without one). A case's
+Each case is ``trainguard leakcheck CASE.py:step --setup setup --json`` (or ``CASE.js:step``, a
+TF.js step in Node, which finds @tensorflow/tfjs through ``NODE_PATH=js/trainguard/node_modules``,
+installed by scripts/test.sh) with default options (a case without a ``setup`` function gets a
+warning from the CLI and runs without one). A case's
 ``EXPECTED`` is ``leak`` or ``no_leak``; the verdicts ``no_leak`` and ``plateau`` both count as
 "not a leak", ``inconclusive`` counts as wrong either way. Prints a markdown table and the accuracy;
 writes the table to bench/results/leak_corpus_run.json and each full report to
@@ -20,6 +22,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -31,7 +34,13 @@ CORPUS = HERE / "leak_corpus"
 RESULTS = HERE / "results"
 
 
+JS_MODULES = HERE.parent / "js" / "trainguard" / "node_modules"
+
+
 def constants(path: Path) -> dict[str, str]:
+    if path.suffix == ".js":  # const EXPECTED = 'leak'; const SOURCE = '...';
+        found = re.findall(r"^const (EXPECTED|SOURCE) = '([^']*)';", path.read_text(), re.M)
+        return dict(found)
     out = {}
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -63,6 +72,8 @@ def run_case(path: Path, extra: list[str], src: str | None = None) -> dict:
     ]
     t0 = time.perf_counter()
     env = dict(os.environ)
+    if path.suffix == ".js":
+        env["NODE_PATH"] = str(JS_MODULES)
     if src:  # another source tree (e.g. the detector before a change), compared in the same run
         env["PYTHONPATH"] = src
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
@@ -142,7 +153,7 @@ def main() -> None:
 
 
 def run_all(args: argparse.Namespace, extra: list[str]) -> None:
-    cases = sorted(p for p in CORPUS.glob("*.py") if not p.name.startswith("_"))
+    cases = sorted(p for p in [*CORPUS.glob("*.py"), *CORPUS.glob("*.js")] if not p.name.startswith("_"))
     if args.only:
         cases = [p for p in cases if p.stem in set(args.only)]
     t0 = time.time()

@@ -55,8 +55,9 @@ def _looks(rss, in_use, *, step_time_s: float, flat: bool = True, flat_from: int
     a census at each of the first 4 calls and then every 3rd (what a Keras-TF census of 0.15 s
     affords on a step of seconds), every counted kind flat from call ``flat_from`` on; ``heaps``:
     glibc's heaps as resident at each reading (the rows then carry RSS outside them and live
-    memory, as the loop's do). Returns the decision that stopped the loop, its call, and that look."""
-    config = make_config(max_time="2m")
+    memory, as the loop's do). Returns the decision that stopped the loop, its call, and that look.
+    The budget is max_time alone (min_calls=None): the series given is what two minutes give."""
+    config = make_config(max_time="2m", min_calls=None)
     series: list[dict] = []
     plan = None
     for i, y in enumerate(rss):

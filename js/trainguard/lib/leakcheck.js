@@ -6,8 +6,11 @@
 // command on stdin, one JSON line per event on OUT_FD (the user's own console output keeps
 // stdout and stderr, so it can never corrupt the protocol):
 //
-//   {"op":"calls","n":k}  ->  {"event":"done","iterations":total,"step_times":[last <= 50 s]}
-//                             or {"event":"step_error","iteration","type","message","stack"}
+//   {"op":"calls","n":k}  ->  {"event":"done","iterations":total,"step_times":[last <= 50 s],"misuse":[...]}
+//                             or {"event":"step_error","iteration","type","message","stack","misuse"}
+//                             misuse: lib/misuse.js's records so far (cumulative): tf.tidy() given an
+//                             async function, Error objects the step caught and logged;
+//                             failed_calls: calls in which one of those failed or was logged
 //   {"op":"read"}         ->  {"event":"reading", iteration, heap_used, heap_total, external,
 //                              array_buffers, rss, tf_num_tensors, tf_num_bytes, ..., gc_s}
 //                             taken after global.gc()
@@ -18,6 +21,7 @@
 const readline = require('readline');
 const { loadModule, pick, firstLine } = require('./load');
 const { tfMemory, tfVersion } = require('./memory');
+const misuse = require('./misuse');
 
 require('./quiet').install();
 
@@ -75,19 +79,24 @@ async function main() {
     });
     process.exit(2);
   }
+  misuse.watchConsole();
   await collect();
   emit({ event: 'ready', pid: process.pid, node: process.version, tfjs: tfVersion(), setup_s: setupS });
 
   let iterations = 0;
+  let failedCalls = 0;
   const call = () => step(setupValue);
   const handle = async (cmd) => {
     if (cmd.op === 'calls') {
+      misuse.watchTidy(); // TF.js may be loaded by the step itself, not at the file's top
       const times = [];
       for (let i = 0; i < cmd.n; i++) {
         const t0 = process.hrtime.bigint();
+        const failedBefore = misuse.failures();
         try {
           const out = call();
           if (out && typeof out.then === 'function') await out;
+          if (misuse.failures() > failedBefore) failedCalls += 1;
         } catch (err) {
           emit({
             event: 'step_error',
@@ -96,13 +105,15 @@ async function main() {
             message: firstLine(err),
             stack: String(err && err.stack ? err.stack : err),
             step_times: times.slice(-50),
+            misuse: misuse.snapshot(),
+            failed_calls: failedCalls,
           });
           return;
         }
         times.push(Number(process.hrtime.bigint() - t0) / 1e9);
         iterations += 1;
       }
-      emit({ event: 'done', iterations, step_times: times.slice(-50) });
+      emit({ event: 'done', iterations, step_times: times.slice(-50), misuse: misuse.snapshot(), failed_calls: failedCalls });
     } else if (cmd.op === 'read') {
       const t0 = process.hrtime.bigint();
       await collect();

@@ -4,6 +4,7 @@
 // Python's trainguard.scope().
 
 const { tfEngine, tfMemory, nodeMemory } = require('./memory');
+const misuse = require('./misuse');
 
 class LeakError extends Error {
   constructor(message, report) {
@@ -77,6 +78,8 @@ async function scope(fn, options = {}) {
   const maxBytes = validateLimit('maxSurvivorBytes', options.maxSurvivorBytes);
   const maxCount = validateLimit('maxSurvivors', options.maxSurvivors);
   const engine = tfEngine();
+  misuse.watchTidy();
+  const misuseBefore = misuse.snapshot();
   const nodeBefore = nodeMemory();
   const tfBefore = tfMemory();
   const varsBefore = engine ? new Set(Object.keys(engine.state.registeredVariables)) : new Set();
@@ -150,10 +153,18 @@ async function scope(fn, options = {}) {
     survivorBytes: survivors.reduce((s, g) => s + g.bytes, 0),
     node: { before: nodeBefore, after: nodeAfter },
     rssDeltaBytes: nodeAfter.rss - nodeBefore.rss,
+    // tf.tidy() given an async function inside the scope: where, how often, how it ended, the fix
+    misuse: misuse.since(misuseBefore).filter((r) => r.kind === misuse.ASYNC_TIDY),
   };
   report.toText = () => reportText(report);
   Object.defineProperty(report, 'toText', { enumerable: false });
-  if (failed) throw failed;
+  if (failed) {
+    if (failed !== null && typeof failed === 'object' && !('trainguardReport' in failed)) {
+      // the step's own error goes on unchanged; the scope's report (and any misuse it names) rides on it
+      Object.defineProperty(failed, 'trainguardReport', { value: report, enumerable: false });
+    }
+    throw failed;
+  }
   if (maxBytes !== null && report.survivorBytes > maxBytes) {
     throw new LeakError(
       `${formatBytes(report.survivorBytes)} in ${report.survivorCount} tensors survived the scope, over maxSurvivorBytes=${formatBytes(maxBytes)}: ` +
@@ -191,6 +202,7 @@ function reportText(r) {
   }
   lines.push(`rss: ${formatBytes(r.node.before.rss)} -> ${formatBytes(r.node.after.rss)}, heapUsed: ${formatBytes(r.node.before.heapUsed)} -> ${formatBytes(r.node.after.heapUsed)}`);
   lines.push(`time: ${r.durationMs.toFixed(1)} ms`);
+  for (const m of r.misuse || []) lines.push(`misuse: ${misuse.describe(m)}`);
   return lines.join('\n');
 }
 

@@ -48,6 +48,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--max-time", default=None, metavar="DURATION", help="time budget, e.g. 90s, 5m (default 2m)"
     )
     parser.add_argument(
+        "--min-calls",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the budget is at least N calls: a slow step goes on past --max-time until its evidence "
+        "decides or N calls are made (default 60; --max-iterations stays a hard cap)",
+    )
+    parser.add_argument(
         "--metric",
         default=None,
         help="auto (default: RSS, or PSS once the step has child processes), rss, uss or pss, "
@@ -146,7 +154,14 @@ class _Progress:
             return
         import time
 
+        from trainguard.cli._display import say, visible
         from trainguard.units import format_bytes
+
+        if event.get("note"):  # said once, whatever the interval: the loop goes on past --max-time
+            if self._status is not None:
+                self._status.console.print(f"{PROGRESS_PREFIX}{visible(event['note'])}", markup=False)
+            else:
+                say(f"{PROGRESS_PREFIX}{visible(event['note'])}")
 
         slope = event.get("slope_bytes_per_iter")
         text = (
@@ -157,8 +172,6 @@ class _Progress:
         if self._status is not None:
             self._status.update(text)
         elif time.monotonic() - self._last_line >= _LINE_EVERY_S:  # the first reading, then every 10 s
-            from trainguard.cli._display import say
-
             self._last_line = time.monotonic()
             say(f"{PROGRESS_PREFIX}{text}")
 
@@ -238,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
         "max_iterations": args.max_iterations,
         "min_iterations": args.min_iterations,
         "max_time": args.max_time,
+        "min_calls": args.min_calls,
         "metric": args.metric,
         "tolerance": args.tolerance,
     }

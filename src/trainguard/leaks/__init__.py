@@ -39,6 +39,7 @@ def leakcheck(
     max_iterations: int | None = _DEFAULT.max_iterations,
     min_iterations: int | None = _DEFAULT.min_iterations,
     max_time: str | float | None = _DEFAULT.max_time_s,
+    min_calls: int | None = _DEFAULT.min_calls,
     metric: str = _DEFAULT.metric,
     isolated: bool = False,
     attribution: bool = _DEFAULT.attribution,
@@ -72,6 +73,10 @@ def leakcheck(
             tracing caches) grow for 50-80 iterations before they level off.
         max_time: the most wall time for the iterations, e.g. ``"5m"`` or seconds (default 120,
             two minutes); None: limited by ``max_iterations`` only.
+        min_calls: the budget is at least this many calls (default 60): a step too slow for
+            ``max_time`` to give them goes on past it until its evidence decides or it has made
+            ``min_calls`` calls, and says so in a progress event; ``max_iterations`` stays a hard
+            cap. None: ``max_time`` alone (a slow step may then end ``inconclusive``).
         metric: ``"auto"`` (default), ``"rss"``, ``"uss"`` or ``"pss"``, summed over this process
             and its children. ``"auto"`` decides on RSS while the process has no children and on
             the tree's PSS once it has some: growth in worker processes' private memory (a

@@ -14,6 +14,7 @@ cloudpickled callables.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -219,19 +220,15 @@ def run_isolated(
             env=child_env,
             text=True,
         )
-        deadline = None
         watchdog = None
         if config.max_time_s is not None:
-            # the check stops itself at max_time; this only catches a step that never returns
-            limit_s = config.max_time_s * 1.5 + 120
-            deadline = time.monotonic() + limit_s
-            watchdog = threading.Timer(limit_s, kill_tree, [proc.pid])
-            watchdog.daemon = True
-            watchdog.start()
+            # the check stops itself at max_time (or min_calls); this only catches a step that
+            # never returns: re-armed at each event, so a slow step's min_calls can outlast it
+            watchdog = Watchdog(config.max_time_s * 1.5 + 120, functools.partial(kill_tree, proc.pid))
         rows: list[dict[str, Any]] = []
         report = error = None
         try:
-            report, error = _read_events(proc, rows, progress)
+            report, error = _read_events(proc, rows, progress, None if watchdog is None else watchdog.arm)
         finally:
             if watchdog is not None:
                 watchdog.cancel()
@@ -239,7 +236,7 @@ def run_isolated(
                 proc.wait(
                     timeout=30
                     if report or error
-                    else (None if deadline is None else max(1.0, deadline - time.monotonic()))
+                    else (None if watchdog is None else max(1.0, watchdog.deadline - time.monotonic()))
                 )
             except subprocess.TimeoutExpired:
                 kill_tree(proc.pid)
@@ -253,15 +250,43 @@ def run_isolated(
     return report
 
 
+class Watchdog:
+    """Calls ``expire`` when ``limit_s`` pass without an ``arm()``: a leak check's guard against
+    a step that never returns (each reading re-arms it). Armed on creation."""
+
+    def __init__(self, limit_s: float, expire: Callable[[], object]) -> None:
+        self.limit_s, self._expire = limit_s, expire
+        self._timer: threading.Timer | None = None
+        self.deadline = 0.0
+        self.arm()
+
+    def arm(self) -> None:
+        self.cancel()
+        self.deadline = time.monotonic() + self.limit_s
+        self._timer = threading.Timer(self.limit_s, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 def _read_events(
-    proc: subprocess.Popen, rows: list[dict[str, Any]], progress: Callable[[dict[str, Any]], None] | None
+    proc: subprocess.Popen,
+    rows: list[dict[str, Any]],
+    progress: Callable[[dict[str, Any]], None] | None,
+    on_event: Callable[[], None] | None = None,
 ) -> tuple[Any, dict[str, Any] | None]:
     """Read the child's JSON lines until its report or error: readings go to ``rows`` (kept when
-    the child dies hard), progress events to ``progress``. Returns (report or None, error or None)."""
+    the child dies hard), progress events to ``progress``; ``on_event`` is called at each line.
+    Returns (report or None, error or None)."""
     from trainguard.leaks._report import LeakReport
 
     assert proc.stdout is not None
     for line in proc.stdout:
+        if on_event is not None:
+            on_event()
         try:
             event = json.loads(line)
         except json.JSONDecodeError:

@@ -81,6 +81,8 @@ class LoopBase:
         self.last_progress = 0.0
         self.start = 0.0
         self.looks_done = 0
+        #: the call at which the loop went on past max_time for min_calls (None: it did not)
+        self.past_max_time_at: int | None = None
 
     # -- what a loop gives -----------------------------------------------------------------------
 
@@ -137,14 +139,16 @@ class LoopBase:
         """Progress, and a look when the schedule says so; True when the loop must stop."""
         elapsed = time.perf_counter() - self.start
         k = self.plan.calls_per_measurement if self.plan else 1
+        next_block_s = k * self.step_time() + self.measure_cost
         final, looks_now = _plan.look_due(
             self.config,
             self.plan,
             self.series,
             iterations=self.iterations,
             elapsed_s=elapsed,
-            next_block_s=k * self.step_time() + self.measure_cost,
+            next_block_s=next_block_s,
         )
+        self.note_past_max_time(elapsed, next_block_s)
         self.report_progress(elapsed, k, looks_now)
         if not looks_now or self.plan is None:
             return final
@@ -163,6 +167,18 @@ class LoopBase:
             flat_support=self.flat_support(),
         )
         return self.last_look.stop
+
+    def note_past_max_time(self, elapsed: float, next_block_s: float) -> None:
+        """Say once (a progress event with a ``note``) that the loop goes on past max_time."""
+        if self.past_max_time_at is not None or not _plan.past_max_time(
+            self.config, iterations=self.iterations, elapsed_s=elapsed, next_block_s=next_block_s
+        ):
+            return
+        self.past_max_time_at = self.iterations
+        if self.progress is not None:
+            note = _plan.past_max_time_note(self.config, iterations=self.iterations, step_time_s=self.step_time())
+            event = _plan.progress_event(self.series, iterations=self.iterations, elapsed_s=elapsed, k=1)
+            self.progress({**event, "note": note})
 
     def report_progress(self, elapsed: float, k: int, looks_now: bool) -> None:
         if self.progress is None or (time.perf_counter() - self.last_progress <= 0.5 and not looks_now):
@@ -183,7 +199,8 @@ class LoopBase:
         look = self.last_look
         if look is not None and look.decision.verdict is not None and self.error is None:
             return look.decision, look.gpu_decision, tolerance, alpha
-        strong = _plan.strong_needed(self.config, self.iterations)
+        gate = plan.leak_gate_iterations if plan else _plan.LEAK_GATE_ITERATIONS
+        strong = _plan.strong_needed(self.config, self.iterations, gate)
         args = (alpha, tolerance, True, True, True, strong)
         decision = _plan.decide_series(self.series, self.host_key(True), *args)
         second = _plan.decide_series(self.series, plan.gpu_key, *args) if plan and plan.gpu_key else None

@@ -46,6 +46,8 @@ __all__ = [
     "strong_needed",
     "host_key",
     "out_of_budget",
+    "past_max_time",
+    "past_max_time_note",
     "look",
     "decide_series",
     "final_verdict",
@@ -97,6 +99,13 @@ class Plan:
         schedule: reading counts at which the sequential test looks.
         alpha_per_look: each look's false-positive level (the budget split over looks and series).
         gpu_key: the row key of the GPU series also decided on, or None.
+        live_words: how :func:`retention_hold` names the live series and the memory RSS held
+            beyond it, where the loop's live series is not Python's (``_node.NODE_LIVE_WORDS``:
+            RSS less the free pages of V8's heap); None: Python's (bytes in use plus RSS outside
+            glibc's heaps).
+        leak_gate_iterations: calls a ``leak`` from memory alone waits for when the budget allows
+            (:func:`leak_gate`): :data:`LEAK_GATE_ITERATIONS`, longer for a Node step
+            (``_node.NODE_LEAK_GATE_ITERATIONS``: V8's warm-up).
     """
 
     calls_per_measurement: int
@@ -104,6 +113,8 @@ class Plan:
     schedule: tuple[int, ...]
     alpha_per_look: float
     gpu_key: str | None
+    live_words: tuple[str, str] | None = None
+    leak_gate_iterations: int = LEAK_GATE_ITERATIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +225,10 @@ def calibrate(
     if config.max_time_s is not None:
         per_reading = k * step_time_s + measure_cost_s
         left = config.max_time_s - elapsed_s
-        planned = min(planned, n + max(0, int(left / max(per_reading, 1e-9))))
+        by_time = n + max(0, int(left / max(per_reading, 1e-9)))
+        if config.min_calls is not None:  # the budget is at least min_calls calls
+            by_time = max(by_time, n + math.ceil(max(0, config.min_calls - iterations) / k))
+        planned = min(planned, by_time)
     first = config.min_measurements if not looks_done else max(config.min_measurements, n + 1)
     planned = max(planned, first)
     schedule = stats.look_schedule(first, planned)
@@ -272,10 +286,17 @@ def thin(series: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
     return kept
 
 
-def leak_gate(config: Any, *, iterations: int, elapsed_s: float, step_time_s: float) -> int:
+def leak_gate(
+    config: Any,
+    *,
+    iterations: int,
+    elapsed_s: float,
+    step_time_s: float,
+    gate_iterations: int = LEAK_GATE_ITERATIONS,
+) -> int:
     """Calls a ``leak`` verdict waits for at this look.
 
-    ``min_iterations`` when given; otherwise LEAK_GATE_ITERATIONS, lowered to what
+    ``min_iterations`` when given; otherwise ``gate_iterations`` (the plan's), lowered to what
     LEAK_GATE_BUDGET_SHARE of ``max_time`` (or ``max_iterations``) allows. Recomputed at each look
     from the recent step time: a leaking step often slows down as it leaks (a Keras TF fit loop:
     0.6 s, then over 1 s), and the verdict should still come within the budget's share.
@@ -286,14 +307,16 @@ def leak_gate(config: Any, *, iterations: int, elapsed_s: float, step_time_s: fl
     if config.max_time_s is not None:
         left = LEAK_GATE_BUDGET_SHARE * config.max_time_s - elapsed_s
         fits = iterations + max(0.0, left) / max(step_time_s, 1e-9)
+        if config.min_calls is not None:  # the same share of a budget of min_calls calls
+            fits = max(fits, LEAK_GATE_BUDGET_SHARE * config.min_calls)
     if config.max_iterations is not None:
         fits = min(fits, config.max_iterations)
-    return int(max(BASE_MIN_ITERATIONS, min(LEAK_GATE_ITERATIONS, fits)))
+    return int(max(BASE_MIN_ITERATIONS, min(gate_iterations, fits)))
 
 
-def strong_needed(config: Any, iterations: int) -> bool:
+def strong_needed(config: Any, iterations: int, gate_iterations: int = LEAK_GATE_ITERATIONS) -> bool:
     """Fewer calls than a warm-up can last: a leak must also show in the most recent readings."""
-    return config.min_iterations is None and iterations < LEAK_GATE_ITERATIONS
+    return config.min_iterations is None and iterations < gate_iterations
 
 
 def host_key(config: Any, series: list[dict[str, Any]], children_seen: bool, final: bool) -> str:
@@ -343,11 +366,13 @@ def progress_event(
 def out_of_budget(
     config: Any, series: list[dict[str, Any]], *, iterations: int, elapsed_s: float, next_block_s: float
 ) -> bool:
-    """Whether the loop must stop: iterations, time, readings or the growth cap are spent."""
+    """Whether the loop must stop: iterations, time, readings or the growth cap are spent. Time
+    ends the loop only once ``min_calls`` calls are made (:func:`past_max_time`)."""
     if config.max_iterations is not None and iterations >= config.max_iterations:
         return True
     if config.max_time_s is not None and elapsed_s + next_block_s > config.max_time_s:
-        return True
+        if not past_max_time(config, iterations=iterations, elapsed_s=elapsed_s, next_block_s=next_block_s):
+            return True
     if len(series) >= config.max_measurements:
         return True
     grown = series[-1]["bytes"] - series[0]["bytes"]
@@ -470,6 +495,15 @@ def live_decision(series: list[dict[str, Any]], *, alpha: float, tolerance: floa
     return decide_series(series, LIVE_KEY, alpha, tolerance, False, True, min_points=COUNT_CONFIRM_POINTS)
 
 
+#: What Python's live series is, and where RSS grew when it grew beyond it (:func:`retention_hold`).
+MALLOC_LIVE_WORDS = (
+    "live memory (the allocator's bytes in use plus RSS outside glibc's heaps)",
+    "the growth is inside malloc's heaps, free memory the allocator keeps (retention or fragmentation; pages "
+    "malloc_trim gave back, touched again), not live allocations; jemalloc keeps RSS flatter "
+    "(`trainguard run --allocator jemalloc` in workers)",
+)
+
+
 def retention_hold(
     series: list[dict[str, Any]],
     memory: stats.Decision,
@@ -478,6 +512,7 @@ def retention_hold(
     tolerance: float,
     final: bool,
     gates: tuple[bool, bool, bool],
+    words: tuple[str, str] | None = None,
 ) -> stats.Decision:
     """A ``leak`` that RSS alone calls, checked against live memory (:func:`live_decision`'s
     series, at this look's gates) where it is read: when live memory does not grow like a leak,
@@ -492,13 +527,11 @@ def retention_hold(
     if live.verdict is Verdict.LEAK or live.slope is None or memory.slope is None:
         return memory
     fmt = _fmt_signed
+    name, beyond = words or MALLOC_LIVE_WORDS
     where = (
         f"RSS grows {fmt(memory.slope.slope)}/iter (CI {fmt(memory.slope.ci_low)} .. {fmt(memory.slope.ci_high)}) "
-        f"but live memory (the allocator's bytes in use plus RSS outside glibc's heaps) does not grow like a "
-        f"leak, {fmt(live.slope.slope)}/iter (CI {fmt(live.slope.ci_low)} .. {fmt(live.slope.ci_high)}): the "
-        "growth is inside malloc's heaps, free memory the allocator keeps (retention or fragmentation; pages "
-        "malloc_trim gave back, touched again), not live allocations; jemalloc keeps RSS flatter "
-        "(`trainguard run --allocator jemalloc` in workers)"
+        f"but {name} does not grow like a leak, {fmt(live.slope.slope)}/iter (CI {fmt(live.slope.ci_low)} .. "
+        f"{fmt(live.slope.ci_high)}): {beyond}"
     )
     verdict = live.verdict if live.verdict is Verdict.NO_LEAK or final else None
     if verdict is Verdict.NO_LEAK:
@@ -623,11 +656,17 @@ def look(
     """
     base_gate = config.min_iterations or BASE_MIN_ITERATIONS
     flat_readings = math.inf
-    gate = leak_gate(config, iterations=iterations, elapsed_s=elapsed_s, step_time_s=step_time_s)
+    gate = leak_gate(
+        config,
+        iterations=iterations,
+        elapsed_s=elapsed_s,
+        step_time_s=step_time_s,
+        gate_iterations=plan.leak_gate_iterations,
+    )
     leak_ok = iterations >= gate or (count_support and iterations >= base_gate)
     # the strict test stands in for the warm-up wait; count evidence answers the same question
     # (a count that keeps rising at the same rate past any cache's size is no warm-up)
-    strong = strong_needed(config, iterations) and not count_support
+    strong = strong_needed(config, iterations, plan.leak_gate_iterations) and not count_support
     gates = (iterations >= base_gate, leak_ok, strong)
     alpha, tol = plan.alpha_per_look, plan.tolerance_bytes_per_iter
     decision = decide_series(series, key, alpha, tol, final, *gates)
@@ -644,7 +683,9 @@ def look(
             decision = confirm
     if decision.verdict is Verdict.LEAK and not count_support:
         # RSS alone grows: where live memory is read, growth inside glibc's heaps is never a leak
-        decision = retention_hold(series, decision, alpha=alpha, tolerance=tol, final=final, gates=gates)
+        decision = retention_hold(
+            series, decision, alpha=alpha, tolerance=tol, final=final, gates=gates, words=plan.live_words
+        )
     if (
         flat_support is not None
         and not count_support
@@ -665,6 +706,28 @@ def look(
     verdicts = [decision.verdict] + ([gpu_decision.verdict] if gpu_decision is not None else [])
     stop = final or Verdict.LEAK in verdicts or all(v is not None for v in verdicts)
     return LookResult(decision, gpu_decision, stop, gate, flat_readings)
+
+
+def past_max_time(config: Any, *, iterations: int, elapsed_s: float, next_block_s: float) -> bool:
+    """Whether the loop goes on past ``max_time`` because it has not made ``min_calls`` calls yet:
+    a slow step (a Keras fit of seconds, on a loaded machine) gets a budget in calls, so that its
+    evidence (15 flat calls and 4 censuses, 8 settled readings) can decide rather than end
+    ``inconclusive`` after the 8 calls two minutes gave."""
+    if config.max_time_s is None or config.min_calls is None:
+        return False
+    return elapsed_s + next_block_s > config.max_time_s and iterations < config.min_calls
+
+
+def past_max_time_note(config: Any, *, iterations: int, step_time_s: float) -> str:
+    """The progress line said once when the loop goes on past ``max_time``."""
+    from trainguard.units import format_duration
+
+    left = max(0, (config.min_calls or 0) - iterations)
+    return (
+        f"max_time ({format_duration(config.max_time_s)}) is spent after {iterations} calls of "
+        f"{format_duration(step_time_s)} with no verdict: going on until the evidence decides, at most "
+        f"{config.min_calls} calls (about {format_duration(left * step_time_s)} more; --min-calls sets it)"
+    )
 
 
 #: Readings below which no verdict is given: the warm-up cut and the slope's noise estimate need

@@ -67,6 +67,7 @@ class LeakCheckConfig:
     max_iterations: int | None = None
     min_iterations: int | None = None
     max_time_s: float | None = 120.0
+    min_calls: int | None = 60
     metric: str = "auto"
     attribution: bool = True
     tracemalloc: bool = False
@@ -141,6 +142,7 @@ def make_config(**settings: Any) -> LeakCheckConfig:
     max_iterations, min_iterations, max_time = s["max_iterations"], s["min_iterations"], s["max_time"]
     metric, tolerance, alpha, max_growth = s["metric"], s["tolerance"], s["alpha"], s["max_growth"]
     max_it = _positive_int("max_iterations", max_iterations, allow_none=True)
+    min_calls = _positive_int("min_calls", s["min_calls"], allow_none=True)
     min_it = _positive_int("min_iterations", min_iterations, minimum=1, allow_none=True)
     max_time_s = parse_duration(max_time, name="max_time", allow_none=True)
     if max_time_s is not None and max_time_s <= 0:
@@ -177,6 +179,7 @@ def make_config(**settings: Any) -> LeakCheckConfig:
         max_iterations=max_it,
         min_iterations=min_it,
         max_time_s=max_time_s,
+        min_calls=min_calls,
         metric=metric.lower(),
         attribution=bool(s["attribution"]),
         tracemalloc=bool(s["tracemalloc"]),
@@ -872,6 +875,7 @@ def _build_report(
             "alpha_per_look": alpha,
             "looks": len(plan.schedule) + 1 if plan else 1,
             "metric_requested": loop.config.metric,
+            "past_max_time_at_call": loop.past_max_time_at,
             "min_iterations_for_leak": look.leak_gate
             if look
             else (loop.config.min_iterations or _plan.LEAK_GATE_ITERATIONS),
