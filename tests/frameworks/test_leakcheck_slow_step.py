@@ -2,7 +2,7 @@
 ``trainguard.frameworks.cleanup()`` (bench/leak_corpus/keras_tf_seed_fit_cleanup.py, about 1.3 s a
 fit here, 10-15 s on a loaded machine) under a ``max_time`` that gives it only a dozen calls, as
 two minutes gave a loaded machine 8 (``inconclusive``). The check goes on past ``max_time`` until
-its evidence decides, at most ``min_calls`` (60) calls, says so in a progress line, and the CLI
+its evidence decides, at most ``min_calls`` (100) calls, says so in a progress line, and the CLI
 and the Python API (one ``LeakCheckConfig`` of defaults) give the same verdict on the same step,
 with what stays of a fit named in the reason."""
 
@@ -56,7 +56,7 @@ def test_a_slow_step_goes_on_to_a_verdict_and_cli_and_api_agree() -> None:
     for report in (by_cli, by_api):
         # max_time ran out after a dozen fits; the check went on in calls, at most min_calls
         assert report["extra"]["past_max_time_at_call"] is not None, report["reason"]
-        assert report["iterations"] <= 60
+        assert report["iterations"] <= 100
         assert report["verdict"] == "no_leak", report["reason"]
         # what stays of a fit is named: a few KiB, where the seed's loop without cleanup() grows MiBs
         assert report["slope_bytes_per_iter"] < 2**20
@@ -64,5 +64,5 @@ def test_a_slow_step_goes_on_to_a_verdict_and_cli_and_api_agree() -> None:
     assert by_cli["verdict"] == by_api["verdict"]
     assert cli.returncode == 0
     said = "is spent after"
-    assert any(said in line and "at most 60 calls" in line for line in cli.stderr.splitlines()), cli.stderr[-2000:]
+    assert any(said in line and "at most 100 calls" in line for line in cli.stderr.splitlines()), cli.stderr[-2000:]
     assert any(said in n for n in notes)

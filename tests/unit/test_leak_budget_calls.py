@@ -11,20 +11,20 @@ from trainguard.leaks.stats import Verdict
 
 
 def test_max_time_ends_the_loop_only_after_min_calls():
-    config = make_config(max_time="2m")  # min_calls 60: the default
-    assert config.min_calls == 60 and default_settings()["min_calls"] == 60
+    config = make_config(max_time="2m")  # min_calls 100: the default
+    assert config.min_calls == 100 and default_settings()["min_calls"] == 100
     series = [{"iteration": 0, "bytes": 1e8}]
     # a 15 s step: 8 calls in two minutes, and the loop goes on
     assert not _plan.out_of_budget(config, series, iterations=8, elapsed_s=120.0, next_block_s=15.0)
     assert _plan.past_max_time(config, iterations=8, elapsed_s=120.0, next_block_s=15.0)
-    assert _plan.out_of_budget(config, series, iterations=60, elapsed_s=900.0, next_block_s=15.0)
+    assert _plan.out_of_budget(config, series, iterations=100, elapsed_s=1500.0, next_block_s=15.0)
     # max_iterations stays a hard cap; min_calls=None is max_time alone
     capped = make_config(max_time="2m", max_iterations=20)
     assert _plan.out_of_budget(capped, series, iterations=20, elapsed_s=300.0, next_block_s=15.0)
     alone = make_config(max_time="2m", min_calls=None)
     assert _plan.out_of_budget(alone, series, iterations=8, elapsed_s=120.0, next_block_s=15.0)
     assert not _plan.past_max_time(alone, iterations=8, elapsed_s=120.0, next_block_s=15.0)
-    # a fast step never sees it: two minutes give far more than 60 calls
+    # a fast step never sees it: two minutes give far more than 100 calls
     assert _plan.out_of_budget(config, series, iterations=5000, elapsed_s=120.0, next_block_s=0.02)
 
 
@@ -32,10 +32,10 @@ def test_the_plan_and_the_leak_gate_count_min_calls_as_budget():
     config = make_config(max_time="2m")
     rows = [{"iteration": i, "bytes": 1e8 + 1000 * i} for i in range(4)]
     plan = _plan.calibrate(config, rows, iterations=3, measure_cost_s=0.05, step_time_s=15.0, elapsed_s=45.0)
-    # the schedule reaches past what two minutes give (5 more readings) toward 60 calls
-    assert plan.schedule[-1] >= 60 - 3
+    # the schedule reaches past what two minutes give (5 more readings) toward 100 calls
+    assert plan.schedule[-1] >= 100 - 3
     gate = _plan.leak_gate(config, iterations=8, elapsed_s=120.0, step_time_s=15.0)
-    assert gate == int(_plan.LEAK_GATE_BUDGET_SHARE * 60)
+    assert gate == int(_plan.LEAK_GATE_BUDGET_SHARE * 100)
     alone = make_config(max_time="2m", min_calls=None)
     assert _plan.leak_gate(alone, iterations=8, elapsed_s=120.0, step_time_s=15.0) == _plan.BASE_MIN_ITERATIONS
 
@@ -43,7 +43,7 @@ def test_the_plan_and_the_leak_gate_count_min_calls_as_budget():
 def test_the_note_says_how_far_the_loop_goes():
     config = make_config(max_time="2m")
     note = _plan.past_max_time_note(config, iterations=8, step_time_s=15.0)
-    assert "after 8 calls" in note and "at most 60 calls" in note and "--min-calls" in note
+    assert "after 8 calls" in note and "at most 100 calls" in note and "--min-calls" in note
 
 
 def test_min_calls_is_validated():

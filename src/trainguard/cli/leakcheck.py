@@ -53,7 +53,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="the budget is at least N calls: a slow step goes on past --max-time until its evidence "
-        "decides or N calls are made (default 60; --max-iterations stays a hard cap)",
+        "decides or N calls are made (default 100; --max-iterations stays a hard cap)",
     )
     parser.add_argument(
         "--metric",

@@ -73,7 +73,7 @@ def leakcheck(
             tracing caches) grow for 50-80 iterations before they level off.
         max_time: the most wall time for the iterations, e.g. ``"5m"`` or seconds (default 120,
             two minutes); None: limited by ``max_iterations`` only.
-        min_calls: the budget is at least this many calls (default 60): a step too slow for
+        min_calls: the budget is at least this many calls (default 100): a step too slow for
             ``max_time`` to give them goes on past it until its evidence decides or it has made
             ``min_calls`` calls, and says so in a progress event; ``max_iterations`` stays a hard
             cap. None: ``max_time`` alone (a slow step may then end ``inconclusive``).

@@ -67,7 +67,7 @@ class LeakCheckConfig:
     max_iterations: int | None = None
     min_iterations: int | None = None
     max_time_s: float | None = 120.0
-    min_calls: int | None = 60
+    min_calls: int | None = 100
     metric: str = "auto"
     attribution: bool = True
     tracemalloc: bool = False
