@@ -191,7 +191,8 @@ def test_a_process_killed_by_a_signal_is_inconclusive_with_the_signal_and_series
 
 
 def test_budget_too_short_is_inconclusive(targets: Path) -> None:
-    res = cli(f"{targets}:slow", "--json", "--max-time", "1s")
+    # --min-calls 1: max_time alone (by default a slow step goes on to 100 calls past max_time)
+    res = cli(f"{targets}:slow", "--json", "--max-time", "1s", "--min-calls", "1")
     assert res.returncode == 3
     data = json.loads(res.stdout)
     assert data["verdict"] == "inconclusive" and "raise max_time" in data["reason"]
