@@ -49,4 +49,6 @@ def test_seed_keras_fit_with_cleanup_is_no_leak_within_the_default_budget() -> N
         # RSS grew where the allocator keeps free memory; live memory decided, under the tolerance
         assert data["allocator"]["heaps_available"] is True
         assert data["allocator"]["live_slope_bytes_per_iter"] < data["tolerance_bytes_per_iter"]
-    assert data["elapsed_s"] < 125
+    # within the 2 minutes, or past them toward min_calls (100) on a machine too slow for them
+    assert data["elapsed_s"] < 125 or data["extra"]["past_max_time_at_call"] is not None
+    assert data["iterations"] <= 100 or data["elapsed_s"] < 125
