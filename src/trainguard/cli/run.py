@@ -500,7 +500,7 @@ def run(args: argparse.Namespace) -> int:
         runner = _make_runner(args, policy)
     for warning in early:
         if not args.quiet:
-            say(f"trainguard run: warning: {visible(str(warning.message))}", sys.stderr)
+            say(f"trainguard run: warning: {visible(_warning_text(warning.message))}", sys.stderr)
     with runner:
         results, reused, stopped = _stream_results(args, runner, target, params)
         session_name = args.name
@@ -517,6 +517,17 @@ def run(args: argparse.Namespace) -> int:
     if reused and not args.quiet:
         _say_settings_change(args.store, session_name)
     return 1 if failed or stopped is not None else 0
+
+
+def _warning_text(warning: Warning | str) -> str:
+    """A warning as the command line says it: options by their flags, not their Python keywords."""
+    from trainguard.exceptions import NoGpuWarning
+
+    if isinstance(warning, NoGpuWarning):
+        from trainguard.runner._gpu_presence import no_gpu_message
+
+        return no_gpu_message(warning.options, warning.evidence, flags=True)
+    return str(warning)
 
 
 def _check_run_args(args: argparse.Namespace) -> None:

@@ -531,6 +531,10 @@ class Runner:
         interval, start_timeout_s, result_cap = _check_limits(
             sample_interval, start_timeout, max_result_bytes, tree_tracking, policy
         )
+        if backend == "local" or isinstance(backend, LocalBackend):  # elsewhere the nodes' GPUs count
+            from trainguard.runner._gpu_presence import warn_gpu_options_without_gpu
+
+            warn_gpu_options_without_gpu(device, gpus)
         from trainguard.runner.worker.seeding import check_seed
 
         seed = check_seed(seed)
