@@ -156,10 +156,9 @@ class RunRows(StoreRows):
         }
         changed = _session_change(conn, run_id, old, config_json, now)
         said = ""
-        if changed:
+        if changed:  # said to the user by the session (a SettingsChangedWarning), recorded here
             data["settings_changed"] = changed
             said = ", with other settings: " + settings_change_words(changed) + " (each trial keeps its own)"
-            logger.warning("run %s resumed with other settings: %s", name, settings_change_words(changed))
         if old_fn_ref != fn_ref:
             data["old_fn_ref"] = old_fn_ref
             logger.warning("run %s was started with %s and is resumed with %s", name, old_fn_ref, fn_ref)
@@ -342,6 +341,31 @@ class RunRows(StoreRows):
                 raise
         return [SessionSettings(int(r), int(s), json.loads(c), float(t)) for r, s, c, t in rows]
 
+    def trial_sessions(self, run_id: int) -> dict[int, int]:
+        """``{index: session}``: the session whose settings each trial ran under (its latest
+        attempt's). Trials never started are absent; so are the attempts of a store written before
+        sessions were recorded that cannot be placed (a run resumed before session settings were
+        kept), read by a reader that may not fill them in."""
+        recorded = "session"
+        inferred = (
+            "coalesce((SELECT max(s.session) FROM session_settings s WHERE s.run_id = a.run_id"
+            " AND s.started_at <= a.started_at),"
+            " (SELECT r.sessions FROM runs r WHERE r.run_id = a.run_id AND r.sessions = 1))"
+        )
+        only_one = "(SELECT r.sessions FROM runs r WHERE r.run_id = a.run_id AND r.sessions = 1)"
+        with self._read() as conn:
+            rows = None
+            for column in (recorded, inferred, only_one):
+                try:
+                    rows = conn.execute(
+                        f"SELECT idx, {column} FROM attempts a WHERE run_id=? ORDER BY attempt_pk", (run_id,)
+                    ).fetchall()
+                    break
+                except sqlite3.OperationalError as err:  # an older store, read only: no column
+                    if "no such" not in str(err):
+                        raise
+        return {int(i): int(s) for i, s in rows or () if s is not None}
+
     def set_trial_seeds(self, run_id: int, seeds: dict[int, int]) -> None:
         """Record the seed each trial runs with (``{index: seed}``; replaces earlier values)."""
         _check_int(run_id, "run_id")
@@ -401,19 +425,21 @@ def _session_change(
     if not known:
         _record_session(conn, run_id, int(sessions), old_json, float(created_at))
     _record_session(conn, run_id, int(sessions) + 1, config_json, now)
-    before, after = json.loads(old_json), json.loads(config_json)
-    if not isinstance(before, dict) or not isinstance(after, dict):
-        return {}
-    return {
-        key: [before.get(key), after.get(key)]
-        for key in sorted(set(before) | set(after))
-        if _canonical(before.get(key)) != _canonical(after.get(key))
-    }
+    from trainguard._settings_change import setting_changes
+
+    changes = setting_changes(json.loads(old_json), json.loads(config_json))
+    return {name: [before, after] for name, before, after in changes}
 
 
-def settings_change_words(changed: dict[str, list[Any]]) -> str:
-    """``workers 2 → 1, memory_limit 6GB → None``."""
-    return ", ".join(f"{key} {json.dumps(old)} → {json.dumps(new)}" for key, (old, new) in changed.items())
+def settings_change_words(changed: dict[str, list[Any]], *, flags: bool = False) -> str:
+    """``memory_limit 2GB → 3GB, workers 1 → 2`` (``flags``: ``--memory-limit 2GB → 3GB, ...``) of a
+    ``run_resumed`` event's ``settings_changed``; an older store's whole-policy entries are compared
+    leaf by leaf."""
+    from trainguard._settings_change import change_words, setting_changes
+
+    before = {key: pair[0] for key, pair in changed.items()}
+    after = {key: pair[1] for key, pair in changed.items()}
+    return change_words(setting_changes(before, after), flags=flags)
 
 
 _RUN_SELECT = (

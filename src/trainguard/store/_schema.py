@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     peak_rss_bytes INTEGER,
     duration_s     REAL,
     started_at     REAL NOT NULL,
-    finished_at    REAL
+    finished_at    REAL,
+    session        INTEGER
 );
 CREATE INDEX IF NOT EXISTS attempts_by_trial ON attempts (run_id, idx, attempt);
 CREATE TABLE IF NOT EXISTS workers (
@@ -174,6 +175,25 @@ ADDITIVE_TABLES = (
     "run_uuids",
     "session_settings",
     "bytes_in_use",
+)
+
+
+#: Columns added after schema 1 without a version bump, with the statement that fills them in a
+#: store written before: a writer adds and fills them, a reader of an older store goes without.
+#: ``attempts.session``: the session of the run that ran the attempt (its settings are that
+#: session's ``session_settings`` row); an older store's attempts get the last session started
+#: before them, its only session where the run had one.
+ADDITIVE_COLUMNS = (
+    (
+        "attempts",
+        "session",
+        "INTEGER",
+        "UPDATE attempts SET session = coalesce("
+        "(SELECT max(s.session) FROM session_settings s WHERE s.run_id = attempts.run_id"
+        " AND s.started_at <= attempts.started_at),"
+        " (SELECT r.sessions FROM runs r WHERE r.run_id = attempts.run_id AND r.sessions = 1))"
+        " WHERE session IS NULL",
+    ),
 )
 
 

@@ -41,6 +41,7 @@ from trainguard.store._run_view import RunViewRows
 from trainguard.store._runs import RunRows
 from trainguard.store._samples import SampleRows
 from trainguard.store._schema import (
+    ADDITIVE_COLUMNS,
     ADDITIVE_TABLES,
     DDL,
     SCHEMA_VERSION,
@@ -437,6 +438,7 @@ class Store(
                             for table in ADDITIVE_TABLES
                         ):
                             conn.execute(statement)
+                    _add_columns(conn)
                 else:
                     for statement in _ddl_statements():
                         conn.execute(statement)
@@ -607,6 +609,14 @@ class Store(
     # -- fitted sizes ----------------------------------------------------------------------------
 
     # -- seeds and stages -------------------------------------------------------------------------
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """A store of this version written before an additive column existed: add it and fill it."""
+    for table, column, kind, fill in ADDITIVE_COLUMNS:
+        if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            conn.execute(fill)
 
 
 def _ddl_statements() -> list[str]:

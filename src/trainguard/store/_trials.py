@@ -51,8 +51,10 @@ class TrialRows(StoreRows):
         with self._write() as conn:
             self._require_trial(conn, run_id, index)
             conn.execute(
-                "INSERT INTO attempts (run_id, idx, attempt, worker_id, started_at) VALUES (?, ?, ?, ?, ?)",
-                (run_id, index, attempt, worker_id, now),
+                # the session: the run's sessions so far (one supervisor at a time holds the run)
+                "INSERT INTO attempts (run_id, idx, attempt, worker_id, started_at, session)"
+                " VALUES (?, ?, ?, ?, ?, (SELECT sessions FROM runs WHERE run_id=?))",
+                (run_id, index, attempt, worker_id, now, run_id),
             )
             conn.execute(
                 "UPDATE trials SET attempts=max(attempts, ?) WHERE run_id=? AND idx=? AND status='pending'",
@@ -116,7 +118,8 @@ class TrialRows(StoreRows):
                     )
                 conn.execute(
                     "INSERT INTO attempts (run_id, idx, attempt, worker_id, status, error_json, peak_rss_bytes,"
-                    " duration_s, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " duration_s, started_at, finished_at, session)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT sessions FROM runs WHERE run_id=?))",
                     (
                         run_id,
                         index,
@@ -128,6 +131,7 @@ class TrialRows(StoreRows):
                         duration_s,
                         now - (duration_s or 0.0),
                         now,
+                        run_id,
                     ),
                 )
             conn.execute("UPDATE runs SET updated_at=? WHERE run_id=?", (now, run_id))
