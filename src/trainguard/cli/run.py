@@ -514,8 +514,6 @@ def run(args: argparse.Namespace) -> int:
     if stopped is not None and not args.quiet:
         say(f"trainguard run: {visible(stopped)}", sys.stderr)
     _say_outcome(args, session_name, results, reused, stopped, len(params))
-    if reused and not args.quiet:
-        _say_settings_change(args.store, session_name)
     return 1 if failed or stopped is not None else 0
 
 
@@ -568,7 +566,7 @@ def _stream_results(
     """Run the trials, a line per trial (or the live display), and return the results, how many
     were reused from the store, and the error that stopped the run (``--stop-on-error``)."""
     from trainguard.cli._display import error_text, say, visible
-    from trainguard.exceptions import FunctionChangedWarning, TrialError
+    from trainguard.exceptions import FunctionChangedWarning, SettingsChangedWarning, TrialError
 
     results: list[Any] = []
     show_live = not args.no_progress and not args.quiet and sys.stderr.isatty()
@@ -577,11 +575,16 @@ def _stream_results(
     stopped: Exception | None = None
 
     def show_warning(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
-        if not args.quiet:
+        if args.quiet:
+            return
+        if isinstance(message, SettingsChangedWarning):
+            say(f"trainguard run: {visible(_resume_line(message, args.name))}", sys.stderr)
+        else:
             say(f"trainguard run: warning: {visible(message)}", sys.stderr)
 
     with warnings.catch_warnings():
         warnings.simplefilter("always", FunctionChangedWarning)
+        warnings.simplefilter("always", SettingsChangedWarning)
         warnings.showwarning = show_warning
         iterator = runner.imap(target, params, name=args.name)
         live = _start_live(runner) if show_live else None
@@ -665,21 +668,13 @@ def _say_outcome(
         )
 
 
-def _say_settings_change(store_path: str, name: str) -> None:
-    """After a resume with other flags: which settings differ from the session before."""
-    from trainguard.cli._display import say, visible
-    from trainguard.store import Store, settings_change_words
+def _resume_line(warning: Any, name: str | None) -> str:
+    """``resume: --memory-limit 2GB → 3GB, --workers 1 → 2 (...)``: a resume's changed settings,
+    named by their flags, in one line."""
+    from trainguard._settings_change import change_words
 
-    try:
-        with Store(store_path, readonly=True) as store:
-            info = store.get_run(name)
-            events = store.events(info.run_id, kinds=["run_resumed"]) if info is not None else []
-    except Exception:  # noqa: BLE001 - a note after the run: never its outcome
-        return
-    changed = (events[-1].data or {}).get("settings_changed") if events else None
-    if changed:
-        say(
-            f"run {visible(name)} resumed with other settings: {visible(settings_change_words(changed))} "
-            f"(each trial keeps the settings it ran with: `trainguard show {visible(name)}` lists them)",
-            sys.stderr,
-        )
+    show = f"trainguard show {name}" if name else "trainguard show"
+    return (
+        f"resume: {change_words(warning.changes, flags=True)} (the trials that ran before keep their "
+        f"settings: `{show}` lists each session's)"
+    )

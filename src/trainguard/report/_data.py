@@ -45,6 +45,7 @@ __all__ = [
     "TrialRow",
     "WorkerGrowth",
     "PolicyValue",
+    "per_session",
     "GROWTH_POINTS",
     "evenly_sampled",
     "growth_per_worker",
@@ -159,11 +160,25 @@ class WorkerGrowth:
 
 @dataclass(frozen=True, slots=True)
 class PolicyValue:
-    """One policy setting of the run; ``changed`` when it differs from the default."""
+    """One policy setting of the run; ``changed`` when it differs from the default. ``per_session``:
+    ``((session, value), ...)`` when the run's sessions ran with different values (empty otherwise)."""
 
     key: str
     value: Any
     changed: bool
+    per_session: tuple[tuple[int, Any], ...] = ()
+
+
+def per_session(sessions: Sequence[Any], path: tuple[str, ...]) -> tuple[tuple[int, Any], ...]:
+    """``((session, value), ...)`` of one setting (``("policy", "memory_limit")``) when the sessions
+    ran with different values; ``()`` when they all ran with one."""
+    values = []
+    for session in sessions:
+        value: Any = session.config
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        values.append((int(session.session), value))
+    return tuple(values) if len({repr(v) for _, v in values}) > 1 else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +211,15 @@ class RunReportData:
     predicted: bool = False
     #: the trials ended ``predicted_over_limit``: never started, their predicted low end over the limit
     not_started: tuple[int, ...] = ()
+    #: the settings each session of the run ran with (a resume with other flags adds one), and the
+    #: session each trial ran in: ``((index, session), ...)``
+    sessions: tuple[Any, ...] = ()
+    trial_sessions: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def settings_differ(self) -> bool:
+        """Whether the run's sessions ran with different settings."""
+        return len({repr(s.config) for s in self.sessions}) > 1
 
     @property
     def info(self) -> RunInfo:
@@ -244,6 +268,7 @@ class RunReportData:
         in_progress = info.status == "running"
         timeline = _timeline(info, samples, attempts, in_progress, time.time() if now is None else now)
         policy = (info.config or {}).get("policy") or {}
+        sessions = tuple(store.session_settings(run_id))
         summary = records.summary
         peaks = [summary.peak_rss_bytes if summary else None]
         peaks += [s.rss_bytes for s in samples if s.rss_bytes > 0] + [
@@ -266,7 +291,12 @@ class RunReportData:
             show_limit=show_limit,
             policy=policy,
             policy_values=tuple(
-                PolicyValue(key, value, value != POLICY_DEFAULTS.get(key, object()))
+                PolicyValue(
+                    key,
+                    value,
+                    value != POLICY_DEFAULTS.get(key, object()),
+                    per_session(sessions, ("policy", key)),
+                )
                 for key, value in policy.items()
             ),
             trials=_trial_rows(records.trials, attempts, predictions),
@@ -280,6 +310,8 @@ class RunReportData:
             not_started=tuple(
                 t.index for t in records.trials if (t.error or {}).get("status") == "predicted_over_limit"
             ),
+            sessions=sessions,
+            trial_sessions=tuple(sorted(store.trial_sessions(run_id).items())),
         )
 
 

@@ -35,22 +35,59 @@ def _short(value: Any, width: int = _MAX_TEXT) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
+def _policy_value(key: str, value: Any) -> str:
+    if key in ("memory_limit", "gpu_memory_limit", "recycle_above", "recycle_growth"):
+        return fmt_bytes(value) if value is not None else "none"
+    if key == "timeout":
+        return fmt_seconds(value) if value is not None else "none"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return "none" if value is None else str(value)
+
+
+def _by_session(values: tuple[tuple[int, Any], ...], shown: Any) -> str:
+    """``"2 GB in session 1; 3 GB in session 2"``: a setting the run's sessions ran with differently."""
+    return "; ".join(f"{shown(v)} in session {n}" for n, v in values)
+
+
 def _policy_rows(data: RunReportData) -> list[tuple[str, str]]:
     rows = []
     for item in data.policy_values:
-        key, value = item.key, item.value
-        if key in ("memory_limit", "gpu_memory_limit", "recycle_above", "recycle_growth"):
-            shown = fmt_bytes(value) if value is not None else "none"
-        elif key == "timeout":
-            shown = fmt_seconds(value) if value is not None else "none"
-        elif isinstance(value, list):
-            shown = ", ".join(str(v) for v in value)
+        key = item.key
+        if item.per_session:
+            shown = _by_session(item.per_session, lambda v, k=key: _policy_value(k, v))
         else:
-            shown = "none" if value is None else str(value)
+            shown = _policy_value(key, item.value)
         if item.changed:
             shown += "  (set)"
         rows.append((key, shown))
     return rows
+
+
+def _sessions_section(data: RunReportData) -> str:
+    """When a resume ran with other settings: each session, when it started, its trials, and the
+    settings it changed (each trial ran with its session's)."""
+    if not data.settings_differ:
+        return ""
+    from trainguard._settings_change import change_words, setting_changes
+
+    ran: dict[int, list[int]] = {}
+    for index, session in data.trial_sessions:
+        ran.setdefault(session, []).append(index)
+    rows, before = [], None
+    for s in data.sessions:
+        trials = ran.get(s.session, [])
+        listed = ", ".join(map(str, trials[:20])) + (f" … ({len(trials)} in all)" if len(trials) > 20 else "")
+        changed = change_words(setting_changes(before, s.config)) if before is not None else "as started"
+        rows.append(
+            (f"session {s.session}", f"{_when(s.started_at)} · trials {listed or 'none'} · {changed}")
+        )
+        before = s.config
+    return (
+        '<section id="sessions"><h2>Settings per session</h2><p class="note">The run was resumed with other '
+        "settings: each trial ran with its session’s (the trials table names it).</p>"
+        f"{kv_table(rows)}</section>"
+    )
 
 
 def render_run(data: RunReportData) -> str:
@@ -76,6 +113,7 @@ def render_run(data: RunReportData) -> str:
         f'<div class="cols"><section id="summary"><h2>What ran</h2>{kv_table(_what_rows(data))}</section>'
         f'<section id="policy"><h2>Policy</h2><p class="note">The rules the supervisor applied; '
         f"“(set)” marks a value changed from the default.</p>{kv_table(_policy_rows(data))}</section></div>"
+        f"{_sessions_section(data)}"
         f"{_memory_section(data)}"
         f"{flight_section(list(data.attempts), dict(data.policy))}"
         f'<section id="trials"><h2>Trials</h2><p class="note">Click a column to sort; type to filter.</p>'
@@ -261,6 +299,7 @@ def _not_started_note(data: RunReportData) -> str:
 
 def _trials_table(data: RunReportData) -> dict[str, Any]:
     rows = []
+    sessions = dict(data.trial_sessions)
     for row in data.trials:
         t = row.record
         rows.append(
@@ -276,6 +315,7 @@ def _trials_table(data: RunReportData) -> dict[str, Any]:
                 t.worker_id,
                 t.attempts,
                 row.history,
+                *((sessions.get(t.index),) if len(data.sessions) > 1 else ()),
             ]
         )
     return {
@@ -294,6 +334,7 @@ def _trials_table(data: RunReportData) -> dict[str, Any]:
             ("worker", "num"),
             ("attempts", "num"),
             ("attempt history", "text"),
+            *((("session", "num"),) if len(data.sessions) > 1 else ()),
         ),
         "rows": rows,
     }
@@ -404,14 +445,22 @@ def _what_rows(data: RunReportData) -> list[tuple[str, Any]]:
             config.get("keras_backend")
             or (f"not set ({env['keras_backend']} by default)" if env.get("keras_backend") else "-"),
         ),
-        ("workers", config.get("workers", "-")),
-        ("threads per worker", config.get("threads", "-")),
+        ("workers", _session_setting(data, "workers")),
+        ("threads per worker", _session_setting(data, "threads")),
     ]
     for key in ("allocator", "preload", "gpus", "malloc_trim_threshold"):
         if config.get(key):
             value = config[key]
             rows.append((key, ", ".join(map(str, value)) if isinstance(value, list) else value))
     return rows
+
+
+def _session_setting(data: RunReportData, key: str) -> Any:
+    """A run setting: its value, or each session's where a resume changed it."""
+    from trainguard.report._data import per_session
+
+    values = per_session(data.sessions, (key,))
+    return _by_session(values, str) if values else data.config.get(key, "-")
 
 
 def _banner(data: RunReportData) -> str:

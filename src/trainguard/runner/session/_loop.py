@@ -238,18 +238,17 @@ class Session:
         old = recorder.stored_run()
         # the version that computed the stored results stays with the run until it is run afresh
         stored_version = old.config.get("fn_version") if old is not None else None
-        info = recorder.begin(
-            self.fn.ref,
-            self.params,
-            {
-                "policy": self.policy.to_dict(),
-                "workers": self.config.workers,
-                **self.config.stored(),
-                "fn_version": stored_version or self.fn.version,
-                "seed": self.config.seed,
-            },
-        )
+        settings = {
+            "policy": self.policy.to_dict(),
+            "workers": self.config.workers,
+            **self.config.stored(),
+            "fn_version": stored_version or self.fn.version,
+            "seed": self.config.seed,
+        }
+        info = recorder.begin(self.fn.ref, self.params, settings)
         attempts_by_index: dict[int, int] = {}
+        if info is not None and info.resumed and old is not None:
+            recorder.warn_settings_changed(old.config, settings, info.sessions)
         if info is not None:
             self._record_session_start()
             records = recorder.trials()

@@ -14,7 +14,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from trainguard.exceptions import DiskFullError, FunctionChangedWarning
+from trainguard.exceptions import DiskFullError, FunctionChangedWarning, SettingsChangedWarning
 
 if TYPE_CHECKING:
     from trainguard.process.tmpfs import TmpfsFile
@@ -220,6 +220,20 @@ class Recorder:
         )
         self.event("function_changed", message, data={"reused": reused, "fn_ref": fn_ref})
         warnings.warn(FunctionChangedWarning(message), stacklevel=4)
+
+    def warn_settings_changed(self, before: dict[str, Any], after: dict[str, Any], session: int) -> None:
+        """A resume with other settings than the last session's: say what changed, once, before
+        the first trial (:class:`SettingsChangedWarning`; ``trainguard run`` says it with flags)."""
+        from trainguard._settings_change import change_words, setting_changes
+
+        changes = tuple(setting_changes(before, after))
+        if not changes:
+            return
+        message = (
+            f"run {self.name!r} resumed as session {session} with other settings: {change_words(changes)} "
+            "(the trials that ran before keep theirs: trainguard show lists each session's)"
+        )
+        warnings.warn(SettingsChangedWarning(message, changes), stacklevel=4)
 
     def session_start(
         self, *, environment: dict[str, Any] | None, shared: str | None | bool, seeds: dict[int, int] | None
