@@ -157,8 +157,7 @@ def _print_view(store: Any, info: Any, args: argparse.Namespace) -> None:
     events = store.events(run_id, limit=args.events, exclude=(*POOL_EVENT_KINDS, *pressure))
     if events:
         out.print(_events_table(events))
-    sessions = store.session_settings(run_id)
-    _print_sessions(sessions, store.trials_per_session(run_id, [s.started_at for s in sessions]))
+    _print_sessions(store, run_id)
     note = interrupted_note(store.path, info.name, summary.status if summary else "")
     if note:
         console().print(f"{escape(info.name)}: {escape(note)}")
@@ -227,7 +226,7 @@ def _read_run(store: Any, args: argparse.Namespace, info: Any) -> dict[str, Any]
         "bytes_in_use": store.bytes_in_use(run_id),
         "note": interrupted_note(store.path, info.name, summary.status if summary else ""),
         "sessions": sessions,
-        "trial_sessions": {t.index: _session_of(sessions, t.finished_at) for t in trials},
+        "trial_sessions": store.trial_sessions(run_id),
     }
 
 
@@ -239,7 +238,9 @@ def _json_payload(v: dict[str, Any]) -> dict[str, Any]:
     return {
         "run": {**dataclasses.asdict(v["summary"]), "note": v["note"]},
         "config": v["info"].config,
-        "trials": [{**dataclasses.asdict(t), "session": v["trial_sessions"][t.index]} for t in v["trials"]],
+        "trials": [
+            {**dataclasses.asdict(t), "session": v["trial_sessions"].get(t.index)} for t in v["trials"]
+        ],
         # the settings each session ran with; a trial ran with its "session"'s
         "sessions": [dataclasses.asdict(s) for s in v["sessions"]],
         "workers": [{**dataclasses.asdict(w), "reason_text": w.reason_text} for w in v["workers"]],
@@ -586,27 +587,29 @@ def _print_stages(stages) -> None:  # noqa: ANN001 - StageRecords
     out.print(table)
 
 
-def _session_of(sessions: list[Any], finished_at: float | None) -> int | None:
-    """The session a trial finished in (the last one started before it ended), or None."""
-    if finished_at is None:
-        return None
-    found = None
-    for session in sessions:
-        if session.started_at <= finished_at:
-            found = session.session
-    return found
-
-
-def _print_sessions(sessions: list[Any], trial_counts: Sequence[int]) -> None:
-    """When a resume ran with other settings: each session's settings and how many trials finished
-    in it (``trial_counts``, one per session)."""
+def _print_sessions(store: Any, run_id: int) -> None:
+    """When a resume ran with other settings: each session's values of the settings that differ
+    between sessions, and how many trials ran in it (each with its session's settings)."""
+    sessions = store.session_settings(run_id)
     if len({json.dumps(s.config, sort_keys=True, default=str) for s in sessions}) < 2:
         return
+    from trainguard._settings_change import setting_changes, setting_name, value_words
     from trainguard.cli._display import console, when
     from trainguard.cli._display import markup_safe as escape
 
+    differ = list(
+        dict.fromkeys(
+            n
+            for a, b in zip(sessions, sessions[1:], strict=False)
+            for n, _, _ in setting_changes(a.config, b.config)
+        )
+    )
+    counts = store.trials_in_sessions(run_id)
     out = console()
-    out.print("settings per session (each trial ran with its session's):")
-    for s, count in zip(sessions, trial_counts, strict=True):
-        shown = ", ".join(f"{k} {json.dumps(v, default=str)}" for k, v in sorted(s.config.items()))
-        out.print(f"  session {s.session} ({when(s.started_at)}, {count} trials): {escape(shown)}")
+    out.print("settings per session (each trial ran with its session's; show --json has them all):")
+    for s in sessions:
+        leaves = {n: v for n, _, v in setting_changes({}, s.config)}
+        shown = ", ".join(f"{setting_name(n, flags=False)} {value_words(n, leaves.get(n))}" for n in differ)
+        out.print(
+            f"  session {s.session} ({when(s.started_at)}, {counts.get(s.session, 0)} trials): {escape(shown)}"
+        )

@@ -366,6 +366,23 @@ class RunRows(StoreRows):
                         raise
         return {int(i): int(s) for i, s in rows or () if s is not None}
 
+    def trials_in_sessions(self, run_id: int) -> dict[int, int]:
+        """``{session: trials}``: how many of the run's trials ran (their latest attempt) in each
+        session, counted by SQLite (a million-trial run is not read into memory)."""
+        with self._read() as conn:
+            try:
+                rows = conn.execute(
+                    "SELECT session, count(*) FROM attempts a WHERE run_id=? AND session IS NOT NULL"
+                    " AND attempt_pk=(SELECT max(attempt_pk) FROM attempts b WHERE b.run_id=a.run_id AND b.idx=a.idx)"
+                    " GROUP BY session",
+                    (run_id,),
+                ).fetchall()
+            except sqlite3.OperationalError as err:  # an older store, read only: no column
+                if "no such" not in str(err):
+                    raise
+                return {}
+        return {int(s): int(n) for s, n in rows}
+
     def set_trial_seeds(self, run_id: int, seeds: dict[int, int]) -> None:
         """Record the seed each trial runs with (``{index: seed}``; replaces earlier values)."""
         _check_int(run_id, "run_id")
