@@ -28,6 +28,7 @@ def test_a_store_made_by_the_release_before_opens_and_resumes(tmp_path, monkeypa
     with Store(db, readonly=True) as store:  # written before the bytes-in-use table: none read
         info = store.get_run(RUN)
         assert info is not None and store.bytes_in_use(info.run_id) == []
+        assert store.trial_sessions(info.run_id) == {0: 1, 1: 1}  # inferred: the file has no session column
     monkeypatch.chdir(HERE)  # the run's function was given relative to this folder
     with Runner(workers=1, store=db, policy=Policy(on_error="continue")) as runner:
         results = runner.map("runner_trials.py:fault", PARAMS, name=RUN)
@@ -39,6 +40,8 @@ def test_a_store_made_by_the_release_before_opens_and_resumes(tmp_path, monkeypa
         assert info is not None and info.sessions == 2 and info.status == "completed"
         statuses = sorted((a.index, a.status) for a in store.attempts(info.run_id))
         assert statuses == [(0, "ok"), (1, "exception"), (2, "ok"), (3, "ok")]
+        # the old attempts got their session when the store was opened for writing (the run had one)
+        assert store.trial_sessions(info.run_id) == {0: 1, 1: 1, 2: 2, 3: 2}
     # the CLI reads it as before: show's JSON and the report
     shown = subprocess.run(
         [sys.executable, "-m", "trainguard", "show", RUN, "--store", str(db), "--json"],
