@@ -50,6 +50,12 @@ class DoctorReport:
     elapsed_s: float = 0.0
     #: the process tier workers get here, its guarantees (exact or approximate), what is missing
     process: dict[str, Any] | None = None
+    #: the cgroup hierarchies mounted: "v1", "v2", "hybrid" (v1 controllers beside a v2 tree) or None
+    cgroup_layout: str | None = None
+    #: the folder the memory figures were read from
+    cgroup_memory_path: str | None = None
+    #: why NVML cannot be used here (None: it can)
+    nvml_absence: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,7 +82,38 @@ class DoctorReport:
             "deep": self.deep,
             "elapsed_s": self.elapsed_s,
             "process": self.process,
+            "cgroup_layout": self.cgroup_layout,
+            "cgroup_memory_path": self.cgroup_memory_path,
+            "nvml_absence": self.nvml_absence,
         }
+
+
+def cgroup_layout(mountinfo: str) -> str | None:
+    """``"v1"``, ``"v2"`` or ``"hybrid"`` from ``/proc/self/mountinfo``'s file system types; None
+    when no cgroup is mounted (or the text is not mountinfo)."""
+    kinds = {row.partition(" - ")[2].split(" ", 1)[0] for row in mountinfo.splitlines()}
+    v1, v2 = "cgroup" in kinds, "cgroup2" in kinds
+    return "hybrid" if v1 and v2 else "v1" if v1 else "v2" if v2 else None
+
+
+def _read_layout() -> str | None:
+    try:
+        return cgroup_layout(Path("/proc/self/mountinfo").read_text())
+    except OSError:
+        return None
+
+
+def _cpu_v1_dir() -> Path:
+    """This process's v1 ``cpu`` controller folder (its own cgroup, not the hierarchy's root)."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "cpu" in controllers.split(","):
+                own = Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+                return own if own.is_dir() else Path("/sys/fs/cgroup/cpu")
+    except (OSError, ValueError):
+        pass
+    return Path("/sys/fs/cgroup/cpu")
 
 
 def _cpu_quota(cgroup_path: str | None) -> float | None:
@@ -97,8 +134,9 @@ def _cpu_quota(cgroup_path: str | None) -> float | None:
         except (ValueError, ZeroDivisionError):
             return None
     try:  # v1
-        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        folder = _cpu_v1_dir()
+        quota_us = int((folder / "cpu.cfs_quota_us").read_text())
+        period_us = int((folder / "cpu.cfs_period_us").read_text())
         return quota_us / period_us if quota_us > 0 else None
     except (OSError, ValueError, ZeroDivisionError):
         return None
@@ -330,6 +368,9 @@ def diagnose(*, deep: bool = False, progress: Callable[[str], None] | None = Non
         "environment": {v: os.environ.get(v) for v in MEMORY_VARIABLES},
         "deep": _deep(versions, progress or (lambda _line: None)) if deep else None,
         "process": _process_tier(),
+        "cgroup_layout": _read_layout(),
+        "cgroup_memory_path": cg.path if cg else None,
+        "nvml_absence": nvml.nvml_absence(),
     }
     report["warnings"] = _warnings(report)
     report["elapsed_s"] = time.perf_counter() - start

@@ -43,7 +43,7 @@ def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
     console = _console(pipe_width=80)
     table = Table(title="trainguard doctor", show_header=False, title_justify="left")
     table.add_column("item", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")
     table.add_row("Python", safe(f"{report.python} ({report.python_executable})"))
     table.add_row("OS", safe(report.os))
     quota = f", quota {report.cpu_quota:g}" if report.cpu_quota else ""
@@ -53,13 +53,7 @@ def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
         f"{format_bytes(report.memory_total_bytes)} total, {format_bytes(report.memory_available_bytes)} available, "
         f"swap {format_bytes(report.swap_total_bytes)}",
     )
-    if report.cgroup_version is not None:
-        limit = format_bytes(report.cgroup_limit_bytes) if report.cgroup_limit_bytes else "no limit"
-        table.add_row(
-            "cgroup", f"v{report.cgroup_version}: {limit}, using {format_bytes(report.cgroup_usage_bytes)}"
-        )
-    else:
-        table.add_row("cgroup", "none readable")
+    table.add_row("cgroup", safe(_cgroup_text(report, format_bytes)))
     for name, version in report.frameworks.items():
         table.add_row(name, version or "[dim]not installed[/dim]")
     table.add_row("Keras backend", safe(report.keras_backend or "-"))
@@ -70,7 +64,10 @@ def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
                 f"{gpu['name']}: {format_bytes(gpu['used_bytes'])} used of {format_bytes(gpu['total_bytes'])}",
             )
     else:
-        table.add_row("GPUs", "none (NVML unavailable)" if not report.nvml_available else "none")
+        table.add_row(
+            "GPUs",
+            safe(f"none seen: {report.nvml_absence}" if report.nvml_absence else "none (NVML lists none)"),
+        )
     table.add_row("allocator", safe(report.allocator))
     threads = ", ".join(f"{k}={v}" for k, v in report.threads.items() if v) or "no thread variables set"
     table.add_row("threads", safe(threads))
@@ -88,6 +85,23 @@ def _print_text(report) -> None:  # noqa: ANN001 - DoctorReport, imported lazily
             console.print(f"{i}. {safe(text)}", highlight=False)
     else:
         console.print("[green]no known leaking configuration found[/green]")
+
+
+def _cgroup_text(report, format_bytes) -> str:  # noqa: ANN001 - DoctorReport, units.format_bytes
+    """The memory controller's version, figures and folder, and the layout of the hierarchies
+    (a hybrid machine has v1 controllers beside a v2 tree: both are said, each for what it is)."""
+    layout = {
+        "hybrid": "hybrid layout (v1 controllers and a v2 tree)",
+        "v1": "v1 layout",
+        "v2": "v2 layout",
+    }.get(report.cgroup_layout or "", "no cgroup mounted")
+    if report.cgroup_version is None:
+        return f"memory: no controller readable; {layout}"
+    limit = format_bytes(report.cgroup_limit_bytes) if report.cgroup_limit_bytes else "no limit"
+    return (
+        f"memory: v{report.cgroup_version} controller, {limit}, using {format_bytes(report.cgroup_usage_bytes)} "
+        f"({report.cgroup_memory_path}); {layout}"
+    )
 
 
 def _print_process(console, process, safe) -> None:  # noqa: ANN001 - rich console, dict, markup_safe

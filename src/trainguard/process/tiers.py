@@ -87,23 +87,33 @@ class Guarantee:
     how: str
 
 
-def guarantees(tier: str, *, cgroup: bool = False, nvml_per_process: bool = True) -> list[Guarantee]:
+def guarantees(
+    tier: str,
+    *,
+    cgroup: bool = False,
+    nvml_per_process: bool = True,
+    no_nvml: str | None = None,
+    cgroup_at: str | None = None,
+    cgroup_kill: bool = True,
+) -> list[Guarantee]:
     """What ``tier`` (as :func:`resolve_tracking` returns it) guarantees: tree membership, kill,
-    memory cap, peak, GPU memory per process. ``cgroup``: a cgroup v2 can be made here."""
-    gpu = (
-        Guarantee("GPU per process", "exact", "NVML by pid")
-        if nvml_per_process
-        else Guarantee("GPU per process", "missing", "NVML has no per-process figures here")
-    )
+    memory cap, peak, GPU memory per process. ``cgroup``: a cgroup v2 can be made here (under
+    ``cgroup_at``, with ``cgroup.kill`` where ``cgroup_kill``); ``no_nvml``: why NVML cannot be
+    used here (None: it can)."""
+    if no_nvml is not None:
+        gpu = Guarantee("GPU per process", "missing", f"no NVML: {no_nvml}")
+    elif nvml_per_process:
+        gpu = Guarantee("GPU per process", "exact", "NVML by pid")
+    else:
+        gpu = Guarantee("GPU per process", "missing", "NVML has no per-process figures here")
     if tier in ("auto", "cgroup", "subreaper"):
-        via = "cgroup v2 + child subreaper" if cgroup and tier != "subreaper" else "child subreaper"
+        in_cgroup = cgroup and tier != "subreaper"
+        where = f" (under {cgroup_at})" if cgroup_at else ""
+        via = f"cgroup v2{where} + child subreaper" if in_cgroup else "child subreaper"
+        kill = "cgroup.kill" if cgroup_kill else "SIGKILL to each cgroup member until none is left"
         return [
             Guarantee("tree membership", "exact", f"{via}: detached processes stay in the tree"),
-            Guarantee(
-                "kill",
-                "exact",
-                "cgroup.kill" if cgroup and tier != "subreaper" else "process group + subreaper walk",
-            ),
+            Guarantee("kill", "exact", kill if in_cgroup else "process group + subreaper walk"),
             Guarantee(
                 "memory cap",
                 "approximate",
@@ -170,17 +180,40 @@ def this_machine() -> dict[str, object]:
         missing.append(
             "allocator= and malloc_trim_threshold= (glibc's LD_PRELOAD and MALLOC_TRIM_THRESHOLD_)"
         )
-    from trainguard.probes.nvml import nvml_available
+    from trainguard.probes.nvml import nvml_absence
 
-    nvml_per_process = platform.startswith("linux") or not nvml_available()
-    if platform == "win32":
-        nvml_per_process = False  # WDDM: NVML lists no per-process figures; PDH does
-    chosen = guarantees(tier, cgroup=cgroup, nvml_per_process=nvml_per_process)
+    no_nvml = nvml_absence()
+    nvml_per_process = platform != "win32"  # WDDM: NVML lists no per-process figures; PDH does
+    cgroup_at, cgroup_kill = _tree_cgroup_place() if cgroup else (None, True)
+    chosen = guarantees(
+        tier,
+        cgroup=cgroup,
+        nvml_per_process=nvml_per_process,
+        no_nvml=no_nvml if platform != "win32" else None,
+        cgroup_at=cgroup_at,
+        cgroup_kill=cgroup_kill,
+    )
+    portable = guarantees("portable", no_nvml=no_nvml)
     return {
         "tier": "linux" if tier == "auto" else tier,
         "guarantees": [{"name": g.name, "level": g.level, "how": g.how} for g in chosen],
-        "portable": [{"name": g.name, "level": g.level, "how": g.how} for g in guarantees("portable")]
+        "portable": [{"name": g.name, "level": g.level, "how": g.how} for g in portable]
         if tier != "portable" and platform != "win32"
         else None,
         "missing": missing,
     }
+
+
+def _tree_cgroup_place() -> tuple[str | None, bool]:
+    """Where a worker's cgroup v2 is made (this process's cgroup v2 folder), and whether the
+    kernel ends a cgroup in one write (``cgroup.kill``, Linux 5.14)."""
+    import os
+
+    from trainguard.process.cgroup import TreeCgroup
+
+    try:
+        major, minor = (int(p) for p in os.uname().release.split(".")[:2])
+        kill = (major, minor) >= (5, 14)
+    except (ValueError, AttributeError):
+        kill = False
+    return TreeCgroup._own_cgroup_dir(), kill
