@@ -6,21 +6,52 @@ columns (:func:`trainguard.integrations.columns.memory_columns`: ``peak_rss_byte
 failure's cause as tags; MLflow's own status is FINISHED or FAILED. The parent carries the run's
 name, function and trial count. Nothing is read from MLflow, only written: exporting twice writes
 two parents.
+
+A tracking URI is checked before anything is written: an unknown scheme, an ``http(s)`` URI with no
+host, or a server that does not answer a TCP connection within :data:`CONNECT_TIMEOUT_S` is one
+line (:class:`~trainguard.exceptions.ConfigError`), not MLflow's traceback after its seven retries
+(over four minutes on a refused port). While exporting, MLflow's HTTP client retries
+:data:`HTTP_MAX_RETRIES` times with a :data:`HTTP_TIMEOUT_S` timeout (the user's own
+``MLFLOW_HTTP_REQUEST_*`` settings win), and an error MLflow raises is one line naming the URI.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from trainguard.exceptions import ConfigError, missing
 from trainguard.integrations.columns import result_numbers, run_columns
 
-__all__ = ["export", "tracking_uri"]
+__all__ = ["check_tracking_uri", "export", "http_limits", "probe_server", "tracking_uri"]
 
 _PARAM_CHARS = 6000  # MLflow's limit on a param value
+
+#: how long the probe of an ``http(s)`` tracking server waits for a TCP connection
+CONNECT_TIMEOUT_S = 5.0
+#: MLflow's HTTP retries and per-request timeout while exporting (its defaults: 7 retries, 120 s)
+HTTP_MAX_RETRIES = 1
+HTTP_TIMEOUT_S = 10
+#: the tracking URI schemes MLflow opens (a folder path is made a ``file:`` URI)
+SCHEMES = (
+    "file",
+    "http",
+    "https",
+    "sqlite",
+    "postgresql",
+    "mysql",
+    "mssql",
+    "databricks",
+    "databricks-uc",
+    "uc",
+)
+_FIX = "pass --tracking-uri a folder, sqlite:///mlflow.db or http://host:5000"
 
 
 def _mlflow() -> Any:
@@ -93,14 +124,96 @@ def export(
 
     Raises:
         MissingDependencyError: mlflow is not installed.
-        ConfigError: no such store or run.
+        ConfigError: no such store or run; a tracking URI MLflow cannot open or a server that does
+            not answer (checked before anything is written); an error MLflow raised, in one line.
     """
     mlflow = _mlflow()
+    uri = tracking_uri(to)
+    check_tracking_uri(uri)
+    info, trials = _open_run(store, run)
+    probe_server(uri)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with http_limits():
+            return _write(mlflow, uri, experiment, info, trials)
+    except MlflowException as err:
+        raise ConfigError(f"MLflow at {uri} refused the export: {_first_line(err)}: {_FIX}") from err
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(getattr(err, "message", "") or err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Refuse a tracking URI MLflow cannot open: an unknown scheme, or ``http(s)`` without a host.
+
+    Raises:
+        ConfigError: with the URI and what to pass instead.
+    """
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise ConfigError(
+            f"tracking URI {uri!r} has the scheme {scheme!r}, which MLflow does not open: {_FIX}"
+        )
+    if scheme in ("http", "https") and not parts.hostname:
+        raise ConfigError(f"tracking URI {uri!r} names no host: {_FIX}")
+
+
+def probe_server(uri: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """For an ``http(s)`` URI, connect to its host and port once (``timeout_s``); other URIs pass.
+
+    Raises:
+        ConfigError: the host does not resolve, refuses the connection or does not answer in time.
+    """
+    parts = urlsplit(uri)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return
+    try:
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError:
+        raise ConfigError(f"tracking URI {uri!r} has a port that is not a number: {_FIX}") from None
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return
+    except socket.gaierror:
+        why = f"the host {parts.hostname} does not resolve"
+    except TimeoutError:
+        why = f"nothing answered on port {port} within {timeout_s:g} s"
+    except OSError as err:
+        why = (err.strerror or str(err)).lower()
+    raise ConfigError(
+        f"cannot reach the MLflow tracking server at {uri} ({why}): start it (mlflow server --port {port}) "
+        f"or {_FIX}"
+    )
+
+
+@contextlib.contextmanager
+def http_limits() -> Iterator[None]:
+    """MLflow's HTTP retries and timeout bounded (:data:`HTTP_MAX_RETRIES`, :data:`HTTP_TIMEOUT_S`)
+    while the block runs, unless the user set them; the environment is restored after."""
+    wanted = {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(HTTP_MAX_RETRIES),
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(HTTP_TIMEOUT_S),
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    }
+    added = [key for key in wanted if key not in os.environ]
+    os.environ.update({key: wanted[key] for key in added})
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def _write(mlflow: Any, uri: str, experiment: str, info: Any, trials: list[Any]) -> str:
+    """The parent run and a child per trial, written through MLflow's client; the parent's id."""
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
-    info, trials = _open_run(store, run)
-    client = MlflowClient(tracking_uri=tracking_uri(to))
+    client = MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(experiment)
     experiment_id = found.experiment_id if found is not None else client.create_experiment(experiment)
     parent = client.create_run(
@@ -119,24 +232,28 @@ def export(
             run_name=f"{info.name}/{trial.index}",
             tags={mlflow.utils.mlflow_tags.MLFLOW_PARENT_RUN_ID: parent.info.run_id},
         )
-        numbers = result_numbers(trial.value)
-        numbers.update(
-            {
-                k: float(columns[k])
-                for k in ("peak_rss_bytes", "growth_bytes", "duration_s", "attempts")
-                if columns.get(k) is not None
-            }
-        )
-        tags = {"trainguard.index": str(trial.index), "status": str(columns["status"])}
-        for key in ("worker_id", "failure", "message"):
-            if columns.get(key) is not None:
-                tags[key if key != "worker_id" else "worker"] = str(columns[key])
-        client.log_batch(
-            child.info.run_id,
-            metrics=[Metric(k, v, now, 0) for k, v in numbers.items()],
-            params=_params(trial.params),
-            tags=[RunTag(k, v) for k, v in tags.items()],
-        )
+        client.log_batch(child.info.run_id, **_child_rows(trial, columns, now, Metric, RunTag))
         client.set_terminated(child.info.run_id, "FINISHED" if trial.status == "ok" else "FAILED")
     client.set_terminated(parent.info.run_id, "FINISHED")
     return str(parent.info.run_id)
+
+
+def _child_rows(trial: Any, columns: dict[str, Any], now: int, metric: Any, tag: Any) -> dict[str, Any]:
+    """One trial's metrics, params and tags, as ``log_batch`` takes them."""
+    numbers = result_numbers(trial.value)
+    numbers.update(
+        {
+            k: float(columns[k])
+            for k in ("peak_rss_bytes", "growth_bytes", "duration_s", "attempts")
+            if columns.get(k) is not None
+        }
+    )
+    tags = {"trainguard.index": str(trial.index), "status": str(columns["status"])}
+    for key in ("worker_id", "failure", "message"):
+        if columns.get(key) is not None:
+            tags[key if key != "worker_id" else "worker"] = str(columns[key])
+    return {
+        "metrics": [metric(k, v, now, 0) for k, v in numbers.items()],
+        "params": _params(trial.params),
+        "tags": [tag(k, v) for k, v in tags.items()],
+    }
