@@ -418,6 +418,8 @@ def test_other_sqlite_database_is_refused(db: Path) -> None:
 
 
 def test_newer_schema_is_refused_with_an_upgrade_hint(db: Path) -> None:
+    from trainguard.store._upgrade import upgrade_advice
+
     with Store(db) as store:
         run = store.begin_run("kept", "m:f", [{}], {})
         _finish(store, run.run_id, 0, value=7)
@@ -430,12 +432,27 @@ def test_newer_schema_is_refused_with_an_upgrade_hint(db: Path) -> None:
             Store(db, readonly=readonly)
         assert _one_line(err) == (
             f"store {db} was written by trainguard schema 7; this trainguard reads schema {SCHEMA_VERSION}: "
-            "upgrade trainguard (pip install -U trainguard) or use another --store"
+            f"{upgrade_advice()} or use another --store"
         )
+        assert "pip install -U" not in str(err.value)
         assert err.value.found == 7
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT value_json FROM trials").fetchone()[0] == "7"
     conn.close()
+
+
+def test_the_upgrade_advice_says_where_trainguard_came_from() -> None:
+    from trainguard.store._upgrade import advice_for, upgrade_advice
+
+    clone = advice_for({"url": "file:///home/ana/trainguard", "dir_info": {"editable": True}})
+    assert clone == (
+        "upgrade trainguard in its clone /home/ana/trainguard (git pull there; then pip install -e /home/ana/trainguard)"
+    )
+    wheel = advice_for({"url": "file:///opt/dist/trainguard-0.1.0-py3-none-any.whl", "archive_info": {}})
+    assert "installed from /opt/dist/trainguard-0.1.0-py3-none-any.whl: install a newer wheel" in wheel
+    assert "not on a package index" in advice_for(None)
+    # this test run's own trainguard: the editable clone the suite runs from
+    assert "pip install -U" not in upgrade_advice()
 
 
 def test_missing_store_for_reading(tmp_path: Path) -> None:

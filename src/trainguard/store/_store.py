@@ -488,9 +488,11 @@ class Store(
                 path=self._shown,
             )
         if version > SCHEMA_VERSION:
+            from trainguard.store._upgrade import upgrade_advice
+
             raise SchemaVersionError(
                 f"store {self._shown} was written by trainguard schema {version}; this trainguard reads schema "
-                f"{SCHEMA_VERSION}: upgrade trainguard (pip install -U trainguard) or use another --store",
+                f"{SCHEMA_VERSION}: {upgrade_advice()} or use another --store",
                 path=self._shown,
                 found=version,
                 expected=SCHEMA_VERSION,
