@@ -109,11 +109,18 @@ def _canonical(value: Any) -> str:
 def setting_changes(before: Any, after: Any) -> list[tuple[str, Any, Any]]:
     """``[(leaf, before, after), ...]`` for each leaf of two sessions' settings that differs, in
     the settings' order (``"policy.memory_limit"`` for the policy's, ``"device.…"`` for a Device's).
-    A leaf one side lacks (no Device there) counts as unset (None)."""
+    A Device's leaves count as unset (None) on a side without one; a setting one side never
+    recorded (written by an older release) is left out."""
     if not isinstance(before, Mapping) or not isinstance(after, Mapping):
         return []
     old, new = _leaves(before), _leaves(after)
-    names = list(dict.fromkeys([*old, *new]))
+
+    def known(name: str, side: dict[str, Any], raw: Mapping[str, Any]) -> bool:
+        # a setting an older release did not record is no change; a Device given on one side only is
+        group = name.partition(".")[0]
+        return name in side or (group in _GROUPS and raw.get(group) is None and group in raw)
+
+    names = [n for n in dict.fromkeys([*old, *new]) if known(n, old, before) and known(n, new, after)]
     return [(n, old.get(n), new.get(n)) for n in names if _canonical(old.get(n)) != _canonical(new.get(n))]
 
 

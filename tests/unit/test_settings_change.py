@@ -44,3 +44,9 @@ def test_an_older_stores_whole_policy_entry_is_said_leaf_by_leaf():
     words = settings_change_words(legacy)
     assert words == "memory_limit 2GB → 3GB, timeout none → 30s, workers 1 → 2"
     assert len(words) < 80
+
+
+def test_a_setting_an_older_release_did_not_record_is_no_change():
+    old = {"policy": {"memory_limit": None}, "workers": 1}
+    new = {"policy": {"memory_limit": None, "predict_peaks": True}, "workers": 1, "seed": None}
+    assert setting_changes(old, new) == []
