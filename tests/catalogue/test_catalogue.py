@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_for
+from _waits import process_starts, wait_for
 from trainguard.cli import main
 from trainguard.exceptions import (
     ConfigError,
@@ -204,6 +204,16 @@ CLI_CASES: list[Cli] = [
     C("disk-full-checkpoint", "run {t}:big_checkpoint --params {d}/big_checkpoint.json --store {full}/c.db --name full", 4, r"run full stopped: the disk under .*c\.db\.checkpoints \(the run's checkpoints\) filled up while trial 0 wrote its checkpoint \(\d+(\.\d+)? [KM]?i?B free of 4\.0 MiB\): free space there.*resume", "status:{full}/c.db=full=disk_full nopartial:{full}"),
     C("disk-full-store", "run {t}:fills_disk --params - --store {full}/s.db --name fill --no-progress", 4, r"run fill stopped: the disk under .* \(the store .*s\.db\) is full \(0 B free of 4\.0 MiB\): free space there", "status:{full}/s.db=fill=disk_full nopartial:{full}", stdin='[{{"x": 0, "filler": "{full}/filler"}}, {{"x": 1, "filler": "{full}/filler"}}, {{"x": 2, "filler": "{full}/filler"}}]'),
     C("broken-pipe-printing-trials", "run {t}:prints --params {d}/six.json --store {fresh} --name piped", 0, r"", "stored:piped=completed alltrials:piped=ok", subprocess=True),
+    # -- a hostile local user on a shared machine (issue 34): links, stores and trackers ----------------
+    C("report-output-planted-link", "report base --store {store} -o {d}/planted.html", 2, r"planted\.html: it is a symbolic link that is owned by uid 65534 .*remove it", "unchanged:{d}/victim.txt " + U),
+    C("leakcheck-html-planted-link", "leakcheck {t}:echo --html {d}/planted.html", 2, r"symbolic link that is owned by uid 65534", "unchanged:{d}/victim.txt"),
+    C("leakcheck-plot-planted-link", "leakcheck {t}:echo --plot {d}/planted.png", 2, r"cannot write the plot to .*planted\.png: it is a symbolic link", "unchanged:{d}/victim.txt"),
+    C("show-store-folder-others-write", "show base --store {d}/shared/runs.db", 4, r"refusing store .*its folder .*shared is owned by uid 65534 .*folder only you can write", "unchanged:{d}/shared/runs.db"),
+    C("run-store-folder-others-write", "run {t}:echo --params {p} --store {d}/shared/runs.db --name base", 4, r"refusing store .*its folder .*shared", "unchanged:{d}/shared/runs.db"),
+    C("show-store-world-writable", "show base --store {d}/ww.db", 4, r"refusing store .*ww\.db: the file has mode 0666, which lets every user write it", "unchanged:{d}/ww.db"),
+    C("export-refused-port", "export base --store {store} --to mlflow --tracking-uri http://127.0.0.1:9", 2, r"cannot reach the MLflow tracking server at http://127\.0\.0\.1:9 \(connection refused\)", U),
+    C("export-unknown-scheme", "export base --store {store} --to mlflow --tracking-uri bogus://x", 2, r"scheme 'bogus', which MLflow does not open", U),
+    C("export-no-host", "export base --store {store} --to mlflow --tracking-uri http://", 2, r"tracking URI 'http://' names no host", U),
 ]
 
 # -- the API --------------------------------------------------------------------------------------------
@@ -360,6 +370,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
     (d / "junk.db").write_bytes(b"this is not a database, it is a shopping list\n" * 40)
     (d / "empty.db").write_bytes(b"")
     (d / "tmp").mkdir()
+    _hostile_neighbour(d)
     with Store(e.store) as store:
         run = store.begin_run("base", f"{TRIALS}:echo", [{"x": 1}], {})
         store.finish_run(run.run_id, "completed")
@@ -370,6 +381,24 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
     conn.commit()
     conn.close()
     return e
+
+
+def _hostile_neighbour(d: Path) -> None:
+    """What nobody (uid 65534) leaves for issue 34's rows: links to a file of ours, a folder of
+    theirs that every user can write holding a store, and a store every user can write."""
+    (d / "victim.txt").write_text("ours\n")
+    for name in ("planted.html", "planted.png"):
+        (d / name).symlink_to(d / "victim.txt")
+        os.lchown(d / name, 65534, 65534)
+    shared = d / "shared"
+    shared.mkdir()
+    with Store(shared / "runs.db") as store:
+        store.finish_run(store.begin_run("base", f"{TRIALS}:echo", [{"x": 1}], {}).run_id, "completed")
+    os.chown(shared, 65534, 65534)
+    shared.chmod(0o777)
+    with Store(d / "ww.db") as store:
+        store.finish_run(store.begin_run("base", f"{TRIALS}:echo", [{"x": 1}], {}).run_id, "completed")
+    (d / "ww.db").chmod(0o666)
 
 
 def _snapshot(path: str) -> str | None:
@@ -444,33 +473,8 @@ def test_cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monke
         _cli_case(case, env, capsys, monkeypatch, full)
 
 
-_STARTS: list[list[str]] = []  # the list the audit hook appends the processes started to, while a case runs
-
-
 # errors only a child can find, by importing the user's module: the one child that found it is no work
 _FOUND_BY_A_CHILD = {"fn-import-fails-escaped", "fn-starts-a-runner", "leakcheck-step-not-defined"}
-
-
-def _on_audit(event: str, args: tuple[Any, ...]) -> None:
-    if _STARTS and event in ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec"):
-        argv = args[1] if len(args) > 1 else args
-        if isinstance(argv, (list, tuple)) and argv and Path(str(argv[0])).name == "ldconfig":
-            return  # ctypes.util.find_library's look-up of a shared library: a question, not work
-        _STARTS[-1].append(f"{event} {argv!r}")
-
-
-def _record_process_starts() -> list[str]:
-    """The processes the code under test starts from now until :func:`_stop_recording` (seen through
-    Python's audit events: every worker, child and command goes through ``subprocess.Popen``)."""
-    if not getattr(_on_audit, "installed", False):
-        sys.addaudithook(_on_audit)  # cannot be removed: idle while _STARTS is empty
-        _on_audit.installed = True  # type: ignore[attr-defined]
-    _STARTS.append([])
-    return _STARTS[-1]
-
-
-def _stop_recording() -> None:
-    _STARTS.clear()
 
 
 def _cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch, full: str) -> None:
@@ -484,24 +488,23 @@ def _cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monkeypat
 
         Store(env.locked).close()
         lock = RunLock(Path(env.locked), "held", env.locked).acquire()  # another supervisor holds it
-    started = _record_process_starts()
-    try:
-        if case.subprocess:
-            code, out, err = _run_subprocess(case, argv_text, env)
-        else:
-            if case.stdin is not None:
-                stdin = _format(case.stdin, env, fresh, full) if "{full}" in case.stdin else case.stdin
-                monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-            try:
-                code = main(shlex.split(argv_text))
-            except SystemExit as exit_:  # argparse
-                code = int(exit_.code or 0)
-            captured = capsys.readouterr()
-            out, err = captured.out, captured.err
-    finally:
-        if lock is not None:
-            lock.release()
-        _stop_recording()
+    with process_starts() as started:
+        try:
+            if case.subprocess:
+                code, out, err = _run_subprocess(case, argv_text, env)
+            else:
+                if case.stdin is not None:
+                    stdin = _format(case.stdin, env, fresh, full) if "{full}" in case.stdin else case.stdin
+                    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+                try:
+                    code = main(shlex.split(argv_text))
+                except SystemExit as exit_:  # argparse
+                    code = int(exit_.code or 0)
+                captured = capsys.readouterr()
+                out, err = captured.out, captured.err
+        finally:
+            if lock is not None:
+                lock.release()
     shown = out + err
     assert code == case.code, f"exit {code}, expected {case.code}\n{shown}"
     assert "\x1b" not in shown and "\x07" not in shown, shown  # control characters are shown, not obeyed

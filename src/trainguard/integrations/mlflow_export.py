@@ -18,6 +18,7 @@ line (:class:`~trainguard.exceptions.ConfigError`), not MLflow's traceback after
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 import time
@@ -127,11 +128,14 @@ def export(
         ConfigError: no such store or run; a tracking URI MLflow cannot open or a server that does
             not answer (checked before anything is written); an error MLflow raised, in one line.
     """
-    mlflow = _mlflow()
+    if importlib.util.find_spec("mlflow") is None:
+        _mlflow()  # raises, naming the extra to install
+    # the URI, the run and the server are checked before MLflow (a heavy import) is loaded
     uri = tracking_uri(to)
     check_tracking_uri(uri)
     info, trials = _open_run(store, run)
     probe_server(uri)
+    mlflow = _mlflow()
     from mlflow.exceptions import MlflowException
 
     try:
