@@ -1,4 +1,5 @@
-"""Waiting on events in tests: a store row, a file, a line, a process state.
+"""Waiting on events in tests: a store row, a file, a line, a process state; and the processes a
+block of code started.
 
 A test waits for the thing it needs to have happened, never for a length of time: a sleep is too
 short on a loaded machine and wasted time on an idle one. The timeout is only a backstop for an
@@ -8,8 +9,10 @@ event that never comes, so it is generous; reaching it is a failure that says wh
 from __future__ import annotations
 
 import os
+import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -81,3 +84,35 @@ def wait_file(path: str | os.PathLike[str], timeout_s: float, what: str) -> str:
     """Wait until ``path`` exists with some text in it, and return the text."""
     p = Path(path)
     return wait_for(lambda: p.read_text() if p.exists() else None, timeout_s, what, ignore=(OSError,))
+
+
+# -- what a piece of code started ---------------------------------------------------------------------
+
+_RECORDING: list[list[str]] = []  # the lists the audit hook appends to, innermost last
+_HOOKED: list[bool] = []
+_START_EVENTS = ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec")
+
+
+def _on_audit(event: str, args: tuple[object, ...]) -> None:
+    if not _RECORDING or event not in _START_EVENTS:
+        return
+    argv = args[1] if len(args) > 1 else args
+    if isinstance(argv, (list, tuple)) and argv and Path(str(argv[0])).name == "ldconfig":
+        return  # ctypes.util.find_library's look-up of a shared library: a question, not work
+    _RECORDING[-1].append(f"{event} {argv!r}")
+
+
+@contextmanager
+def process_starts() -> Iterator[list[str]]:
+    """The processes started while the block runs, seen through Python's audit events (every worker,
+    child and command goes through ``subprocess.Popen``): how a test proves that bad input was
+    refused "before any work" without timing it."""
+    if not _HOOKED:
+        sys.addaudithook(_on_audit)  # cannot be removed: idle while nothing records
+        _HOOKED.append(True)
+    started: list[str] = []
+    _RECORDING.append(started)
+    try:
+        yield started
+    finally:
+        _RECORDING.remove(started)

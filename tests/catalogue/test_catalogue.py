@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_for
+from _waits import process_starts, wait_for
 from trainguard.cli import main
 from trainguard.exceptions import (
     ConfigError,
@@ -473,33 +473,8 @@ def test_cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monke
         _cli_case(case, env, capsys, monkeypatch, full)
 
 
-_STARTS: list[list[str]] = []  # the list the audit hook appends the processes started to, while a case runs
-
-
 # errors only a child can find, by importing the user's module: the one child that found it is no work
 _FOUND_BY_A_CHILD = {"fn-import-fails-escaped", "fn-starts-a-runner", "leakcheck-step-not-defined"}
-
-
-def _on_audit(event: str, args: tuple[Any, ...]) -> None:
-    if _STARTS and event in ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec"):
-        argv = args[1] if len(args) > 1 else args
-        if isinstance(argv, (list, tuple)) and argv and Path(str(argv[0])).name == "ldconfig":
-            return  # ctypes.util.find_library's look-up of a shared library: a question, not work
-        _STARTS[-1].append(f"{event} {argv!r}")
-
-
-def _record_process_starts() -> list[str]:
-    """The processes the code under test starts from now until :func:`_stop_recording` (seen through
-    Python's audit events: every worker, child and command goes through ``subprocess.Popen``)."""
-    if not getattr(_on_audit, "installed", False):
-        sys.addaudithook(_on_audit)  # cannot be removed: idle while _STARTS is empty
-        _on_audit.installed = True  # type: ignore[attr-defined]
-    _STARTS.append([])
-    return _STARTS[-1]
-
-
-def _stop_recording() -> None:
-    _STARTS.clear()
 
 
 def _cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch, full: str) -> None:
@@ -513,24 +488,23 @@ def _cli_case(case: Cli, env: Env, capsys: pytest.CaptureFixture[str], monkeypat
 
         Store(env.locked).close()
         lock = RunLock(Path(env.locked), "held", env.locked).acquire()  # another supervisor holds it
-    started = _record_process_starts()
-    try:
-        if case.subprocess:
-            code, out, err = _run_subprocess(case, argv_text, env)
-        else:
-            if case.stdin is not None:
-                stdin = _format(case.stdin, env, fresh, full) if "{full}" in case.stdin else case.stdin
-                monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-            try:
-                code = main(shlex.split(argv_text))
-            except SystemExit as exit_:  # argparse
-                code = int(exit_.code or 0)
-            captured = capsys.readouterr()
-            out, err = captured.out, captured.err
-    finally:
-        if lock is not None:
-            lock.release()
-        _stop_recording()
+    with process_starts() as started:
+        try:
+            if case.subprocess:
+                code, out, err = _run_subprocess(case, argv_text, env)
+            else:
+                if case.stdin is not None:
+                    stdin = _format(case.stdin, env, fresh, full) if "{full}" in case.stdin else case.stdin
+                    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+                try:
+                    code = main(shlex.split(argv_text))
+                except SystemExit as exit_:  # argparse
+                    code = int(exit_.code or 0)
+                captured = capsys.readouterr()
+                out, err = captured.out, captured.err
+        finally:
+            if lock is not None:
+                lock.release()
     shown = out + err
     assert code == case.code, f"exit {code}, expected {case.code}\n{shown}"
     assert "\x1b" not in shown and "\x07" not in shown, shown  # control characters are shown, not obeyed

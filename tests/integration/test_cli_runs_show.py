@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from _waits import process_starts
 from trainguard.cli import main
 from trainguard.store import Store
 
@@ -186,13 +187,13 @@ def test_console_entry_point(filled: Path) -> None:
 
 
 def test_demo_rejects_bad_input_before_any_work(tmp_path: Path, capsys) -> None:
-    start = time.monotonic()
-    assert main(["demo", "--trials", "1"]) == 2
-    assert "trials must be an int >= 2" in capsys.readouterr().err
-    assert main(["demo", "--trials", "2", "--store", str(tmp_path / "no" / "such" / "demo.db")]) == 2
-    assert "does not exist: create it" in capsys.readouterr().err
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"\x00\x01not sqlite" * 100)
-    assert main(["demo", "--trials", "2", "--store", str(garbage)]) == 4
-    assert "not a trainguard store" in capsys.readouterr().err
-    assert time.monotonic() - start < 5, "errors must come before the demo starts any fit"
+    with process_starts() as started:
+        assert main(["demo", "--trials", "1"]) == 2
+        assert "trials must be an int >= 2" in capsys.readouterr().err
+        assert main(["demo", "--trials", "2", "--store", str(tmp_path / "no" / "such" / "demo.db")]) == 2
+        assert "does not exist: create it" in capsys.readouterr().err
+        assert main(["demo", "--trials", "2", "--store", str(garbage)]) == 4
+        assert "not a trainguard store" in capsys.readouterr().err
+    assert not started, f"errors must come before the demo starts any fit; it started {started}"

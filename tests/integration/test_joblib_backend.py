@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -61,7 +60,6 @@ def test_grid_search_results_equal_the_default_backend_and_run_in_workers(data, 
 def test_a_fit_killed_for_memory_fails_as_scikit_learn_expects(data):
     X, y = data
     grid = {"alpha": [1.0], "hoard_mb": [0, 900]}
-    start = time.monotonic()
     with joblib.parallel_backend("trainguard", n_jobs=1, memory_limit="500MB"):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -78,7 +76,6 @@ def test_a_fit_killed_for_memory_fails_as_scikit_learn_expects(data):
         with pytest.raises(MemoryLimitError) as err:
             joblib.Parallel()(joblib.delayed(hoard)(900) for _ in range(1))
         assert err.value.peak_rss_bytes and err.value.peak_rss_bytes > 500 * 10**6
-    assert time.monotonic() - start < 120
 
 
 def test_an_unsendable_estimator_is_named_in_one_line_before_any_fold(data):

@@ -49,6 +49,6 @@ def test_a_census_slower_than_the_step_allows_falls_back_with_a_note() -> None:
     assert report.counts is not None
     assert report.counts["status"] == "left_out", report.counts
     assert "rests on memory alone" in report.counts["note"]
-    # no census after the fallback: the check stays within its budget
+    # no census after the fallback, so the censuses cannot push the check past its budget (how long
+    # the check takes against max_time is bench/leakcheck_overhead.py's to measure)
     assert report.counts["censuses"] <= 3
-    assert report.elapsed_s < 3.5

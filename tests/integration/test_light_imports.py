@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -51,19 +50,16 @@ def test_cli_help_runs_as_a_command():
     assert out.returncode == 0 and "doctor" in out.stdout
 
 
-def test_doctor_json_parses_and_is_fast():
-    start = time.perf_counter()
+def test_doctor_json_parses():
+    # how long it takes (under 2 s on an idle machine) is bench/cli_response.py's to measure
     out = subprocess.run(
         [sys.executable, "-m", "trainguard", "doctor", "--json"], capture_output=True, text=True, timeout=60
     )
-    wall = time.perf_counter() - start
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert {"python", "os", "cpus", "memory_total_bytes", "cgroup_limit_bytes", "frameworks"} <= set(data)
     assert {"keras_backend", "gpus", "allocator", "threads", "warnings"} <= set(data)
     assert set(data["frameworks"]) == {"torch", "tensorflow", "keras", "jax"}
-    # generous: the target is < 2 s on an idle machine, and this machine is shared
-    assert wall < 10, wall
 
 
 def test_doctor_text_runs():

@@ -1,12 +1,12 @@
 """Ray addresses that are not a Ray head are refused within the connect timeout, in one line
-(issue 23, item 14). No cluster is needed: what listens there is a plain socket or HTTP server."""
+(issue 23, item 14). No cluster is needed: what listens there is a plain socket or HTTP server.
+How long a refusal takes is measured by bench/cli_response.py, not asserted here."""
 
 from __future__ import annotations
 
 import http.server
 import socket
 import threading
-import time
 
 import pytest
 
@@ -24,12 +24,12 @@ def test_a_port_outside_the_tcp_range_is_refused_before_any_work():
 
 
 def _refused_within(address: str, timeout_s: float) -> str:
+    """The one-line refusal; that it comes within ``timeout_s`` is bench/cli_response.py's to measure
+    (a check that never gave up would hang here until pytest's timeout)."""
     backend = RayBackend(address=address, connect_timeout=timeout_s)
-    start = time.monotonic()
     with pytest.raises(ConfigError) as info:
         backend._tcp_check()
         backend._answers_as_a_head()
-    assert time.monotonic() - start < timeout_s + 3
     assert "\n" not in str(info.value)
     return str(info.value)
 
