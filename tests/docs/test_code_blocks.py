@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from blocks import ROOT, Block, blocks, pages, python_blocks  # tests/docs is on sys.path (conftest)
 
 SRC = str(ROOT / "src")
