@@ -19,7 +19,7 @@ _CLASSES = [
 
 
 def test_every_listed_class_is_in_the_tree():
-    warnings = {"TrainguardWarning", "FunctionChangedWarning"}
+    warnings = {"TrainguardWarning", "FunctionChangedWarning", "SettingsChangedWarning", "NoGpuWarning"}
     assert set(exc_mod.__all__) == {c.__name__ for c in _CLASSES} | warnings
     assert all(issubclass(getattr(exc_mod, name), UserWarning) for name in warnings)
 
