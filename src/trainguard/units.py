@@ -72,6 +72,9 @@ def parse_size(
     Raises:
         UnitError: the value is negative, not a number, or has an unknown unit; its ``problem``
             ("is negative", "is not a size", "is not a finite number") lets a caller give its own example.
+
+    Returns:
+        The size in bytes, or None when ``value`` is None and ``allow_none`` is set.
     """
     if value is None:
         if allow_none:
@@ -128,6 +131,14 @@ def parse_duration(
 
     Raises:
         UnitError: the value is negative, not a number, or has an unknown unit.
+
+    Args:
+        value: seconds as a number, or a string such as ``"30s"``, ``"5m"``, ``"1.5h"``, ``"250ms"``.
+        name: the argument's name, used in the error message.
+        allow_none: let ``None`` through (meaning "no limit").
+
+    Returns:
+        The duration in seconds, or None when ``value`` is None and ``allow_none`` is set.
     """
     if value is None:
         if allow_none:
@@ -164,6 +175,14 @@ def format_bytes(n: float | int | None, *, signed: bool = False, digits: int = 1
     """Human-readable binary size: ``format_bytes(56_000_000) == '53.4 MiB'``.
 
     ``digits`` is the number of decimals for KiB and above.
+
+    Args:
+        n: a number of bytes; None gives ``"-"``.
+        signed: write a ``+`` before a positive size (for growth figures).
+        digits: the number of decimals for KiB and above.
+
+    Returns:
+        The size in binary units (B, KiB, MiB, GiB, TiB).
     """
     if n is None:
         return "-"
@@ -181,7 +200,15 @@ def format_bytes(n: float | int | None, *, signed: bool = False, digits: int = 1
 def format_bytes_apart(a: float | int, b: float | int) -> tuple[str, str]:
     """Two sizes compared in one message, with enough decimals that unequal values read unequal:
     ``format_bytes_apart(2_040_000_000, 2_030_000_000) == ('1.900 GiB', '1.891 GiB')``, never
-    "1.9 GiB > 1.9 GiB". Equal-looking values fall back to exact bytes."""
+    "1.9 GiB > 1.9 GiB". Equal-looking values fall back to exact bytes.
+
+    Args:
+        a: the first size in bytes.
+        b: the second size in bytes.
+
+    Returns:
+        The two sizes written with as many decimals (up to 3) as tell them apart, or exact bytes.
+    """
     for digits in (1, 2, 3):
         left, right = format_bytes(a, digits=digits), format_bytes(b, digits=digits)
         if left != right or a == b:
@@ -190,7 +217,14 @@ def format_bytes_apart(a: float | int, b: float | int) -> tuple[str, str]:
 
 
 def format_duration(seconds: float | None) -> str:
-    """Human-readable duration: ``'850 ms'``, ``'12.3 s'``, ``'4m05s'``, ``'1h02m'``."""
+    """Human-readable duration: ``'850 ms'``, ``'12.3 s'``, ``'4m05s'``, ``'1h02m'``.
+
+    Args:
+        seconds: a duration; None gives ``"-"``.
+
+    Returns:
+        The duration in the largest fitting units.
+    """
     if seconds is None:
         return "-"
     if seconds < 1:
@@ -210,6 +244,16 @@ def renamed_argument(
 
     Raises:
         ConfigError: both names were given.
+
+    Args:
+        new: the argument's current name (for the messages).
+        value: the value given under the new name, or None.
+        old: the deprecated name (for the messages).
+        old_value: the value given under the old name, or None.
+        default: the value when neither was given.
+
+    Returns:
+        The value to use.
     """
     if old_value is None:
         return default if value is None else value
