@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from trainguard.exceptions import NoGpuWarning
-from trainguard.runner._gpu_presence import no_gpu_evidence, read_gpu_facts
+from trainguard.runner.gpu_presence import no_gpu_evidence, read_gpu_facts
 
 pytestmark = pytest.mark.skipif(
     no_gpu_evidence(read_gpu_facts()) is None, reason="a GPU (or a driver's device nodes) is seen here"

@@ -7,14 +7,14 @@ import warnings
 import pytest
 
 from trainguard.exceptions import NoGpuWarning
-from trainguard.runner._gpu_presence import (
+from trainguard.runner.device import Device
+from trainguard.runner.gpu_presence import (
     GpuFacts,
     gpu_only_options,
     no_gpu_evidence,
     no_gpu_message,
     warn_gpu_options_without_gpu,
 )
-from trainguard.runner.device import Device
 
 NO_DRIVER = GpuFacts("linux", None, "pynvml is installed but the NVML library cannot be loaded")
 

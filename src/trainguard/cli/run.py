@@ -522,7 +522,7 @@ def _warning_text(warning: Warning | str) -> str:
     from trainguard.exceptions import NoGpuWarning
 
     if isinstance(warning, NoGpuWarning):
-        from trainguard.runner._gpu_presence import no_gpu_message
+        from trainguard.runner.gpu_presence import no_gpu_message
 
         return no_gpu_message(warning.options, warning.evidence, flags=True)
     return str(warning)

@@ -331,6 +331,14 @@ def _check_limits(
     return float(interval), float(start_timeout_s), int(result_cap)
 
 
+def _warn_gpu_options(device: Device | None, gpus: Sequence[str | int] | str | None, backend: Any) -> None:
+    """GPU-only options where no GPU is seen: one warning (locally; elsewhere the nodes' GPUs count)."""
+    if backend == "local" or isinstance(backend, LocalBackend):
+        from trainguard.runner.gpu_presence import warn_gpu_options_without_gpu
+
+        warn_gpu_options_without_gpu(device, gpus, stacklevel=4)
+
+
 def _worker_env(
     threads: int | None,
     per_worker: int,
@@ -531,10 +539,7 @@ class Runner:
         interval, start_timeout_s, result_cap = _check_limits(
             sample_interval, start_timeout, max_result_bytes, tree_tracking, policy
         )
-        if backend == "local" or isinstance(backend, LocalBackend):  # elsewhere the nodes' GPUs count
-            from trainguard.runner._gpu_presence import warn_gpu_options_without_gpu
-
-            warn_gpu_options_without_gpu(device, gpus)
+        _warn_gpu_options(device, gpus, backend)
         from trainguard.runner.worker.seeding import check_seed
 
         seed = check_seed(seed)
