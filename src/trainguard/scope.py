@@ -159,7 +159,11 @@ class ScopeReport:
         return sum(s.count for s in self.survivors)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form."""
+        """A JSON-ready form.
+
+        Returns:
+            The report's figures and survivors as plain JSON values.
+        """
         return {
             "name": self.name,
             "rss_before_bytes": self.rss_before_bytes,
@@ -186,7 +190,14 @@ class ScopeReport:
         }
 
     def to_text(self, limit: int = 15) -> str:
-        """A few readable lines: memory, GPU, survivors, cleanup."""
+        """A few readable lines: memory, GPU, survivors, cleanup.
+
+        Args:
+            limit: the most survivor groups listed (the largest first).
+
+        Returns:
+            The report as text, one finding a line.
+        """
         title = f"scope {self.name!r}" if self.name else "scope"
         lines = [
             f"{title}: RSS {format_bytes(self.rss_before_bytes)} -> {format_bytes(self.rss_after_bytes)} "
@@ -541,6 +552,12 @@ class Scope:
 
         Raises:
             ConfigError: no active scope in this thread, or an object of the wrong type.
+
+        Args:
+            *objects: the objects to keep (a model, tensors, containers of them).
+
+        Returns:
+            The object, or the tuple of objects when several were given.
         """
         frames = self._frames()
         if not frames:

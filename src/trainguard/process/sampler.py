@@ -66,11 +66,25 @@ class Timeline:
 
         Raises:
             ConfigError: ``probe`` was not sampled.
+
+        Args:
+            probe: the probe's name, e.g. ``"rss_bytes"``.
+
+        Returns:
+            One value per sample (None where the probe could not read).
         """
         self._check_probe(probe)
         return self.values[probe]
 
     def markers_named(self, name: str) -> tuple[Marker, ...]:
+        """The markers recorded under ``name``, in order.
+
+        Args:
+            name: the marker name, e.g. ``"iter_end"``.
+
+        Returns:
+            The markers, each with its time, value and readings.
+        """
         return tuple(m for m in self.markers if m.name == name)
 
     def values_at_markers(self, name: str, probe: str | None = None) -> tuple[Number | None, ...]:
@@ -79,22 +93,44 @@ class Timeline:
         Args:
             name: the marker name, e.g. ``"iter_end"``.
             probe: the probe; defaults to the first (``rss_bytes`` by default).
+
+        Returns:
+            One reading per marker (None where the probe could not read).
         """
         probe = probe or self.probes[0]
         self._check_probe(probe)
         return tuple(m.readings.get(probe) for m in self.markers if m.name == name)
 
     def marker_values(self, name: str) -> tuple[Any, ...]:
-        """The ``value`` given to each ``mark(name, value)``, in order."""
+        """The ``value`` given to each ``mark(name, value)``, in order.
+
+        Args:
+            name: the marker name.
+
+        Returns:
+            The values, one per marker.
+        """
         return tuple(m.value for m in self.markers if m.name == name)
 
     def peak(self, probe: str | None = None) -> Number | None:
+        """The exact highest reading of a probe over every raw sample, merged ones included.
+
+        Args:
+            probe: the probe; defaults to the first (``rss_bytes`` by default).
+
+        Returns:
+            The peak, or None when the probe never read.
+        """
         probe = probe or self.probes[0]
         self._check_probe(probe)
         return self.peaks.get(probe)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form."""
+        """A JSON-ready form.
+
+        Returns:
+            The probes, times, series and markers as plain JSON values.
+        """
         return {
             "times_s": list(self.times_s),
             "values": {k: list(v) for k, v in self.values.items()},
@@ -194,6 +230,9 @@ class Sampler:
 
         Raises:
             ConfigError: the sampler was closed; create a new one.
+
+        Returns:
+            This sampler, so ``sampler = Sampler().start()`` works.
         """
         with self._lock:
             if self._closed:
@@ -246,6 +285,9 @@ class Sampler:
 
         Raises:
             ConfigError: ``name`` is not a non-empty string.
+
+        Returns:
+            The recorded marker, with its time and every probe's reading.
         """
         if not isinstance(name, str) or not name:
             raise ConfigError(f"marker name must be a non-empty string such as 'iter_end', not {name!r}")
@@ -260,7 +302,11 @@ class Sampler:
         return marker
 
     def sample(self) -> dict[str, Number | None]:
-        """Take one sample now (in the caller's thread) and record it; returns the readings."""
+        """Take one sample now (in the caller's thread) and record it; returns the readings.
+
+        Returns:
+            Each probe's reading by name (None where a probe could not read).
+        """
         readings = self._read()
         self._record(readings)
         return readings
