@@ -538,7 +538,8 @@ def _environment_rows(env: Mapping[str, Any]) -> list[tuple[str, str]]:
     )
     if env.get("cgroup_version") is not None:
         lim = fmt_bytes(env.get("cgroup_limit_bytes")) if env.get("cgroup_limit_bytes") else "no limit"
-        rows.append(("cgroup", f"v{env['cgroup_version']}: {lim}"))
+        layout = f"; {env['cgroup_layout']} layout" if env.get("cgroup_layout") else ""
+        rows.append(("cgroup", f"memory: v{env['cgroup_version']} controller, {lim}{layout}"))
     for name, version in (env.get("frameworks") or {}).items():
         rows.append((name, version or "not installed"))
     rows.append(("Keras backend", env.get("keras_backend") or "-"))
@@ -548,7 +549,13 @@ def _environment_rows(env: Mapping[str, Any]) -> list[tuple[str, str]]:
             "GPUs",
             "; ".join(f"{g.get('name')} ({fmt_bytes(g.get('total_bytes'))})" for g in gpus)
             if gpus
-            else ("none" if env.get("nvml_available") else "none (NVML unavailable)"),
+            else (
+                "none"
+                if env.get("nvml_available")
+                else f"none seen: {env['nvml_absence']}"
+                if env.get("nvml_absence")
+                else "none (NVML unavailable)"
+            ),
         )
     )
     rows.append(("allocator", env.get("allocator", "-")))
