@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from _waits import wait_for, wait_gone
 from trainguard.cli import main
 from trainguard.cli.run import expand_grid, load_params
 from trainguard.exceptions import ConfigError
@@ -98,31 +99,22 @@ def test_supervisor_sigkilled_mid_run_resumes_with_every_trial_finished_once(tmp
     args = [sys.executable, "-m", "trainguard", "run", f"{TRIALS}:echo", "--params", str(params)]
     args += ["--store", str(db), "--name", "r1", "--workers", "2", "--no-progress"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    finished = 0
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        if not db.exists():
-            continue
-        try:
-            with Store(db, readonly=True) as store:
-                run = store.get_run("r1")
-                if run is None:
-                    continue
-                finished = sum(t.status == "ok" for t in store.trials(run.run_id))
-                workers = [w.pid for w in store.workers(run.run_id)]
-        except Exception:  # noqa: BLE001 - the writer may be mid-creation
-            continue
-        if finished >= 4:
-            break
-    assert 4 <= finished < n, "the run finished before it could be killed"
+
+    def four_finished() -> tuple[int, list[int]] | None:
+        with Store(db, readonly=True) as store:
+            run = store.get_run("r1")
+            if run is None:
+                return None
+            finished = sum(t.status == "ok" for t in store.trials(run.run_id))
+            return (finished, [w.pid for w in store.workers(run.run_id)]) if finished >= 4 else None
+
+    # the store not made yet, or mid-creation, is "not yet"
+    finished, workers = wait_for(four_finished, 60, "four trials to finish", ignore=(Exception,))
+    assert finished < n, "the run finished before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     # its workers notice and exit on their own (no orphans)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in workers):
-        time.sleep(0.1)
-    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid)]
+    wait_gone(workers, 60, f"the killed supervisor's workers {workers} to exit")
     # run it again: only the unfinished trials run
     done = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -188,19 +180,18 @@ def test_ctrl_c_stops_the_run_kills_workers_and_records_it(tmp_path):
     proc = subprocess.Popen(
         args + ["--store", str(db), "--name", "int", "--no-progress"], stderr=subprocess.PIPE, text=True
     )
-    pids: list[int] = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not pids:
-        time.sleep(0.1)
-        try:
-            with Store(db, readonly=True) as store:
-                run = store.get_run("int")
-                pids = [w.pid for w in store.workers(run.run_id)] if run else []
-        except Exception:  # noqa: BLE001 - not created yet
-            continue
-    time.sleep(0.5)
+
+    def workers_once_a_trial_runs() -> list[int] | None:
+        with Store(db, readonly=True) as store:
+            run = store.get_run("int")
+            if run is None or not store.attempts(run.run_id):
+                return None
+            return [w.pid for w in store.workers(run.run_id)]
+
+    # Ctrl-C lands while a trial runs; the store not made yet is "not yet"
+    pids = wait_for(workers_once_a_trial_runs, 60, "a trial to start", ignore=(Exception,))
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=20)
+    _, err = proc.communicate(timeout=120)  # a backstop: it ends within a second when idle
     assert proc.returncode == 130 and "interrupted" in err
     assert pids and not [p for p in pids if Path(f"/proc/{p}").exists() and "zombie" not in _state(p)]
     with Store(db, readonly=True) as store:

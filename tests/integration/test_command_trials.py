@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 import trainguard
+from _waits import wait_for
 from trainguard.exceptions import ConfigError
 from trainguard.store import Store
 
@@ -43,10 +43,12 @@ def test_shell_trials_killed_at_memory_limit_timed_out_crashing_each_with_its_ca
     assert by_mode["crash"].error["status"] == "crashed"
     assert "SIGSEGV" in by_mode["crash"].error["message"]
     # the program's children died with it
-    time.sleep(0.5)
-    for mode, path in pidfiles.items():
-        pid = int(path.read_text())
-        assert not _alive(pid), f"the child of the {mode} trial is still running"
+    children = {mode: int(path.read_text()) for mode, path in pidfiles.items()}
+    wait_for(
+        lambda: not [m for m, pid in children.items() if _alive(pid)],
+        60,
+        f"the trials' children {children} to end",
+    )
     with Store(store, readonly=True) as st:
         info = st.get_run("shell")
         stored = {t.index: t.status for t in st.trials(info.run_id)}

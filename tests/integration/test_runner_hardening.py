@@ -81,7 +81,6 @@ def test_a_module_level_runner_fails_at_once_with_the_guard_to_add_and_leaves_no
     )
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps([{"x": 1}, {"x": 2}]))
-    started = time.monotonic()
     proc = subprocess.run(
         [
             sys.executable,
@@ -104,12 +103,10 @@ def test_a_module_level_runner_fails_at_once_with_the_guard_to_add_and_leaves_no
         cwd=tmp_path,
         env=_env(),
     )
-    elapsed = time.monotonic() - started
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert 'if __name__ == "__main__":' in lines[0] and "train.py" in lines[0], lines[0]
-    assert elapsed < 60
     imported_in = [int(p.name) for p in pids.iterdir()]
     assert 1 <= len(imported_in) <= 2  # the supervisor never imports the file; each worker once
     assert not (tmp_path / "inner.db").exists()
@@ -318,9 +315,11 @@ def test_nothing_a_trial_started_outlives_a_signalled_supervisor(tmp_path, sig, 
         _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGUSR1)  # every thread's stack, then the end
-        time.sleep(2)
-        proc.kill()
-        _, err = proc.communicate()
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
         pytest.fail(f"the supervisor did not end within 60 s of {sig.name}; its threads:\n{err[-8000:]}")
     assert _wait_for(lambda: not _alive(daemon) and not _alive(worker.pid), 10), (daemon, worker.pid)
     if sig == signal.SIGKILL:

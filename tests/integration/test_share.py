@@ -9,16 +9,17 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import trainguard
+from _waits import wait_for
 from trainguard.exceptions import ConfigError, SharedDataError
 from trainguard.runner import Runner
 from trainguard.runner._shared import PREFIX, SHM_FOLDER, sweep_stale
+from trainguard.store import Store
 
 HERE = Path(__file__).parent
 TRIALS = str(HERE / "stage_trials.py")
@@ -104,7 +105,14 @@ def test_a_killed_supervisor_leaves_files_the_next_run_removes(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     path = proc.stdout.readline().strip()
     assert os.path.isdir(path)
-    time.sleep(2.0)
+
+    def trial_started() -> bool:
+        with Store(tmp_path / "k.db", readonly=True) as store:
+            (run,) = store.list_runs()
+            return bool(store.attempts(run.run_id))
+
+    # killed while its trial reads the shared folder; the store not made yet is "not yet"
+    wait_for(trial_started, 60, "the trial to start", ignore=(Exception,))
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert os.path.isdir(path)  # nothing could run in the killed process

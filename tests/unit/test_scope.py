@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import trainguard
+from _waits import wait_for
 from trainguard.exceptions import ConfigError, LeakError, UnitError
 from trainguard.scope import Scope, ScopeReport
 
@@ -110,12 +111,20 @@ def test_nested_scopes_report_separately():
 
 
 def test_a_short_lived_allocation_raises_the_peak_and_not_the_end():
-    import time
+    import psutil
+
+    from trainguard.scope import _WATCHER
 
     size = 256 * 2**20
     with _scope(peak_interval="10ms") as s:
+        base = psutil.Process().memory_info().rss
         block = np.ones(size, dtype=np.uint8)  # touched: resident, not just reserved
-        time.sleep(0.5)  # many peak readings' worth, even on a loaded machine
+        # the block is held until the shared peak thread has read it (however loaded the machine)
+        wait_for(
+            lambda: max(_WATCHER._peaks.values(), default=0) > base + 0.75 * size,
+            60,
+            "the peak thread to read the block",
+        )
         del block
     r = s.report
     # the peak saw the block (less a margin for pages the reader missed), the end did not

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
+import types
+
+import pytest
 
 from trainguard.process.watch import Schedule, Watchdog
 
 
-def test_a_schedule_that_fell_behind_starts_again_from_now_instead_of_bursting():
+def test_a_schedule_that_fell_behind_starts_again_from_now_instead_of_bursting(monkeypatch):
+    from trainguard.process import watch
+
+    clock = {"now": 1000.0}  # the schedule's clock, moved by the test: no sleep, no load
+    monkeypatch.setattr(watch, "time", types.SimpleNamespace(monotonic=lambda: clock["now"]))
     schedule = Schedule(0.05, start_now=True)
     assert schedule.due()
-    assert not schedule.due()  # the next tick is 50 ms away
-    time.sleep(0.3)  # six intervals missed
+    clock["now"] += 0.01
+    assert not schedule.due()  # the next tick is 40 ms away
+    clock["now"] += 0.3  # six intervals missed
     assert schedule.due()
     assert not schedule.due()  # one tick, not six to catch up
-    assert 0.0 < schedule.delay() <= 0.05
+    assert schedule.delay() == pytest.approx(0.05)
 
 
 def test_a_watchdog_outlives_a_failing_tick_and_stops_once(caplog):
@@ -36,9 +43,8 @@ def test_a_watchdog_outlives_a_failing_tick_and_stops_once(caplog):
         watchdog.stop()
         watchdog.stop()  # idempotent
     assert watchdog.stopped
-    count = len(ticks)
-    time.sleep(0.05)
-    assert len(ticks) == count  # no tick after stop returned
+    # no tick after stop returned: its thread has ended
+    assert not [t for t in threading.enumerate() if t.name == "test-watchdog" and t.is_alive()]
     assert any("the test tick failed" in r.getMessage() for r in caplog.records)
 
 

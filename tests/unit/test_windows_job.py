@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
+
+from _waits import wait_for
 
 pytestmark = [pytest.mark.windows, pytest.mark.portable]
 
@@ -28,12 +29,9 @@ def test_a_job_object_holds_the_tree_caps_memory_and_keeps_the_peak():
         "time.sleep(60)\n"
     )
     tree = tier_tree(proc, "windows", memory_limit_bytes=400 * 2**20)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len(tree.pids()) < 2:
-        time.sleep(0.2)
-    assert len(tree.pids()) >= 2  # the child joined the job
-    time.sleep(1.0)
-    assert tree.peak_bytes() > 50 * 2**20
+    wait_for(lambda: len(tree.pids()) >= 2, 60, "the child to join the job")
+    # the parent touches its 50 MiB block after starting the child: the job's peak shows it
+    wait_for(lambda: tree.peak_bytes() > 50 * 2**20, 60, "the job's peak to pass 50 MiB")
     rss, _ = tree.read()
     assert rss > 50 * 2**20
     tree.kill()
