@@ -23,6 +23,7 @@ run $PY bench/oom_recovery.py
 run $PY bench/report_size.py
 run $PY bench/node_dispatch.py
 run $PY bench/share_bench.py
+run $PY bench/cli_response.py
 if [ "${1:-}" != quick ]; then
   run $PY bench/leak_corpus_run.py
   run $PY bench/runner_bench.py
