@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["setting_changes", "change_words", "value_words", "setting_name"]
+__all__ = ["setting_changes", "setting_leaves", "change_words", "value_words", "setting_name"]
 
 #: leaves not said: derived from others, or internal (each Device setting's environment variables)
 _SKIPPED = ("device.env", "fn_version")
@@ -100,6 +100,11 @@ def _leaves(settings: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[str(key)] = value
     return {k: v for k, v in out.items() if k not in _SKIPPED}
+
+
+def setting_leaves(settings: Any) -> dict[str, Any]:
+    """One session's settings by leaf name (``"policy.memory_limit"``), as :func:`setting_changes` names them."""
+    return _leaves(settings) if isinstance(settings, Mapping) else {}
 
 
 def _canonical(value: Any) -> str:

@@ -6,9 +6,9 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from _waits import wait_for
 from trainguard.cli import main
 from trainguard.store import Store
 
@@ -28,14 +28,14 @@ def test_a_resume_with_other_flags_keeps_the_first_sessions_settings(tmp_path, c
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            time.sleep(0.2)
-            if db.exists():
-                with Store(db, readonly=True) as store:
-                    run = store.get_run("r")
-                    if run is not None and sum(t.status == "ok" for t in store.trials(run.run_id)) == 2:
-                        break
+
+        def two_ok() -> bool:
+            with Store(db, readonly=True) as store:
+                run = store.get_run("r")
+                return run is not None and sum(t.status == "ok" for t in store.trials(run.run_id)) == 2
+
+        # the store not made yet is "not yet"
+        wait_for(two_ok, 120, "two trials of the first session to finish", ignore=(Exception,))
     finally:
         first.send_signal(signal.SIGKILL)  # the third trial never ends in this session
         first.wait()
@@ -70,7 +70,7 @@ def test_a_resume_with_other_flags_keeps_the_first_sessions_settings(tmp_path, c
     assert [t["session"] for t in shown["trials"]] == [1, 1, 2]
     assert [s["config"]["workers"] for s in shown["sessions"]] == [2, 1]
     assert main(["show", "r", "--store", str(db)]) == 0
-    text = capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())  # a long line may be wrapped at the console's width
     assert "settings per session" in text
     assert (
         "2 trials): memory_limit 6GB, workers 2" in text and "1 trials): memory_limit 3GB, workers 1" in text

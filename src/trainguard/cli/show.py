@@ -593,7 +593,7 @@ def _print_sessions(store: Any, run_id: int) -> None:
     sessions = store.session_settings(run_id)
     if len({json.dumps(s.config, sort_keys=True, default=str) for s in sessions}) < 2:
         return
-    from trainguard._settings_change import setting_changes, setting_name, value_words
+    from trainguard._settings_change import setting_changes, setting_leaves, setting_name, value_words
     from trainguard.cli._display import console, when
     from trainguard.cli._display import markup_safe as escape
 
@@ -608,7 +608,7 @@ def _print_sessions(store: Any, run_id: int) -> None:
     out = console()
     out.print("settings per session (each trial ran with its session's; show --json has them all):")
     for s in sessions:
-        leaves = {n: v for n, _, v in setting_changes({}, s.config)}
+        leaves = setting_leaves(s.config)
         shown = ", ".join(f"{setting_name(n, flags=False)} {value_words(n, leaves.get(n))}" for n in differ)
         out.print(
             f"  session {s.session} ({when(s.started_at)}, {counts.get(s.session, 0)} trials): {escape(shown)}"
