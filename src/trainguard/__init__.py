@@ -124,7 +124,11 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext trainguard``: registers the ``%%trainguard`` cell magic (a cell in a guarded worker)."""
+    """``%load_ext trainguard``: registers the ``%%trainguard`` cell magic (a cell in a guarded worker).
+
+    Args:
+        ipython: the IPython shell that loads the extension.
+    """
     from trainguard.notebook import load_ipython_extension as load
 
     load(ipython)

@@ -102,12 +102,21 @@ class Comparison:
     elapsed_s: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The comparison as the JSON shape this module's docstring documents (``compare --json``).
+
+        Returns:
+            The configurations' measurements and the recommendation as plain JSON values.
+        """
         out = asdict(self)
         out["results"] = [asdict(r) for r in self.results]
         return out
 
     def table(self) -> str:
-        """A plain-text table, one row per configuration, then the recommendation."""
+        """A plain-text table, one row per configuration, then the recommendation.
+
+        Returns:
+            The table and the recommendation, as text.
+        """
         from trainguard.units import format_bytes
 
         rows = [

@@ -23,7 +23,11 @@ PROBE_ENV = "TRAINGUARD_PROBE"
 
 
 def probing() -> bool:
-    """True inside a trial that :func:`find_batch_size` runs as a probe: run a few steps only."""
+    """True inside a trial that :func:`find_batch_size` runs as a probe: run a few steps only.
+
+    Returns:
+        True in a probe's worker, False anywhere else.
+    """
     return os.environ.get(PROBE_ENV) == "1"
 
 
@@ -65,12 +69,21 @@ class FitResult:
     params: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data (``fit --json``).
+
+        Returns:
+            The size found, the limit and every probe with its size, status and peak.
+        """
         from dataclasses import asdict
 
         return asdict(self)
 
     def summary(self) -> str:
-        """A few lines: the size, then every probe with its peak."""
+        """A few lines: the size, then every probe with its peak.
+
+        Returns:
+            The summary as text.
+        """
         from trainguard.units import format_bytes
 
         budget = f"under {format_bytes(self.budget_bytes)}" if self.budget_bytes else "under the GPU limit"

@@ -79,6 +79,12 @@ def adapter(name: str) -> BaseAdapter:
 
     Raises:
         ConfigError: ``name`` is not a known framework.
+
+    Args:
+        name: the framework's name.
+
+    Returns:
+        The framework's adapter (nothing imported).
     """
     try:
         return _ADAPTERS[name]
@@ -94,6 +100,13 @@ def validate_names(names: Iterable[str], *, extra: tuple[str, ...] = ()) -> tupl
 
     Raises:
         ConfigError: a name is unknown, or ``names`` is a bare string.
+
+    Args:
+        names: framework names such as ``["torch", "tensorflow"]``.
+        extra: further names accepted beside the frameworks (e.g. ``"numpy"``).
+
+    Returns:
+        The names as a tuple.
     """
     if isinstance(names, str):
         raise ConfigError(
@@ -113,22 +126,38 @@ def validate_names(names: Iterable[str], *, extra: tuple[str, ...] = ()) -> tupl
 
 
 def loaded() -> list[str]:
-    """The frameworks already imported in this process, e.g. ``['tensorflow', 'keras']``."""
+    """The frameworks already imported in this process, e.g. ``['tensorflow', 'keras']``.
+
+    Returns:
+        The names of the imported frameworks.
+    """
     return [name for name, a in _ADAPTERS.items() if a.loaded()]
 
 
 def available() -> list[str]:
-    """The frameworks installed (read from package metadata, nothing imported)."""
+    """The frameworks installed (read from package metadata, nothing imported).
+
+    Returns:
+        The names of the installed frameworks.
+    """
     return [name for name, a in _ADAPTERS.items() if a.available()]
 
 
 def versions() -> dict[str, str | None]:
-    """``{framework: version or None}`` for every known framework, without importing any."""
+    """``{framework: version or None}`` for every known framework, without importing any.
+
+    Returns:
+        Each framework's installed version, or None where it is not installed.
+    """
     return {name: a.version() for name, a in _ADAPTERS.items()}
 
 
 def keras_backend() -> str | None:
-    """The Keras backend in use, or that Keras would pick if imported now; None without Keras."""
+    """The Keras backend in use, or that Keras would pick if imported now; None without Keras.
+
+    Returns:
+        ``"tensorflow"``, ``"torch"``, ``"jax"``, ... or None.
+    """
     return _ADAPTERS["keras"].backend()  # type: ignore[attr-defined]
 
 
@@ -139,6 +168,9 @@ def is_oom(exc: BaseException) -> str | None:
         "tensorflow" (ResourceExhaustedError), "torch" (torch.OutOfMemoryError or a
         "CUDA out of memory" RuntimeError), "jax" (RESOURCE_EXHAUSTED), "python" (MemoryError),
         or None. Never imports a framework.
+
+    Args:
+        exc: the exception to classify.
     """
     for name in ("tensorflow", "torch", "jax"):
         if _ADAPTERS[name].is_oom(exc):
@@ -248,6 +280,9 @@ def allocator_stats(
 
     Raises:
         ConfigError: an unknown framework name.
+
+    Returns:
+        One entry per framework and device that reports statistics.
     """
     names = loaded() if frameworks is None else validate_names(frameworks)
     out: list[AllocatorStats] = []
@@ -259,7 +294,11 @@ def allocator_stats(
 def gpu_allocated_bytes() -> int | None:
     """Bytes the already imported frameworks' allocators hold on GPUs in this process (CPU
     allocators left out, e.g. TensorFlow's ``CPU:0`` with ``TF_CPU_ALLOCATOR_USE_BFC``); None when
-    no allocator reports a GPU figure."""
+    no allocator reports a GPU figure.
+
+    Returns:
+        The bytes, or None.
+    """
     total = None
     for s in allocator_stats():
         if s.allocated_bytes is not None and "cpu" not in str(s.device).lower():

@@ -123,7 +123,11 @@ class LeakReport:
         """How the calls were read, in words that add up: ``'15 calls (5 warm-up), 16 readings: a
         baseline, then one after every call'``. The gaps come from the series itself (a check that
         reads call by call while memory rises reads more often than its planned
-        ``calls_per_measurement``)."""
+        ``calls_per_measurement``).
+
+        Returns:
+            One sentence; empty when there are no readings.
+        """
         calls = (
             f"{self.iterations} call{'s' if self.iterations != 1 else ''} ({self.warmup_iterations} warm-up)"
         )
@@ -142,7 +146,11 @@ class LeakReport:
         return f"{text}: a baseline, then {every}" if marks[0] == 0 else f"{text}, {every}"
 
     def counts_note(self) -> str:
-        """The census's note on counts, unless the reason or a hint already says it."""
+        """The census's note on counts, unless the reason or a hint already says it.
+
+        Returns:
+            The note, or an empty string.
+        """
         note = str((self.counts or {}).get("note") or "")
         if not note or note in self.reason or any(note in h for h in self.hints):
             return ""
@@ -150,7 +158,11 @@ class LeakReport:
 
     def bytes_note(self) -> str:
         """When the kinds that grow hold little of the memory growth: say where the rest is, rather
-        than let a count with no bytes read as the whole answer."""
+        than let a count with no bytes read as the whole answer.
+
+        Returns:
+            One sentence, or an empty string when the growing kinds account for the growth.
+        """
         slope = self.slope_bytes_per_iter
         if self.verdict is not Verdict.LEAK or not slope or slope <= 0:
             return ""
@@ -168,7 +180,11 @@ class LeakReport:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the ``--json`` output)."""
+        """A JSON-ready dict (the ``--json`` output).
+
+        Returns:
+            The verdict, the series, the slope with its interval, what grows and the check's settings.
+        """
         data = asdict(self)
         data["verdict"] = self.verdict.value
         data["growth_by_kind"] = [asdict(g) | {"text": g.describe()} for g in self.growth_by_kind]
@@ -178,10 +194,26 @@ class LeakReport:
         return data
 
     def to_json(self, **kwargs: Any) -> str:
+        """The report as JSON text (the ``--json`` output).
+
+        Args:
+            **kwargs: passed to :func:`json.dumps` (``indent=2``, ...).
+
+        Returns:
+            The JSON text of :meth:`to_dict`.
+        """
         return json.dumps(self.to_dict(), **kwargs)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LeakReport:
+        """Rebuild a report from :meth:`to_dict`'s output (a stored or ``--json`` report).
+
+        Args:
+            data: the dict, as :meth:`to_dict` made it.
+
+        Returns:
+            The report.
+        """
         d = dict(data)
         d["verdict"] = Verdict(d["verdict"])
         d["growth_by_kind"] = tuple(
@@ -199,7 +231,11 @@ class LeakReport:
         return cls(**{k: v for k, v in d.items() if k in fields})
 
     def summary(self) -> str:
-        """A few lines a person reads: verdict, rate, what grows, hints."""
+        """A few lines a person reads: verdict, rate, what grows, hints.
+
+        Returns:
+            The summary, one finding a line.
+        """
 
         def b(v: float | None) -> str:
             return format_bytes(v, signed=True) if v is not None else "-"
@@ -243,13 +279,28 @@ class LeakReport:
 
     def to_html(self, path: str, *, title: str | None = None) -> str:
         """Write a self-contained HTML report (series, warm-up cut, slope with its 95 % band, verdict,
-        what grows) that opens offline; see :mod:`trainguard.report`. Returns the path."""
+        what grows) that opens offline; see :mod:`trainguard.report`. Returns the path.
+
+        Args:
+            path: the file to write (a regular file is replaced atomically).
+            title: the page's title; by default the step's name and the verdict.
+
+        Returns:
+            The path written.
+        """
         from trainguard.report import render_leak_html, write_html
 
         return str(write_html(path, render_leak_html(self, title=title), flag="path="))
 
     def plot(self, path: str) -> str:
-        """Write a picture of the series (PNG or SVG by extension); see :mod:`trainguard.leaks.plot`."""
+        """Write a picture of the series (PNG or SVG by extension); see :mod:`trainguard.leaks.plot`.
+
+        Args:
+            path: the file to write; ``.png`` or ``.svg``.
+
+        Returns:
+            The path written.
+        """
         from trainguard.leaks.plot import plot_report
 
         return plot_report(self, path)

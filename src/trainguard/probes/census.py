@@ -128,7 +128,11 @@ class Census:
         return sum(e.nbytes for e in self.entries)
 
     def by_kind(self) -> dict[str, tuple[int, int]]:
-        """``{"tensorflow.Operation": (count, nbytes), ...}`` summed over dtypes, shapes and devices."""
+        """``{"tensorflow.Operation": (count, nbytes), ...}`` summed over dtypes, shapes and devices.
+
+        Returns:
+            ``(count, nbytes)`` per kind.
+        """
         out: dict[str, tuple[int, int]] = {}
         for e in self.entries:
             name = f"{e.framework}.{e.kind}"
@@ -138,7 +142,14 @@ class Census:
 
     def diff(self, before: Census) -> tuple[CensusEntry, ...]:
         """Entries that grew since ``before``; their ``count``/``nbytes`` are the growth (>= 0),
-        sorted by grown bytes then grown count, largest first."""
+        sorted by grown bytes then grown count, largest first.
+
+        Args:
+            before: an earlier census of the same process.
+
+        Returns:
+            The grown entries, largest first.
+        """
         old = {e.key: e for e in before.entries}
         grown: list[CensusEntry] = []
         for e in self.entries:
@@ -153,17 +164,37 @@ class Census:
         return tuple(grown)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (for the worker pipe and the store)."""
+        """A JSON-ready form (for the worker pipe and the store).
+
+        Returns:
+            The entries and the census's notes as plain JSON values.
+        """
         return {"elapsed_s": self.elapsed_s, "entries": [e.to_dict() for e in self.entries]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Census:
+        """Rebuild a census from :meth:`to_dict`'s output.
+
+        Args:
+            data: the dict, as :meth:`to_dict` made it.
+
+        Returns:
+            The census.
+        """
         return cls(
             entries=tuple(CensusEntry.from_dict(d) for d in data.get("entries", ())),
             elapsed_s=float(data.get("elapsed_s", 0.0)),
         )
 
     def to_text(self, limit: int = 20) -> str:
+        """The census as text, the largest groups first.
+
+        Args:
+            limit: the most groups listed.
+
+        Returns:
+            One group a line: framework, kind, dtype, shape, device, count and bytes.
+        """
         return format_entries(self.entries, limit=limit)
 
 

@@ -50,6 +50,13 @@ def tree_memory(pid: int | None = None, *, detail: bool = False) -> TreeMemory:
 
     Raises:
         psutil.NoSuchProcess: the root process itself does not exist.
+
+    Args:
+        pid: the root process; None for this process.
+        detail: also read USS and PSS (slower: each process's memory map is read).
+
+    Returns:
+        The tree's summed RSS, its pids and, with ``detail``, USS and PSS (None where unreadable).
     """
     root = pid or os.getpid()
     root_rss = statm_rss_bytes(root)

@@ -282,7 +282,11 @@ class Policy:
         put("pressure_horizon", horizon)
 
     def to_dict(self) -> dict[str, Any]:
-        """The policy as JSON-ready data (for the store)."""
+        """The policy as JSON-ready data (for the store).
+
+        Returns:
+            Every field, sizes in bytes and durations in seconds.
+        """
         out = {name: getattr(self, name) for name in _FIELDS}
         out["retry_on"] = list(self.retry_on)
         out["on_oom"] = self.on_oom.to_dict() if self.on_oom is not None else None
