@@ -7,9 +7,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
+from _waits import wait_for
 from trainguard.cli import main
 from trainguard.store import Store
 
@@ -35,14 +35,14 @@ def test_runs_and_show_say_when_no_supervisor_holds_a_running_run(tmp_path, caps
     )
     proc = subprocess.Popen([sys.executable, str(script)])
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            time.sleep(0.3)
-            if db.exists():
-                with Store(db, readonly=True) as store:
-                    info = store.get_run("long")
-                    if info is not None and store.attempts(info.run_id):
-                        break
+
+        def trial_started() -> bool:
+            with Store(db, readonly=True) as store:
+                info = store.get_run("long")
+                return info is not None and bool(store.attempts(info.run_id))
+
+        # the store not made yet is "not yet"
+        wait_for(trial_started, 120, "the trial to start", ignore=(Exception,))
         assert _runs(db, capsys)["long"]["note"] is None  # its supervisor holds it: no note
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -10,11 +10,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
+from _waits import wait_for
 from trainguard.cli import main
 from trainguard.exceptions import CheckpointError
 from trainguard.runner import Policy, Runner, TrialContext
@@ -92,16 +92,12 @@ def test_killed_supervisor_resumes_from_the_last_checkpoint(tmp_path):
         )
     )
     proc = subprocess.Popen([sys.executable, str(script)])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        if db.exists():
-            try:
-                stages, _ = _stages(db, "k")
-            except Exception:  # noqa: BLE001 - not written yet
-                continue
-            if any(s.event == "checkpoint" and s.stage >= 2 for s in stages):
-                break
+    wait_for(
+        lambda: any(s.event == "checkpoint" and s.stage >= 2 for s in _stages(db, "k")[0]),
+        120,
+        "stage 2's checkpoint",
+        ignore=(Exception,),  # the store or the run not written yet
+    )
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     committed = max(s.stage for s in _stages(db, "k")[0] if s.event == "checkpoint")
@@ -146,15 +142,13 @@ def test_a_checkpoint_file_deleted_between_sessions_falls_back_to_starting_over(
         )
     )
     proc = subprocess.Popen([sys.executable, str(script)])
-    deadline = time.monotonic() + 60
-    weights = None
-    while time.monotonic() < deadline and weights is None:
-        time.sleep(0.2)
-        found = list((tmp_path / "s.db.checkpoints").glob("run-*/trial-0/stage-*/weights.bin"))
-        weights = found[0] if found else None
+    wait_for(
+        lambda: list((tmp_path / "s.db.checkpoints").glob("run-*/trial-0/stage-*/weights.bin")),
+        120,
+        "a stage's weights.bin",
+    )
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert weights is not None
     for path in (tmp_path / "s.db.checkpoints").glob("run-*/trial-0/stage-*/weights.bin"):
         path.unlink()  # the user's checkpoint file is gone
     with Runner(store=db) as runner:

@@ -12,9 +12,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
+from _waits import wait_for
 from trainguard import Runner
 from trainguard._tempdirs import make_dir
 
@@ -44,9 +44,7 @@ def test_a_killed_supervisors_folders_are_swept_at_the_next_start(tmp_path):
     )
     proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_owned(proc.pid)) < 3:
-            time.sleep(0.1)
+        wait_for(lambda: len(_owned(proc.pid)) >= 3, 120, "the run's three temporary folders")
         left = _owned(proc.pid)
         kinds = sorted(os.path.basename(p).split("-")[1] for p in left)
         assert kinds == ["checkpoints", "run", "share"], left

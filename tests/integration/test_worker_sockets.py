@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from _waits import wait_for
 from trainguard.runner import Policy, Runner
 from trainguard.runner.backends.local import LocalBackend
 
@@ -56,7 +57,6 @@ def test_a_socket_channel_worker_ends_when_its_supervisor_is_killed_mid_trial(tm
     import os
     import signal
     import subprocess
-    import time
 
     import psutil
 
@@ -68,10 +68,12 @@ def test_a_socket_channel_worker_ends_when_its_supervisor_is_killed_mid_trial(tm
         f"    r.map({TRIALS + ':pid_then_sleep'!r}, [{{'pid_file': {str(pid_file)!r}}}])\n"
     )
     supervisor = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
-    deadline = time.monotonic() + 30
-    while not pid_file.exists() or not pid_file.read_text():
-        assert time.monotonic() < deadline and supervisor.poll() is None, "the trial never started"
-        time.sleep(0.05)
+    wait_for(
+        lambda: (pid_file.exists() and pid_file.read_text()) or supervisor.poll() is not None,
+        120,
+        "the trial to write its pid",
+    )
+    assert supervisor.poll() is None, "the supervisor ended before its trial started"
     worker = psutil.Process(int(pid_file.read_text()))
     supervisor.send_signal(signal.SIGKILL)
     supervisor.wait(10)
