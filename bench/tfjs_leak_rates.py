@@ -129,7 +129,11 @@ def _summarize(rows: list[dict]) -> dict:
             f"| {case} | {expected} | {tree} | {vtext} | {wrong} | {statistics.median(calls) if calls else '-'} | "
             f"{statistics.median(r['wall_s'] for r in rs):.0f} | {statistics.median(r['load1'] for r in rs):.1f} |"
         )
-    return {"table": table, "false": {k: tuple(v) for k, v in false.items()}, "missed": {k: tuple(v) for k, v in missed.items()}}
+    return {
+        "table": table,
+        "false": {k: tuple(v) for k, v in false.items()},
+        "missed": {k: tuple(v) for k, v in missed.items()},
+    }
 
 
 if __name__ == "__main__":

@@ -64,5 +64,7 @@ def test_a_slow_step_goes_on_to_a_verdict_and_cli_and_api_agree() -> None:
     assert by_cli["verdict"] == by_api["verdict"]
     assert cli.returncode == 0
     said = "is spent after"
-    assert any(said in line and "at most 100 calls" in line for line in cli.stderr.splitlines()), cli.stderr[-2000:]
+    assert any(said in line and "at most 100 calls" in line for line in cli.stderr.splitlines()), cli.stderr[
+        -2000:
+    ]
     assert any(said in n for n in notes)

@@ -37,7 +37,9 @@ def test_the_plan_and_the_leak_gate_count_min_calls_as_budget():
     gate = _plan.leak_gate(config, iterations=8, elapsed_s=120.0, step_time_s=15.0)
     assert gate == int(_plan.LEAK_GATE_BUDGET_SHARE * 100)
     alone = make_config(max_time="2m", min_calls=None)
-    assert _plan.leak_gate(alone, iterations=8, elapsed_s=120.0, step_time_s=15.0) == _plan.BASE_MIN_ITERATIONS
+    assert (
+        _plan.leak_gate(alone, iterations=8, elapsed_s=120.0, step_time_s=15.0) == _plan.BASE_MIN_ITERATIONS
+    )
 
 
 def test_the_note_says_how_far_the_loop_goes():
@@ -76,7 +78,13 @@ def test_rss_growth_outside_live_memory_is_held_with_the_node_words():
     memory = _plan.decide_series(series, "bytes", 0.01, 2048.0, True, True)
     assert memory.verdict is Verdict.LEAK
     held = _plan.retention_hold(
-        series, memory, alpha=0.01, tolerance=2048.0, final=True, gates=(True, True, False), words=NODE_LIVE_WORDS
+        series,
+        memory,
+        alpha=0.01,
+        tolerance=2048.0,
+        final=True,
+        gates=(True, True, False),
+        words=NODE_LIVE_WORDS,
     )
     assert held.verdict is Verdict.NO_LEAK
     assert "RSS less the free pages of V8's heap" in held.reason and "malloc" not in held.reason
@@ -84,7 +92,13 @@ def test_rss_growth_outside_live_memory_is_held_with_the_node_words():
     leaking = _node_series(60, rss_per_call=40e3, live_per_call=40e3)
     memory = _plan.decide_series(leaking, "bytes", 0.01, 2048.0, True, True)
     held = _plan.retention_hold(
-        leaking, memory, alpha=0.01, tolerance=2048.0, final=True, gates=(True, True, False), words=NODE_LIVE_WORDS
+        leaking,
+        memory,
+        alpha=0.01,
+        tolerance=2048.0,
+        final=True,
+        gates=(True, True, False),
+        words=NODE_LIVE_WORDS,
     )
     assert held.verdict is Verdict.LEAK
 

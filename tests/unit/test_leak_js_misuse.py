@@ -33,7 +33,12 @@ def test_the_failed_reason_names_the_error_the_site_and_the_fix():
 
 
 def test_a_caught_and_logged_error_is_named_where_it_was_logged():
-    logged = {"kind": "logged-error", "site": "train.js:30:13", "count": 12, "error": {"type": "RangeError", "message": "bad shape"}}
+    logged = {
+        "kind": "logged-error",
+        "site": "train.js:30:13",
+        "count": 12,
+        "error": {"type": "RangeError", "message": "bad shape"},
+    }
     reason = _js_misuse.failed_reason(_js_misuse.Misuse((logged,), 12), 12)
     assert "(RangeError: bad shape)" in reason and "logs it (at train.js:30:13)" in reason
     assert _js_misuse.hints(_js_misuse.Misuse((logged,), 12)) == ()

@@ -47,7 +47,9 @@ def every_call_failed(misuse: Misuse, iterations: int) -> bool:
 
 def _first_failure(misuse: Misuse) -> dict[str, Any] | None:
     for r in misuse.records:
-        if (r.get("kind") == ASYNC_TIDY and r.get("rejected")) or (r.get("kind") != ASYNC_TIDY and r.get("count")):
+        if (r.get("kind") == ASYNC_TIDY and r.get("rejected")) or (
+            r.get("kind") != ASYNC_TIDY and r.get("count")
+        ):
             return r
     return None
 
@@ -57,7 +59,9 @@ def failed_reason(misuse: Misuse, iterations: int) -> str:
     first = _first_failure(misuse)
     error = (first or {}).get("error") or {}
     what = f"{error.get('type', 'an error')}: {error.get('message', '')}".rstrip(": ")
-    head = f"every one of the {iterations} calls failed ({what}), so there is no working step to check for leaks"
+    head = (
+        f"every one of the {iterations} calls failed ({what}), so there is no working step to check for leaks"
+    )
     if first is not None and first.get("kind") == ASYNC_TIDY:
         return f"{head}: {first.get('text', '')}"
     if first is not None:

@@ -176,7 +176,9 @@ class LoopBase:
             return
         self.past_max_time_at = self.iterations
         if self.progress is not None:
-            note = _plan.past_max_time_note(self.config, iterations=self.iterations, step_time_s=self.step_time())
+            note = _plan.past_max_time_note(
+                self.config, iterations=self.iterations, step_time_s=self.step_time()
+            )
             event = _plan.progress_event(self.series, iterations=self.iterations, elapsed_s=elapsed, k=1)
             self.progress({**event, "note": note})
 

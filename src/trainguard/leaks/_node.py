@@ -320,7 +320,9 @@ class _NodeLoop(LoopBase):
         )
         if self.config.tolerance_bytes_per_iter is None:
             floor = min(NODE_TOLERANCE_FLOOR_BYTES, 64 * 1024 * 1024 * self.step_time() / 60.0)
-            plan = dataclasses.replace(plan, tolerance_bytes_per_iter=max(plan.tolerance_bytes_per_iter, floor))
+            plan = dataclasses.replace(
+                plan, tolerance_bytes_per_iter=max(plan.tolerance_bytes_per_iter, floor)
+            )
         if any(r.get(TENSOR_KEY) is not None for r in self.series):
             # TF.js's own count of tensor bytes is decided on as a second series, as GPU
             # allocator bytes are for Python: the false-positive budget is split between them
@@ -454,7 +456,6 @@ class _NodeLoop(LoopBase):
                 else {"source": TENSOR_KEY, **analysis_dict(tensor_decision)},
             },
         )
-
 
     def misuse_verdict(self, verdict: Verdict, reason: str) -> tuple[Verdict, str]:
         """A step whose every call failed is reported as such, never as a leak verdict; any other
