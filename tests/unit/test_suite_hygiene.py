@@ -26,6 +26,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 _CLOCKS = {"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns", "perf_counter_ns"}
 _TIMED_WORDS = ("elapsed", "duration", "wall", "took")
+_SETTINGS = ("timeout", "interval", "max_time", "budget", "limit", "grace", "every", "period")
 _EXIT_WORDS = ("returncode", "exitcode", "exit_code", "exit_status", "rc", "code")
 _UPPER = (ast.Lt, ast.LtE)
 _LOWER = (ast.Gt, ast.GtE)
@@ -125,9 +126,16 @@ def _leaf_name(node: ast.AST) -> str | None:
 
 
 def _is_timed_field(node: ast.AST) -> bool:
+    """A recorded time: named for one (``elapsed_s``, ``duration_s``, ``wall``, ``took``), or any
+    field in seconds (``heaps_cost_per_reading_s``: units are in the names here), less the settings
+    (``timeout_s``, ``interval_s``, ``max_time_s``...) and the instants (``*_at``, ``t_s``)."""
+    if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        return False
     name = (_leaf_name(node) or "").lower()
-    return any(word in name.split("_") or name.startswith(word) for word in _TIMED_WORDS) and not (
-        name.startswith("timeout") or name.endswith("_at")
+    if name.endswith("_at") or name.startswith(_SETTINGS) or name == "t_s" or name.endswith("_t_s"):
+        return False  # a setting, or an instant (``t_s``: seconds relative to an event), not a duration
+    return name.endswith("_s") or any(
+        word in name.split("_") or name.startswith(word) for word in _TIMED_WORDS
     )
 
 
@@ -144,6 +152,16 @@ def _is_constant_bound(node: ast.AST) -> bool:
         ):
             return False
     return True
+
+
+def _has_margin(node: ast.AST) -> bool:
+    """``node`` adds or takes a non-zero number of seconds (``total - 0.6``)."""
+    return any(
+        isinstance(sub, ast.BinOp)
+        and isinstance(sub.op, (ast.Add, ast.Sub))
+        and any(isinstance(side, ast.Constant) and side.value for side in (sub.left, sub.right))
+        for sub in ast.walk(node)
+    )
 
 
 def _upper_bounds(compare: ast.Compare):
@@ -169,7 +187,12 @@ def _timing_findings(tree: ast.Module, source: list[str], path: str) -> list[Fin
             for compare in (n for n in ast.walk(node.test) if isinstance(n, ast.Compare)):
                 for timed, bound in _upper_bounds(compare):
                     measured = scope.is_elapsed(timed) or _is_timed_field(timed)
-                    if measured and _is_constant_bound(bound) and not scope.is_elapsed(bound):
+                    if not measured:
+                        continue
+                    fixed_bound = _is_constant_bound(bound) and not scope.is_elapsed(bound)
+                    # two measured times a fixed margin apart ("shown a second before it ended")
+                    margin = scope.is_elapsed(bound) and _has_margin(bound)
+                    if fixed_bound or margin:
                         found.append(_finding(node, source, path, "timing", "an upper bound on a wall time"))
                         break
                 else:
@@ -312,6 +335,10 @@ PENDING: dict[str, int] = {
     "tests/frameworks/test_leakcheck_seed_cleanup.py": 3,
     # the refusal of a bad tracking URI under 60 s (it took 250 s before its fix)
     "tests/integration/test_mlflow_bad_uris.py": 1,
+    # glibc's heaps read in under 4 ms a reading (it failed a fresh clone's run under load)
+    "tests/integration/test_leakcheck_cli.py": 1,
+    # a cell's first line shown a second before the cell ended, on the kernel's clock
+    "tests/notebook/test_magic_kernel.py": 1,
 }
 
 
@@ -347,8 +374,11 @@ def test_an_elapsed_difference_under_a_bound_is_caught(tmp_path: Path) -> None:
         "    assert 0.1 < round(elapsed, 2) < 3.0\n"
         "    took = time.time() - t0\n"
         "    assert took < timeout_s + 3\n"
+        "    ended = time.monotonic()\n"
+        "    assert first - start < (ended - start) - 1.0\n"
+        "    assert first - start <= ended - start\n"
     )
-    assert _scan_text(tmp_path, code) == ["timing"] * 4
+    assert _scan_text(tmp_path, code) == ["timing"] * 5
 
 
 def test_a_recorded_duration_under_a_bound_is_caught(tmp_path: Path) -> None:
@@ -359,8 +389,10 @@ def test_a_recorded_duration_under_a_bound_is_caught(tmp_path: Path) -> None:
         "    assert data['elapsed_s'] < 125\n"
         "    assert 1.0 <= r.error['elapsed_s'] < 3.0\n"
         "    assert wall < 10, wall\n"
+        "    assert alloc['heaps_cost_per_reading_s'] < 0.004\n"
+        "    assert samples[0]['t_s'] < -2 and policy.interval_s <= 0.1\n"
     )
-    assert _scan_text(tmp_path, code) == ["timing"] * 5
+    assert _scan_text(tmp_path, code) == ["timing"] * 6
 
 
 def test_lower_bounds_deadlines_and_timeouts_are_allowed(tmp_path: Path) -> None:
