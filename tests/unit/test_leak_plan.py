@@ -62,8 +62,11 @@ def run_looks(ys: np.ndarray, config, *, step_time_s: float, k: int = 1) -> tupl
 def test_leak_gate_is_120_calls_when_the_budget_allows_and_lower_for_slow_steps() -> None:
     config = make_config(max_time="2m")
     assert _plan.leak_gate(config, iterations=5, elapsed_s=0.05, step_time_s=0.01) == 120
-    # 2 s a call: 60 % of 120 s is 36 calls
-    assert _plan.leak_gate(config, iterations=5, elapsed_s=10.0, step_time_s=2.0) == 36
+    # 2 s a call: 60 % of the budget, which is at least min_calls (100) calls: 60 calls
+    assert _plan.leak_gate(config, iterations=5, elapsed_s=10.0, step_time_s=2.0) == 60
+    # max_time alone (min_calls=None): 60 % of 120 s is 36 calls
+    alone = make_config(max_time="2m", min_calls=None)
+    assert _plan.leak_gate(alone, iterations=5, elapsed_s=10.0, step_time_s=2.0) == 36
     assert (
         _plan.leak_gate(
             make_config(max_iterations=50, max_time=None), iterations=5, elapsed_s=0, step_time_s=1
