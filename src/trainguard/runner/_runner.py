@@ -68,6 +68,12 @@ def find_allocator(name: str) -> str:
 
     Raises:
         ConfigError: unknown allocator name, or it is not installed (names the package to install).
+
+    Args:
+        name: ``"jemalloc"``, ``"tcmalloc"`` or the path of a shared library.
+
+    Returns:
+        The library's path.
     """
     if name.endswith(".so") or ".so." in name or os.sep in name:
         if not Path(name).is_file():
@@ -149,6 +155,17 @@ def _warn_budget_above_memory(budget: int) -> None:
 
 
 def _check_params(params_list: Any) -> list[dict[str, Any]]:
+    """The trials' params checked before any work: a list of dicts whose values the store can hold.
+
+    Args:
+        params_list: the params, one dict per trial.
+
+    Returns:
+        The params as a list of dicts.
+
+    Raises:
+        ConfigError: not a list of dicts, or a value that is not JSON (named with its trial).
+    """
     if isinstance(params_list, (str, bytes, Mapping)) or not isinstance(params_list, Iterable):
         raise ConfigError(
             f"params must be a list of dicts (one per trial), not a {type(params_list).__name__}; "
@@ -457,6 +474,10 @@ class Runner:
             ``pip install -e '.[ray]'``), ``"slurm"`` (in pilot jobs on a Slurm cluster, each a
             node-local supervisor of its workers; needs ``pip install -e '.[slurm]'``), or an object
             implementing ``trainguard.runner.backends.base.BaseBackend``.
+        memory_budget: the memory of the whole run: the sum of every worker's process tree
+            (``"8GB"``). With ``workers="auto"`` it sizes the pool from a fresh worker's measured
+            peak; each trial is admitted only when its predicted peak fits beside the others, and
+            when the sampled sum crosses it one worker is killed. None (default): no budget.
         gpu_memory_budget: the GPU memory of the whole run, per GPU (NVML's indices): one size for
             each GPU (``"70GB"``; of ``gpus=`` when given) or ``{0: "70GB", 1: "40GB"}``. Each GPU gets
             as many worker slots as its budget holds of a fresh worker's measured GPU peak (one
@@ -643,6 +664,9 @@ class Runner:
                 without the shrink key or with a non-integer one), or fn fails to load in a worker.
             TrialError: a trial failed and the policy says ``on_error="stop"``.
             WorkerCrashedError: a worker died before it was ready.
+
+        Returns:
+            An iterator of the results, each as its trial finishes.
         """
         spec = prepare(fn)
         require_utf8(spec.ref, "function", "rename the file or folder to UTF-8 (the store keeps its path)")
@@ -707,6 +731,10 @@ class Runner:
 
         Raises:
             ConfigError: a bad fn or params.
+
+        Args:
+            fn: the trial function, as :meth:`map` takes it.
+            params: the trial's params.
         """
         spec = prepare(fn)
         checked = _check_params([params])[0]
@@ -732,6 +760,15 @@ class Runner:
 
         Raises:
             TrialError: with ``on_error="stop"``; its ``results`` attribute holds what finished.
+
+        Args:
+            fn: the trial function, as :meth:`imap` takes it.
+            params_list: one dict of params per trial.
+            name: the run's name in the store (running a name again resumes it).
+            data: data every trial reads, prepared once (:func:`~trainguard.share`).
+
+        Returns:
+            One :class:`TrialResult` per params, in input order.
         """
         results: list[TrialResult] = []
         try:
@@ -743,7 +780,12 @@ class Runner:
         return sorted(results, key=lambda r: r.index)
 
     def progress(self) -> RunProgress | None:
-        """A snapshot of the running ``map``/``imap`` (None when nothing runs); safe from any thread."""
+        """A snapshot of the running ``map``/``imap`` (None when nothing runs); safe from any thread.
+
+        Returns:
+            The run's name, its trial counts (total, done, failed, running), elapsed time, ETA and
+            each worker's state; None when nothing runs.
+        """
         session = self._session
         return session.progress() if session is not None else None
 

@@ -213,6 +213,14 @@ class SharedData:
     """
 
     def __init__(self, path: str, names: tuple[str, ...], single: bool, *, owner: bool = False) -> None:
+        """A handle on a folder of shared arrays; made by :func:`~trainguard.share`, not directly.
+
+        Args:
+            path: the folder holding one ``.npy`` file per array.
+            names: the arrays' names.
+            single: the handle was made from one array (``data.array``) rather than a dict.
+            owner: this process made the folder and removes it on :meth:`close`.
+        """
         self.path = path
         self.names = names
         self.single = single
@@ -260,7 +268,11 @@ class SharedData:
             ) from None
 
     def attach(self) -> dict[str, Any]:
-        """Open every array's read-only memory map in this process (once); return them by name."""
+        """Open every array's read-only memory map in this process (once); return them by name.
+
+        Returns:
+            The read-only ``np.memmap`` of each array, by name.
+        """
         if len(self._arrays) < len(self.names):
             start = time.perf_counter()
             for name in self.names:
@@ -281,6 +293,11 @@ class SharedData:
         return len(self.names)
 
     def keys(self) -> tuple[str, ...]:
+        """The arrays' names.
+
+        Returns:
+            The names, in the order they were shared.
+        """
         return self.names
 
     @property
@@ -301,6 +318,12 @@ class SharedData:
         pages with every worker, and a write in place copies only the pages it touches into this
         process (private, counted to it) instead of crashing on a read-only page or changing the
         data under the other workers. So torch's "non-writable array" warning does not apply.
+
+        Args:
+            name: the array; may be left out for a handle of one array.
+
+        Returns:
+            A ``torch.Tensor`` over the copy-on-write map.
         """
         import torch
 
@@ -318,7 +341,20 @@ class SharedData:
     ) -> Any:
         """A ``tf.data.Dataset`` of the named arrays' rows (tuples when several), read from the
         memory maps one batch at a time: only the current batch is copied, never the whole array
-        (``from_tensor_slices`` would copy it into the graph, and fails past 2 GB)."""
+        (``from_tensor_slices`` would copy it into the graph, and fails past 2 GB).
+
+        Args:
+            *names: the arrays to read, row by row in step; none names the array of a one-array handle.
+            batch_size: rows per element; None gives batches of one row.
+            shuffle: read the rows in a shuffled order (a new order each pass).
+            seed: the shuffle's seed.
+
+        Returns:
+            A ``tf.data.Dataset``.
+
+        Raises:
+            ConfigError: arrays of different lengths, or a batch size that is not a whole number >= 1.
+        """
         import numpy as np
         import tensorflow as tf
 

@@ -134,7 +134,11 @@ class Device:
     # -- what the settings need ------------------------------------------------------------------
 
     def frameworks(self) -> dict[str, list[str]]:
-        """Which package each set field needs: ``{"tensorflow": ["tf_memory_growth"], ...}``."""
+        """Which package each set field needs: ``{"tensorflow": ["tf_memory_growth"], ...}``.
+
+        Returns:
+            The set fields, by the package each needs.
+        """
         need: dict[str, list[str]] = {}
         for name, package in (
             ("tf_memory_growth", "tensorflow"),
@@ -156,6 +160,9 @@ class Device:
 
         Raises:
             ConfigError: as above.
+
+        Args:
+            gpu_count: how many GPUs there are; None asks NVML.
         """
         for package, fields in self.frameworks().items():
             if importlib.util.find_spec(package) is None:
@@ -184,7 +191,11 @@ class Device:
                 )
 
     def env(self) -> dict[str, str]:
-        """The environment variables these settings put in every worker's environment."""
+        """The environment variables these settings put in every worker's environment.
+
+        Returns:
+            The variables, by name.
+        """
         out: dict[str, str] = {}
         if self.visible_devices is not None:
             out["CUDA_VISIBLE_DEVICES"] = str(self.visible_devices)
@@ -199,7 +210,11 @@ class Device:
         return out
 
     def worker_settings(self) -> dict[str, Any]:
-        """What the worker applies through framework APIs at bootstrap (JSON)."""
+        """What the worker applies through framework APIs at bootstrap (JSON).
+
+        Returns:
+            The settings, as plain JSON values.
+        """
         out: dict[str, Any] = {}
         for name in (
             "tf_memory_growth",
@@ -214,6 +229,11 @@ class Device:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings that are set, as JSON-ready data (stored with each worker's config).
+
+        Returns:
+            The set fields by name.
+        """
         return {name: getattr(self, name) for name in Device.__dataclass_fields__}
 
 

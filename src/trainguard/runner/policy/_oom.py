@@ -86,6 +86,12 @@ class Shrink:
 
         Raises:
             ConfigError: not that form, an unknown option, or a bad value.
+
+        Args:
+            text: the ``--on-oom`` value.
+
+        Returns:
+            The rule.
         """
         example = "shrink:batch_size,factor=0.5,minimum=1,accumulate=grad_accum"
         head, sep, rest = str(text).partition(":")
@@ -122,6 +128,10 @@ class Shrink:
         Raises:
             ConfigError: the key is missing or not a whole number, ``minimum`` is above the
                 starting size, or the accumulation parameter is not a whole number >= 1.
+
+        Args:
+            params: one trial's params.
+            where: how the message names the params (``"params"``, ``"trial 3's params"``).
         """
         if self.key not in params:
             keys = ", ".join(sorted(params)) or "none"
@@ -149,6 +159,11 @@ class Shrink:
                 )
 
     def to_dict(self) -> dict[str, Any]:
+        """The rule as JSON-ready data (stored with the run's policy).
+
+        Returns:
+            Every field by name.
+        """
         return {name: getattr(self, name) for name in Shrink.__dataclass_fields__}
 
 

@@ -45,11 +45,23 @@ class TrialResult(TrialOutcome):
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data (``trainguard run --json``).
+
+        Returns:
+            Every field as plain JSON values.
+        """
         return asdict(self)
 
     @classmethod
     def from_record(cls, rec: TrialRecord) -> TrialResult:
-        """A finished trial an earlier session stored (``reused``: it is not run again)."""
+        """A finished trial an earlier session stored (``reused``: it is not run again).
+
+        Args:
+            rec: the stored trial.
+
+        Returns:
+            The result, marked ``reused``.
+        """
         outcome = {f.name: getattr(rec, f.name) for f in fields(TrialOutcome)}
         return cls(**outcome, reused=True, seed=rec.seed)
 
@@ -100,7 +112,15 @@ def stats_message(index: int, stats: dict[str, Any]) -> str:
 
 
 def default_run_name(fn_ref: str, params: list[dict[str, Any]]) -> str:
-    """``"<function>-<hash of fn ref and params>"``: the same call gets the same name, so it resumes."""
+    """``"<function>-<hash of fn ref and params>"``: the same call gets the same name, so it resumes.
+
+    Args:
+        fn_ref: the function's reference (``"module:function"``).
+        params: the trials' params.
+
+    Returns:
+        The run's name.
+    """
     digest = hashlib.sha1(
         f"{fn_ref}\n{_canonical_json(params)}".encode("utf-8", "surrogatepass")
     ).hexdigest()[:10]

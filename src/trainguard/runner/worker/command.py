@@ -105,7 +105,11 @@ class Command:
         self.check()
 
     def check(self) -> None:
-        """The program exists, and so does the script it is given (before any work starts)."""
+        """The program exists, and so does the script it is given (before any work starts).
+
+        Raises:
+            ConfigError: the program or its script does not exist, or is not found on PATH.
+        """
         self._check_program()
         script = self.argv[1] if len(self.argv) > 1 else ""
         if script.lower().endswith(_SCRIPT_SUFFIXES) and not script.startswith("-"):
@@ -139,10 +143,19 @@ class Command:
         return "cmd:" + shlex.join(self.argv)
 
     def payload(self) -> str:
+        """The command as the worker receives it.
+
+        Returns:
+            JSON text of the argument list and options.
+        """
         return json.dumps({"argv": list(self.argv), "cwd": self.cwd, "env": dict(self.env)})
 
     def version(self) -> str | None:
-        """A hash of the script the command runs (its first argument that is a file), if any."""
+        """A hash of the script the command runs (its first argument that is a file), if any.
+
+        Returns:
+            The hash, or None when no argument is a file.
+        """
         import hashlib
 
         for arg in self.argv[1:]:

@@ -74,7 +74,11 @@ def install_pressure_handler() -> bool:
 
 def current_context() -> TrialContext | None:
     """The context of the staged trial running in this worker, or None (outside a Runner's worker,
-    or a trial function of one argument)."""
+    or a trial function of one argument).
+
+    Returns:
+        The running trial's context, or None.
+    """
     return _CURRENT[0]
 
 
@@ -169,6 +173,20 @@ class TrialContext:
         checkpoint_levels: int = 1,
         run_uuid: str | None = None,
     ) -> None:
+        """The context of one trial attempt; made by the worker, not directly.
+
+        Args:
+            index: the trial's index in the run.
+            attempt: the attempt number.
+            seed: the trial's seed, or None.
+            data: the run's shared data, or None.
+            checkpoint_root: the trial's checkpoint folder, or None when the run has no store.
+            restart_reason: why the trial started over from scratch, or None.
+            boundary: the worker's call at each committed checkpoint (the policy may end the worker there).
+            checkpoint_levels: how many folder levels of ``checkpoint_root`` trainguard made (each is
+                checked to be private).
+            run_uuid: the run's id, which the checkpoints' manifest names.
+        """
         self.index = index
         self.attempt = attempt
         self.seed = seed
@@ -206,14 +224,25 @@ class TrialContext:
         """Run ``callback(ctx)`` at the next safe point after pressure is raised (the end of an
         epoch for ``trainguard.keras.MemoryCallback`` and ``trainguard.torch.Checkpointer``, or
         wherever the trial calls :meth:`safe_point`); typically it writes the model and calls
-        ``ctx.checkpoint``."""
+        ``ctx.checkpoint``.
+
+        Args:
+            callback: called with this context; it should write its files and call :meth:`checkpoint`.
+
+        Raises:
+            CheckpointError: ``callback`` is not callable.
+        """
         if not callable(callback):
             raise CheckpointError(f"ctx.on_pressure() takes a callable, not {type(callback).__name__}")
         self._pressure_callbacks.append(callback)
 
     def safe_point(self) -> bool:
         """A point where the trial may be checkpointed: under pressure, run the ``on_pressure``
-        callbacks (once). Returns whether the trial is under pressure."""
+        callbacks (once). Returns whether the trial is under pressure.
+
+        Returns:
+            True when the trial is under memory pressure.
+        """
         if not _PRESSURE[0]:
             return False
         if not self._callbacks_ran:
@@ -262,6 +291,10 @@ class TrialContext:
 
         Raises:
             CheckpointError: ``state`` cannot be pickled (nothing is committed).
+
+        Args:
+            state: a picklable value restored by :meth:`restore` (numbers, dicts, numpy arrays).
+            remaining: how many stages are left after this one, when known.
         """
         root = self._require_root("checkpoint()")
         folder = self.checkpoint_path
@@ -324,6 +357,9 @@ class TrialContext:
         Raises:
             CheckpointError: no checkpoint to restore (and no ``default``), or its state file is
                 unreadable.
+
+        Returns:
+            The state given to the last committed :meth:`checkpoint`, or ``default``.
         """
         if self._restore is None:
             if default is not _MISSING:
