@@ -52,3 +52,27 @@ def test_user_docs_name_no_issue_numbers() -> None:
         if re.search(r"\bissues? \d+", line, re.IGNORECASE)
     ]
     assert not offenders, f"user docs speak of the project's issue numbers: {offenders}"
+
+
+def test_readme_draft_links_resolve(built_site) -> None:
+    """The short README's links into docs/ work on GitHub (the .md files) and on the site (the pages' anchors)."""
+    from blocks import ROOT
+    from test_site_browser import _ids
+
+    draft = DOCS / "_readme_draft.md"
+    text = draft.read_text()
+    assert len(text.splitlines()) <= 250
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, fragment = target.partition("#")
+        if not path:
+            continue  # an anchor inside the README itself
+        if not (ROOT / path).exists() and path not in ("CHANGELOG.md",):
+            broken.append(target)
+        elif path.startswith("docs/") and fragment:
+            page = built_site / path.removeprefix("docs/").replace(".md", ".html")
+            if fragment not in _ids(page):
+                broken.append(target)
+    assert not broken, broken
