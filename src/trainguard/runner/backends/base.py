@@ -89,15 +89,31 @@ class BaseWorker(ABC):
 
     @abstractmethod
     def send(self, msg: dict[str, Any]) -> None:
-        """Deliver one supervisor message; ``OSError`` when the worker is gone."""
+        """Deliver one supervisor message; ``OSError`` when the worker is gone.
+
+        Args:
+            msg: the message, JSON-ready.
+        """
 
     @abstractmethod
     def read(self, *, uss: bool = False, rediscover: bool = False) -> tuple[int, int | None] | None:
-        """One reading of the tree's memory: (RSS bytes, USS bytes or None), or None when unreadable."""
+        """One reading of the tree's memory: (RSS bytes, USS bytes or None), or None when unreadable.
+
+        Args:
+            uss: also read USS.
+            rediscover: find the tree's processes again before reading.
+
+        Returns:
+            ``(rss_bytes, uss_bytes or None)``, or None.
+        """
 
     @abstractmethod
     def pids(self) -> tuple[int, ...]:
-        """The tree's processes as last found (for GPU memory by pid)."""
+        """The tree's processes as last found (for GPU memory by pid).
+
+        Returns:
+            The pids.
+        """
 
     def memory_split(
         self, rss_bytes: int, *, limit_bytes: int | None, sole: bool, private: bool
@@ -106,7 +122,17 @@ class BaseWorker(ABC):
         and what it holds in tmpfs, where that could change the limit's decision or the figure
         recorded (:func:`~trainguard.process.charge.needs_split`); None otherwise, or where this
         backend cannot read it (the RSS is then what counts). ``sole``: this worker runs the run's
-        only trial now; ``private``: the RSS given is the tree's private memory (USS)."""
+        only trial now; ``private``: the RSS given is the tree's private memory (USS).
+
+        Args:
+            rss_bytes: the reading :meth:`read` gave.
+            limit_bytes: the memory limit in force, or None.
+            sole: this worker runs the run's only trial now.
+            private: ``rss_bytes`` is the tree's private memory (USS).
+
+        Returns:
+            The split, or None.
+        """
         return None
 
     def trial_started(self) -> None:  # noqa: B027 - optional hook
@@ -114,12 +140,26 @@ class BaseWorker(ABC):
 
     def trial_ended(self, *, remove: bool = True) -> tuple[TmpfsFile, ...]:
         """The running trial ended (loop thread): remove the files it left in ``/dev/shm``; return
-        them. ``remove=False``: it goes on in another worker (a stage), its files stay."""
+        them. ``remove=False``: it goes on in another worker (a stage), its files stay.
+
+        Args:
+            remove: remove the trial's tmpfs files (False for a stage that goes on elsewhere).
+
+        Returns:
+            The files the trial left.
+        """
         return ()
 
     def gpu_bytes(self, gpu_by_pid: dict[int, int] | None) -> int | None:
         """The tree's GPU memory, given this host's GPU memory by pid (None when NVML is absent);
-        a backend whose worker runs on another host returns what was measured there."""
+        a backend whose worker runs on another host returns what was measured there.
+
+        Args:
+            gpu_by_pid: GPU bytes by pid on this host, or None without NVML.
+
+        Returns:
+            The tree's GPU bytes, or None when unknown.
+        """
         if gpu_by_pid is None:
             return None
         return sum(gpu_by_pid.get(pid, 0) for pid in self.pids())
@@ -130,16 +170,31 @@ class BaseWorker(ABC):
 
     def signal_pressure(self) -> bool:
         """Raise ``ctx.under_pressure`` in the worker's running trial (sampler thread); False where
-        this backend cannot deliver it (the trial then runs on to its hard limit, as before)."""
+        this backend cannot deliver it (the trial then runs on to its hard limit, as before).
+
+        Returns:
+            True when the signal was delivered.
+        """
         return False
 
     def on_ready(self, msg: dict[str, Any]) -> None:  # noqa: B027 - optional hook
-        """The worker's ``ready`` message arrived (its report of how its tree is tracked)."""
+        """The worker's ``ready`` message arrived (its report of how its tree is tracked).
+
+        Args:
+            msg: the ``ready`` message.
+        """
 
     @abstractmethod
     def wait(self, timeout_s: float | None) -> int | None:
         """Wait for the worker to exit: its exit status (negative: killed by that signal), or None
-        when it is still running after ``timeout_s``."""
+        when it is still running after ``timeout_s``.
+
+        Args:
+            timeout_s: the longest wait; None waits until it exits.
+
+        Returns:
+            The exit status, or None.
+        """
 
     @abstractmethod
     def end(self, grace_s: float) -> tuple[int | None, bool]:
@@ -148,11 +203,23 @@ class BaseWorker(ABC):
 
         Returns:
             (exit status, whether it had to be killed after the grace period)
+
+        Args:
+            grace_s: seconds to wait for a clean exit before the kill.
         """
 
     @abstractmethod
     def classify(self, returncode: int | None, *, in_trial: bool, kill: KillDecision | None) -> EndCause:
-        """Why the worker ended (see :func:`~trainguard.runner.policy.classify_end`)."""
+        """Why the worker ended (see :func:`~trainguard.runner.policy.classify_end`).
+
+        Args:
+            returncode: the exit status (negative: the signal), or None.
+            in_trial: the worker was running a trial when it ended.
+            kill: the supervisor's kill decision, when it killed the worker.
+
+        Returns:
+            The cause, in words and as a status.
+        """
 
 
 class BaseBackend(ABC):
@@ -191,17 +258,38 @@ class BaseBackend(ABC):
 
     def check(self, *, fn: Any, policy: Policy, slots: int, data: Any = None) -> None:  # noqa: B027
         """Refuse, before any trial starts, what this backend cannot run (one-line ``ConfigError``):
-        ``fn`` is the prepared :class:`~trainguard.runner._fnref.FnSpec`, ``data`` what ``map`` got."""
+        ``fn`` is the prepared :class:`~trainguard.runner._fnref.FnSpec`, ``data`` what ``map`` got.
+
+        Args:
+            fn: the prepared function spec.
+            policy: the run's policy.
+            slots: the most workers the run uses at once.
+            data: the ``data=`` given to ``map``, or None.
+        """
 
     def open(  # noqa: B027 - optional hook
         self, *, slots: int, policy: Policy, sample_interval_s: float = 0.1, uss: bool = False
     ) -> None:
         """A session begins: it will use at most ``slots`` workers at once, sample each every
-        ``sample_interval_s`` (USS too when ``uss``) and hold them to ``policy``'s limits."""
+        ``sample_interval_s`` (USS too when ``uss``) and hold them to ``policy``'s limits.
+
+        Args:
+            slots: the most workers at once.
+            policy: the run's policy (its limits are enforced where the workers run).
+            sample_interval_s: seconds between two readings of a worker's tree.
+            uss: read USS as well as RSS (with shared data).
+        """
 
     @abstractmethod
     def start(self, spec: WorkerSpec) -> BaseWorker:
-        """Start one worker (returns without waiting for it to be ready)."""
+        """Start one worker (returns without waiting for it to be ready).
+
+        Args:
+            spec: what the worker is (its id, slot, environment, function).
+
+        Returns:
+            The worker's handle.
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """The session ended: release whatever the backend holds for it (idempotent)."""

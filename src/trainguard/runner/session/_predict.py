@@ -30,6 +30,11 @@ class PeakForecaster:
     """Fitted peaks for one session (see the module docstring)."""
 
     def __init__(self, prior: Sequence[tuple[Any, int]] = ()) -> None:
+        """The peak model of one run's function, fed as trials finish.
+
+        Args:
+            prior: ``(params, peak_bytes)`` of stored trials of the same function's code.
+        """
         self._observations: deque[tuple[Any, int]] = deque(maxlen=WINDOW)
         self._observations.extend(reversed(list(prior)[:WINDOW]))  # newest last
         self.prior_count = min(len(prior), WINDOW)
@@ -45,7 +50,12 @@ class PeakForecaster:
         return len(self._observations)
 
     def observe(self, params: Any, peak_bytes: int | None) -> None:
-        """An ``ok`` trial ran with ``params`` and peaked at ``peak_bytes``."""
+        """An ``ok`` trial ran with ``params`` and peaked at ``peak_bytes``.
+
+        Args:
+            params: the trial's params.
+            peak_bytes: its measured peak (None: nothing to learn).
+        """
         if peak_bytes and peak_bytes > 0:
             self._observations.append((params, int(peak_bytes)))
             self._seen += 1
@@ -56,7 +66,16 @@ class PeakForecaster:
         """A trial was killed for memory at ``peak_bytes`` (a floor of where it would have gone).
 
         Returns a sentence when the model had predicted it to fit (the model is then refitted with
-        the kill's peak as an observation), else None."""
+        the kill's peak as an observation), else None.
+
+        Args:
+            params: the trial's params.
+            peak_bytes: the peak at the kill.
+            predicted: what the model had predicted for it, if anything.
+
+        Returns:
+            The sentence, or None.
+        """
         if not peak_bytes:
             return None
         self.observe(params, peak_bytes)
@@ -69,7 +88,11 @@ class PeakForecaster:
         )
 
     def model(self) -> PeakFit | PeakPrediction:
-        """The current model (refitted when enough observations are new)."""
+        """The current model (refitted when enough observations are new).
+
+        Returns:
+            The fit, or an unknown prediction that says why there is none.
+        """
         n = self._seen
         stale = self._fit is None or n - self._fitted_at >= max(1.0, self._fitted_at * REFIT_GROWTH)
         if stale:
@@ -85,12 +108,25 @@ class PeakForecaster:
     def current(self) -> PeakFit | PeakPrediction:
         """The latest model without refitting (the first one is fitted now). A worker waiting for
         its next trial does not wait for a fit (10-70 ms of CPU): the session picks with this one
-        and refits (:meth:`model`) once the worker has its trial."""
+        and refits (:meth:`model`) once the worker has its trial.
+
+        Returns:
+            The fit, or an unknown prediction that says why there is none.
+        """
         return self._fit if self._fit is not None else self.model()
 
     def predict(self, params: Any, key: int | None = None, *, refit: bool = True) -> PeakPrediction:
         """The prediction for ``params`` (``key``, a trial index, caches it until the next refit;
-        ``refit=False``: with :meth:`current`'s model)."""
+        ``refit=False``: with :meth:`current`'s model).
+
+        Args:
+            params: the trial's params.
+            key: a trial index to cache the prediction under.
+            refit: refit first when enough observations are new.
+
+        Returns:
+            The predicted peak with its 95 % interval, or unknown with the reason.
+        """
         fit = self.model() if refit else self.current()
         if key is not None:
             cached = self._cache.get(key)
@@ -102,11 +138,22 @@ class PeakForecaster:
         return prediction
 
     def forget(self, key: int) -> None:
-        """A trial's cached prediction is no longer needed (it started with other params)."""
+        """A trial's cached prediction is no longer needed (it started with other params).
+
+        Args:
+            key: the trial index.
+        """
         self._cache.pop(key, None)
 
     def describe(self, *, refit: bool = True) -> dict[str, Any]:
-        """The model as JSON for an event and ``show``."""
+        """The model as JSON for an event and ``show``.
+
+        Args:
+            refit: refit first when enough observations are new.
+
+        Returns:
+            The model's terms, ignored params and fit statistics as plain JSON values.
+        """
         fit = self.model() if refit else self.current()
         if isinstance(fit, PeakPrediction):
             return {
