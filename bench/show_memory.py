@@ -2,22 +2,20 @@
 
 The store is built by bulk SQL into the real schema (tests/integration/bulk_store.py: 1,000 trials
 per worker, each trial with an attempt, a seed, an allocator reading and a ``trial_stats`` event);
-``show`` runs as a subprocess and its peak RSS is ``wait4``'s ``ru_maxrss``.
+``show`` runs as a subprocess and its peak RSS is its own ``VmHWM`` at exit.
 
     .venv/bin/python bench/show_memory.py 100000 1000000
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
-from bulk_store import build_store  # noqa: E402 - the helper the memory test uses too
+from bulk_store import build_store, run_measured  # noqa: E402 - the helper the memory test uses too
 
 
 def measure(trials: int, folder: Path) -> tuple[float, float, float, int]:
@@ -26,20 +24,10 @@ def measure(trials: int, folder: Path) -> tuple[float, float, float, int]:
     t0 = time.perf_counter()
     build_store(path, trials)
     built = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    with open(os.devnull, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "trainguard", "show", "big", "--store", str(path)],
-            stdout=sink,
-            env={**os.environ, "COLUMNS": "160"},
-        )
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"show failed on {trials} trials")
+    rss, _, wall = run_measured("show", "big", "--store", str(path))
     size = path.stat().st_size >> 20
     path.unlink()
-    return built, wall, usage.ru_maxrss / 1024, size
+    return built, wall, rss, size
 
 
 def main(argv: list[str]) -> None:

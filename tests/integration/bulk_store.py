@@ -8,11 +8,14 @@ Used by the ``show`` memory test and by ``bench/show_memory.py`` (a million tria
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-__all__ = ["build_store"]
+__all__ = ["build_store", "run_measured"]
 
 _COUNTER = "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
 
@@ -95,3 +98,37 @@ def _fill(
         " VALUES (?, ?, 'run_finished', 'run finished', NULL, NULL, NULL)",
         (run_id, t0 + trials * 0.01 + 1),
     )
+
+
+#: runs the CLI and says its peak RSS at exit: VmHWM is the process's own high-water mark, begun
+#: afresh at exec (wait4's ru_maxrss also counts the parent's pages at fork, a large pytest's)
+_MEASURED = (
+    "import atexit, sys\n"
+    "def peak():\n"
+    "    with open('/proc/self/status') as fh:\n"
+    "        kib = next(int(line.split()[1]) for line in fh if line.startswith('VmHWM:'))\n"
+    "    sys.stderr.write(f'\\nPEAK_RSS_KIB {kib}\\n')\n"
+    "atexit.register(peak)\n"
+    "from trainguard.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def run_measured(*argv: str) -> tuple[float, str, float]:
+    """``trainguard *argv`` in a child process: (its peak RSS in MiB, its stdout, its wall time in s).
+
+    Raises:
+        AssertionError: it exited with an error (its stderr in the message).
+    """
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED, *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    wall = time.perf_counter() - start
+    assert done.returncode == 0, done.stderr
+    kib = int(done.stderr.rsplit("PEAK_RSS_KIB", 1)[1].split()[0])
+    return kib / 1024, done.stdout, wall

@@ -1,26 +1,25 @@
 """``trainguard show`` of a large run stays in bounded memory (issue 34, item 5).
 
 A store of 100,000 trials is built by bulk SQL into the real schema (``bulk_store.py``); ``show``
-runs as a subprocess and its peak RSS is read from ``wait4``'s ``ru_maxrss``. Reading every trial,
-attempt, allocator reading and ``trial_stats`` event into Python took 528 MiB here (and 5.6 GiB for
-a user's 100,000-trial run: Theil-Sen over one worker's whole series is quadratic); streamed, it is
-the interpreter's own 130 MiB, and 135 MiB at a million trials (BENCHMARKS.md).
+runs as a subprocess and its peak RSS is its own ``VmHWM`` at exit (``bulk_store.run_measured``).
+Reading every trial, attempt, allocator reading and ``trial_stats`` event into Python took 505 MiB
+here (and 5.6 GiB for a user's 100,000-trial run: Theil-Sen over one worker's whole series is
+quadratic); streamed, it is about the interpreter's own 110 MiB, and 120 MiB at a million trials
+(BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bulk_store import build_store  # noqa: E402 - the helper beside this file
+from bulk_store import build_store, run_measured  # noqa: E402 - the helper beside this file
 
-#: the bound asserted at 100,000 trials: the interpreter with rich and the store (about 125 MiB on
-#: a 3-trial store) and a margin; the whole-run reads took 528 MiB
+#: the bound asserted at 100,000 trials: the interpreter with rich and the store (about 110 MiB on
+#: a 3-trial store) and a margin; the whole-run reads took 505 MiB
 SHOW_RSS_BOUND_MIB = 250
 
 
@@ -33,19 +32,8 @@ def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _run_measured(store: Path, *extra: str) -> tuple[float, str]:
     """``trainguard show big`` on ``store``: (its peak RSS in MiB, its stdout)."""
-    out_path = store.with_suffix(".out")
-    err_path = store.with_suffix(".err")
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "trainguard", "show", "big", "--store", str(store), *extra],
-            stdout=out,
-            stderr=err,
-            env={**os.environ, "COLUMNS": "160"},
-        )
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.returncode == 0, err_path.read_text()
-    return usage.ru_maxrss / 1024, out_path.read_text()
+    peak_mib, out, _ = run_measured("show", "big", "--store", str(store), *extra)
+    return peak_mib, out
 
 
 def test_show_of_100k_trials_stays_in_bounded_memory(big_store: Path) -> None:
