@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +19,6 @@ pytest.importorskip("mlflow")
 
 from trainguard.exceptions import ConfigError  # noqa: E402
 from trainguard.store import Store  # noqa: E402
-
-#: generous: the bound measured is about 1.5 s on a loaded 2-core machine; before, 250 s
-CLI_BOUND_S = 60
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +40,13 @@ def _refused_port() -> int:
         return int(sock.getsockname()[1])  # closed on return: nothing listens there
 
 
-def _export(store: Path, uri: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def _export(store: Path, uri: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    start = time.monotonic()
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "trainguard", "export", "sweep", "--store", str(store), "--to", "mlflow",
          "--tracking-uri", uri],
         capture_output=True, text=True, timeout=600, env=env,
     )  # fmt: skip
-    return done, time.monotonic() - start
 
 
 @pytest.mark.parametrize(
@@ -67,12 +61,13 @@ def _export(store: Path, uri: str) -> tuple[subprocess.CompletedProcess[str], fl
 )  # fmt: skip
 def test_a_bad_tracking_uri_is_one_line(store: Path, uri: str, words: str) -> None:
     port = _refused_port()
-    done, took_s = _export(store, uri.format(port=port))
+    # no clock here: a refused port took 4 min 9 s before (seven retries), about 1.5 s now; the
+    # retries themselves are bounded, which the test below checks
+    done = _export(store, uri.format(port=port))
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert words.format(port=port) in lines[0] and "--tracking-uri" in lines[0]
-    assert took_s < CLI_BOUND_S
 
 
 class _Failing(http.server.BaseHTTPRequestHandler):
