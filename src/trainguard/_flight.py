@@ -10,7 +10,14 @@ __all__ = ["flight_summary"]
 
 
 def flight_summary(recorder: dict[str, Any]) -> str:
-    """One line for ``show``: how many samples over how long, the growth rate, the peak."""
+    """One line for ``show``: how many samples over how long, the growth rate, the peak.
+
+    Args:
+        recorder: an attempt's flight recorder, as stored.
+
+    Returns:
+        The line.
+    """
     from trainguard.units import format_bytes
 
     samples = recorder.get("samples") or []

@@ -70,20 +70,37 @@ class BaseAdapter:
     distributions: tuple[str, ...] = ()
 
     def loaded(self) -> bool:
-        """True if the framework is already imported in this process."""
+        """True if the framework is already imported in this process.
+
+        Returns:
+            Whether it is in ``sys.modules``.
+        """
         return self.module in sys.modules
 
     def loaded_module(self) -> ModuleType | None:
+        """The framework's module when it is already imported, else None (nothing is imported).
+
+        Returns:
+            The module, or None.
+        """
         return sys.modules.get(self.module)
 
     def import_module(self) -> ModuleType:
-        """Import the framework (the one method allowed to)."""
+        """Import the framework (the one method allowed to).
+
+        Returns:
+            The framework's module.
+        """
         import importlib
 
         return importlib.import_module(self.module)
 
     def version(self) -> str | None:
-        """The installed version, read from package metadata (or the loaded module); None if absent."""
+        """The installed version, read from package metadata (or the loaded module); None if absent.
+
+        Returns:
+            The version string, or None.
+        """
         mod = self.loaded_module()
         version = getattr(mod, "__version__", None) if mod is not None else None
         if isinstance(version, str):
@@ -96,13 +113,24 @@ class BaseAdapter:
         return None
 
     def available(self) -> bool:
-        """True if the framework is installed (without importing it)."""
+        """True if the framework is installed (without importing it).
+
+        Returns:
+            Whether its package is installed.
+        """
         if self.loaded():
             return True
         return self.version() is not None
 
     def is_oom(self, exc: BaseException) -> bool:
-        """True if ``exc`` (or its cause/context) is this framework's out-of-memory error."""
+        """True if ``exc`` (or its cause/context) is this framework's out-of-memory error.
+
+        Args:
+            exc: the exception to classify.
+
+        Returns:
+            Whether it is this framework's out-of-memory error.
+        """
         return any(self._matches_oom(e) for e in exception_chain(exc))
 
     def _matches_oom(self, exc: BaseException) -> bool:  # pragma: no cover - overridden
@@ -110,7 +138,14 @@ class BaseAdapter:
 
     def allocator_stats(self, *, import_framework: bool = False) -> list[AllocatorStats]:
         """Per-device allocator statistics; [] when the framework is not loaded (and not asked to
-        import) or reports nothing for the devices present."""
+        import) or reports nothing for the devices present.
+
+        Args:
+            import_framework: import the framework when it is not imported yet.
+
+        Returns:
+            One entry per device.
+        """
         return []
 
     @staticmethod

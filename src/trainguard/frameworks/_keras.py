@@ -71,7 +71,11 @@ class KerasAdapter(BaseAdapter):
 
 def keras_config_path() -> Path:
     """Where Keras 3 reads ``keras.json``: ``$KERAS_HOME`` or ``~/.keras`` (``/tmp/.keras`` when
-    the home directory is not writable, as Keras itself falls back)."""
+    the home directory is not writable, as Keras itself falls back).
+
+    Returns:
+        The path of ``keras.json``.
+    """
     home = os.environ.get("KERAS_HOME")
     if home:
         return Path(home) / "keras.json"

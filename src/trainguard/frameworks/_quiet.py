@@ -39,7 +39,14 @@ QUIET_MODULES = ("tensorflow",)
 
 
 def min_log_level(environ: Any = None) -> int:
-    """``TF_CPP_MIN_LOG_LEVEL`` as an int (0 when unset or not a number)."""
+    """``TF_CPP_MIN_LOG_LEVEL`` as an int (0 when unset or not a number).
+
+    Args:
+        environ: the environment to read; None reads ``os.environ``.
+
+    Returns:
+        The level, 0 to 3.
+    """
     value = (os.environ if environ is None else environ).get("TF_CPP_MIN_LOG_LEVEL", "0")
     try:
         return int(str(value).strip())
@@ -48,7 +55,15 @@ def min_log_level(environ: Any = None) -> int:
 
 
 def is_startup_noise(line: str, level: int) -> bool:
-    """Whether TensorFlow's ``TF_CPP_MIN_LOG_LEVEL=level`` would have hidden this line had it been read."""
+    """Whether TensorFlow's ``TF_CPP_MIN_LOG_LEVEL=level`` would have hidden this line had it been read.
+
+    Args:
+        line: one line TensorFlow's C++ side printed.
+        level: the ``TF_CPP_MIN_LOG_LEVEL`` to judge it by.
+
+    Returns:
+        True when that level hides it.
+    """
     if level < 1:
         return False
     text = line.rstrip("\r\n")
@@ -71,7 +86,14 @@ def capture_path(pid: int, capture_dir: str) -> str:
 def replay_capture(pid: int, *, capture_dir: str | None, out_fd: int = 2, level: int | None = None) -> None:
     """Write what worker ``pid`` captured back to ``out_fd``, filtered, and remove the file (if any).
 
-    A symbolic link in the file's place is neither followed nor removed."""
+    A symbolic link in the file's place is neither followed nor removed.
+
+    Args:
+        pid: the worker whose capture to replay.
+        capture_dir: the folder of the capture files, or None (nothing to replay).
+        out_fd: where to write it (standard error by default).
+        level: the log level to filter by; None reads ``TF_CPP_MIN_LOG_LEVEL``.
+    """
     if capture_dir is None:
         return
     path = capture_path(pid, capture_dir)
@@ -188,6 +210,10 @@ def install_quiet_imports(
 
     Returns:
         False when there is nothing to do: ``TF_CPP_MIN_LOG_LEVEL`` is 0/unset, or all are imported.
+
+    Args:
+        modules: the modules whose first import is captured.
+        capture_dir: a private folder for the capture file, or None.
     """
     level = min_log_level()
     pending = tuple(m for m in modules if m not in sys.modules)

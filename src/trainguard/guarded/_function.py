@@ -130,6 +130,9 @@ def isolated(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         traceback in its notes); ``MemoryLimitError``, ``TrialTimeoutError``,
         ``WorkerCrashedError`` when the worker was killed or died; ``ConfigError`` for an
         argument or value that cannot be sent.
+
+    Returns:
+        The guarded function (or, called with options only, a decorator that makes one).
     """
     if fn is None:
         return lambda f: IsolatedFunction(f, dict(options))

@@ -66,6 +66,12 @@ class TrialProxy:
     """
 
     def __init__(self, conn: Connection, number: int) -> None:
+        """The worker's stand-in for the study's ``optuna.Trial``; made by the worker, not directly.
+
+        Args:
+            conn: the connection to the study's process, where each call is answered by the real trial.
+            number: the trial's number in the study.
+        """
         self._conn = conn
         self._number = number
         self._lock = threading.Lock()
@@ -92,21 +98,69 @@ class TrialProxy:
     # -- what objectives use ----------------------------------------------------------------------
 
     def suggest_float(self, name: str, low: float, high: float, **kwargs: Any) -> float:
+        """``optuna.Trial.suggest_float``, asked of the real trial in the study's process.
+
+        Args:
+            name: the parameter's name.
+            low: the lowest value.
+            high: the highest value.
+            **kwargs: ``step``, ``log`` as Optuna takes them.
+
+        Returns:
+            The suggested value.
+        """
         return self._call("suggest_float", name, low, high, **kwargs)
 
     def suggest_int(self, name: str, low: int, high: int, **kwargs: Any) -> int:
+        """``optuna.Trial.suggest_int``, asked of the real trial in the study's process.
+
+        Args:
+            name: the parameter's name.
+            low: the lowest value.
+            high: the highest value.
+            **kwargs: ``step``, ``log`` as Optuna takes them.
+
+        Returns:
+            The suggested value.
+        """
         return self._call("suggest_int", name, low, high, **kwargs)
 
     def suggest_categorical(self, name: str, choices: Any) -> Any:
+        """``optuna.Trial.suggest_categorical``, asked of the real trial in the study's process.
+
+        Args:
+            name: the parameter's name.
+            choices: the values to choose from (JSON-friendly).
+
+        Returns:
+            The suggested choice.
+        """
         return self._call("suggest_categorical", name, list(choices))
 
     def report(self, value: float, step: int) -> None:
+        """``optuna.Trial.report``: an intermediate value, for pruners.
+
+        Args:
+            value: the objective's intermediate value.
+            step: the step (an epoch) it belongs to.
+        """
         self._call("report", float(value), int(step))
 
     def should_prune(self) -> bool:
+        """``optuna.Trial.should_prune``, asked of the study's pruner.
+
+        Returns:
+            True when the trial should stop (raise ``optuna.TrialPruned``).
+        """
         return bool(self._call("should_prune"))
 
     def set_user_attr(self, key: str, value: Any) -> None:
+        """``optuna.Trial.set_user_attr`` on the real trial.
+
+        Args:
+            key: the attribute's name.
+            value: a JSON-friendly value.
+        """
         self._call("set_user_attr", key, value)
 
     @property

@@ -263,7 +263,17 @@ class MemoryCallback(_keras.callbacks.Callback):
     def restore(self, model: Any) -> int:
         """Before ``fit``: when the trial resumed from a checkpoint this callback wrote, load the
         model's weights and its optimizer's state; returns the epoch to pass as ``initial_epoch``
-        (0 on a fresh start)."""
+        (0 on a fresh start).
+
+        Args:
+            model: the compiled Keras model.
+
+        Returns:
+            The epoch to start from.
+
+        Raises:
+            ConfigError: the checkpoint's optimizer state does not match the model's optimizer.
+        """
         ctx = self._context()
         if not ctx.resumed:
             return 0

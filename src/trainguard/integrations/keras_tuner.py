@@ -135,6 +135,23 @@ class TrialGuard:
     def run_trial(
         self, tuner: Any, after: type | None, trial: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        """Run one trial's build-and-fit in the guarded worker.
+
+        Args:
+            tuner: the tuner the trial belongs to.
+            after: the class in the tuner's MRO after the mixin, whose ``run_trial`` the worker calls.
+            trial: the KerasTuner trial.
+            args: ``search``'s positional arguments.
+            kwargs: ``search``'s keyword arguments.
+
+        Returns:
+            What the tuner's own ``run_trial`` returns.
+
+        Raises:
+            keras_tuner.errors.FatalError: the trial cannot be sent to a worker (the search stops).
+            keras_tuner.errors.FailedTrialError: the worker was killed or crashed (the cause and peak in
+                its message; the oracle retries it as ``max_retries_per_trial`` says).
+        """
         kt = _keras_tuner()
         what = f"trial {trial.trial_id} of {type(tuner).__name__}"
         task = _RunTrial(_worker_copy(tuner), after, trial, args, kwargs)
@@ -172,6 +189,16 @@ class GuardedTunerMixin:
     trainguard_options: dict[str, Any] = {}
 
     def run_trial(self, trial: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run the trial's build-and-fit in a guarded worker instead of this process.
+
+        Args:
+            trial: the KerasTuner trial.
+            *args: ``search``'s positional arguments (the data), passed to ``fit``.
+            **kwargs: ``search``'s keyword arguments, passed to ``fit``.
+
+        Returns:
+            What the tuner's own ``run_trial`` returns (the histories the oracle reads).
+        """
         guard = self.__dict__.get(_GUARD_ATTR)
         if guard is None:
             guard = TrialGuard(**dict(self.trainguard_options))
@@ -179,6 +206,7 @@ class GuardedTunerMixin:
         return guard.run_trial(self, GuardedTunerMixin, trial, args, kwargs)
 
     def on_search_end(self) -> None:
+        """Let the tuner finish the search as usual, then end the warm worker."""
         guard = self.__dict__.pop(_GUARD_ATTR, None)
         try:
             super().on_search_end()  # type: ignore[misc]

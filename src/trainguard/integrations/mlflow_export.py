@@ -66,7 +66,14 @@ def _mlflow() -> Any:
 def tracking_uri(to: str | os.PathLike[str] | None) -> str:
     """``to`` as a tracking URI: a folder becomes a ``file:`` store (MLflow's file store, which
     MLflow 3 only opens with ``MLFLOW_ALLOW_FILE_STORE=true``: set here for this process, when
-    unset); a URI (``sqlite:///mlflow.db``, ``http://host:5000``) stays; None is MLflow's default."""
+    unset); a URI (``sqlite:///mlflow.db``, ``http://host:5000``) stays; None is MLflow's default.
+
+    Args:
+        to: a folder, a URI, or None.
+
+    Returns:
+        The tracking URI.
+    """
     if to is None:
         return os.environ.get("MLFLOW_TRACKING_URI", "") or tracking_uri("mlruns")
     text = os.fspath(to)
@@ -127,6 +134,9 @@ def export(
         MissingDependencyError: mlflow is not installed.
         ConfigError: no such store or run; a tracking URI MLflow cannot open or a server that does
             not answer (checked before anything is written); an error MLflow raised, in one line.
+
+    Returns:
+        The MLflow id of the parent run.
     """
     if importlib.util.find_spec("mlflow") is None:
         _mlflow()  # raises, naming the extra to install

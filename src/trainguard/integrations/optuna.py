@@ -95,6 +95,9 @@ def default_policy() -> Policy:
     and the objective share one interpreter; guarded, the study's process (Optuna, its sampler,
     trainguard's supervisor: about 50-60 MiB) sits beside the worker, so the worker's own budget
     is that much smaller.
+
+    Returns:
+        The policy.
     """
     return Policy(budget_counts_supervisor=True)
 

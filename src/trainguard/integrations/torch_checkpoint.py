@@ -36,6 +36,17 @@ class Checkpointer:
     """
 
     def __init__(self, ctx: Any, model: Any, optimizer: Any = None, *, scheduler: Any = None) -> None:
+        """Save and restore a torch training's state at the trial's checkpoints.
+
+        Args:
+            ctx: the trial's context (the second argument of ``train(params, ctx)``).
+            model: the ``torch.nn.Module`` to save.
+            optimizer: its optimizer, saved with it.
+            scheduler: a learning-rate scheduler, saved with it.
+
+        Raises:
+            ConfigError: no trial context, or ``model`` is not a ``torch.nn.Module``.
+        """
         if ctx is None or not hasattr(ctx, "checkpoint"):
             raise ConfigError(
                 "trainguard.torch.Checkpointer(ctx, model, optimizer) needs the trial's context: write the "
@@ -52,7 +63,11 @@ class Checkpointer:
 
     def restore(self) -> int:
         """The epoch to start from: 0 on a fresh start; after a resume, the epoch after the one
-        checkpointed, with model, optimizer and generators as they were then."""
+        checkpointed, with model, optimizer and generators as they were then.
+
+        Returns:
+            The epoch to start the loop from.
+        """
         if not self.ctx.resumed:
             return 0
         state = self.ctx.restore(default=None) or {}
@@ -73,7 +88,15 @@ class Checkpointer:
         return int(state.get("epoch", 0))
 
     def save(self, epoch: int, *, remaining: int | None = None) -> None:
-        """Checkpoint now, after ``epoch`` (the worker may end here and a fresh one resume)."""
+        """Checkpoint now, after ``epoch`` (the worker may end here and a fresh one resume).
+
+        Args:
+            epoch: the epoch that just ended.
+            remaining: how many epochs are left, when known (at 0 no worker is ended here).
+
+        Raises:
+            CheckpointError: the model or optimizer could not be saved.
+        """
         saved: dict[str, Any] = {"model": self.model.state_dict(), "torch_rng": torch.get_rng_state()}
         if self.optimizer is not None:
             saved["optimizer"] = self.optimizer.state_dict()
@@ -94,7 +117,15 @@ class Checkpointer:
     def epoch_end(self, epoch: int, *, epochs: int | None = None) -> bool:
         """A safe point: under memory pressure, run the trial's ``on_pressure`` callbacks and
         checkpoint (``epochs``, the loop's total, tells the last epoch apart: no worker is ended
-        there). Returns whether it checkpointed (when the worker goes on)."""
+        there). Returns whether it checkpointed (when the worker goes on).
+
+        Args:
+            epoch: the epoch that just ended.
+            epochs: the loop's number of epochs, when known.
+
+        Returns:
+            True when it checkpointed.
+        """
         if not self.ctx.safe_point():
             return False
         self.save(epoch, remaining=None if epochs is None else max(epochs - epoch - 1, 0))

@@ -203,6 +203,12 @@ def prepare(fn: Callable[..., Any] | str) -> FnSpec:
     Raises:
         ConfigError: the reference is malformed, the module or file is missing, the file does not
             parse or lacks the function, or the callable cannot be pickled.
+
+    Args:
+        fn: a callable, ``"pkg.module:function"``, ``"path/file.py:function"`` or a ``.js`` file's function.
+
+    Returns:
+        The spec: its kind, payload and a hash of the function's code.
     """
     from trainguard.runner.worker.command import Command
 
@@ -244,7 +250,18 @@ def _load_file(path: str, attr: str) -> Any:
 
 
 def load(kind: str, payload: str | bytes) -> Callable[..., Any]:
-    """Worker side: turn a :class:`FnSpec`'s ``kind`` and ``payload`` back into the callable."""
+    """Worker side: turn a :class:`FnSpec`'s ``kind`` and ``payload`` back into the callable.
+
+    Args:
+        kind: how the function travels (a reference, a file, cloudpickled bytes).
+        payload: the reference or the bytes.
+
+    Returns:
+        The callable.
+
+    Raises:
+        TypeError: what the reference names is not callable.
+    """
     if kind == "pickle":
         import pickle
 

@@ -55,6 +55,11 @@ class PeakPrediction:
         return self.peak_bytes is not None
 
     def to_dict(self) -> dict[str, Any]:
+        """The prediction as JSON-ready data (an event, ``show --json``).
+
+        Returns:
+            Every field by name.
+        """
         return {
             "peak_bytes": self.peak_bytes,
             "low_bytes": self.low_bytes,
@@ -65,6 +70,15 @@ class PeakPrediction:
 
     @classmethod
     def unknown(cls, reason: str, trials: int = 0) -> PeakPrediction:
+        """A prediction that cannot be made, with the reason.
+
+        Args:
+            reason: why, in words (``"5 trials needed, 3 finished"``).
+            trials: how many trials the model had.
+
+        Returns:
+            The unknown prediction.
+        """
         return cls(None, None, None, reason, trials)
 
 

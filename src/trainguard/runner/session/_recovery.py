@@ -43,6 +43,15 @@ def device_key(
 
     ``gpus`` are the worker slots' ``CUDA_VISIBLE_DEVICES`` values when the runner sets them; else
     the environment's value is used ("-" when unset, "none" when set empty).
+
+    Args:
+        memory_limit: the memory limit in bytes, or None.
+        gpu_memory_limit: the GPU memory limit in bytes, or None.
+        gpus: the worker slots' ``CUDA_VISIBLE_DEVICES`` values, or None.
+        env: the environment to read ``CUDA_VISIBLE_DEVICES`` from when ``gpus`` is None.
+
+    Returns:
+        The key the fitted sizes are remembered under.
     """
     env = os.environ if env is None else env
     if gpus is not None:
