@@ -22,6 +22,8 @@ from browser import launch  # noqa: E402  (tests/integration/browser.py: Debian'
 
 pytest.importorskip("playwright")
 
+pytestmark = pytest.mark.slow  # a browser over every page: about half a minute on 2 cores
+
 
 class _Ids(html.parser.HTMLParser):
     def __init__(self) -> None:
