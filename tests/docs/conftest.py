@@ -16,5 +16,7 @@ def built_site(tmp_path_factory):
 
     site = tmp_path_factory.mktemp("site")
     proc = build(site)
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"mkdocs build --strict failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    )
     return site

@@ -79,7 +79,9 @@ def _sections(doc: str) -> dict[str, Any]:
             # a line may document several parameters together ("store, name: ...", "minimum / maximum: ...")
             for p in section.value:
                 out.setdefault("args", set()).update(
-                    n.strip().lstrip("*") for n in re.split(r"[,/]", p.name) if n.strip() and n.strip() != "..."
+                    n.strip().lstrip("*")
+                    for n in re.split(r"[,/]", p.name)
+                    if n.strip() and n.strip() != "..."
                 )
         elif kind in (DocstringSectionKind.returns, DocstringSectionKind.yields):
             out["returns"] = True

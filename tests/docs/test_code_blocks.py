@@ -21,7 +21,9 @@ from blocks import ROOT, Block, blocks, pages, python_blocks  # tests/docs is on
 
 SRC = str(ROOT / "src")
 # a block that starts a framework, a worker or a study takes seconds to minutes on 2 cores
-_HEAVY = re.compile(r"keras|tensorflow|torch|optuna|ray|sklearn|mlflow|Runner|leakcheck|compare|find_batch_size|isolated")
+_HEAVY = re.compile(
+    r"keras|tensorflow|torch|optuna|ray|sklearn|mlflow|Runner|leakcheck|compare|find_batch_size|isolated"
+)
 
 
 def _is_notebook(page_blocks: list[Block]) -> bool:
@@ -47,7 +49,9 @@ def _notebook_pages() -> list[str]:
 
 
 def _params(items, heavy):
-    return [pytest.param(i, id=getattr(i, "id", i), marks=[pytest.mark.slow] if heavy(i) else []) for i in items]
+    return [
+        pytest.param(i, id=getattr(i, "id", i), marks=[pytest.mark.slow] if heavy(i) else []) for i in items
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -93,7 +97,9 @@ def test_notebook_page_runs(page: str, tmp_path: Path) -> None:
     cells = [b for b in blocks(ROOT / "docs" / page) if b.language in ("python", "py") and b.not_run is None]
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(b.code.rstrip("\n")) for b in cells]
-    client = nbclient.NotebookClient(nb, timeout=560, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=560, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     old = dict(os.environ)
     os.environ.update(_env())  # the kernel inherits it
     try:

@@ -29,10 +29,13 @@ def test_every_public_name_is_in_the_reference() -> None:
             if name.startswith("__"):
                 continue
             # documented on the page (::: path.NAME, headed NAME) or listed there as defined elsewhere
-            if not re.search(rf'heading: "{re.escape(name)}"|`{re.escape(module_name)}\.{re.escape(name)}`', page_text):
+            if not re.search(
+                rf'heading: "{re.escape(name)}"|`{re.escape(module_name)}\.{re.escape(name)}`', page_text
+            ):
                 missing.append(f"{module_name}.{name}")
     assert not missing, (
-        "public names missing from docs/reference (add a ::: entry to their module's page): " + ", ".join(missing)
+        "public names missing from docs/reference (add a ::: entry to their module's page): "
+        + ", ".join(missing)
     )
     assert text
 
