@@ -97,3 +97,25 @@ def small_disk(tmp_path):
         yield SimpleNamespace(path=mount_point, resize=resize)
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def _slurm_answers(script: str) -> bool:
+    return subprocess.run(["bash", script, "status"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A one-node Slurm for the Slurm backend's tests: the one that answers here, else one this
+    session starts with scripts/slurm-local.sh (and stops at the end)."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "slurm-local.sh")
+    started = False
+    if not _slurm_answers(script):
+        done = subprocess.run(["bash", script, "start"], capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            if os.geteuid() != 0:
+                pytest.skip(f"no Slurm here and not root to start one: {done.stderr.strip()[-300:]}")
+            pytest.fail(f"scripts/slurm-local.sh start failed: {done.stderr.strip()[-2000:]}")
+        started = True
+    yield
+    if started:
+        subprocess.run(["bash", script, "stop"], capture_output=True, timeout=120)

@@ -25,7 +25,6 @@ from trainguard.store import Store  # noqa: E402
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
-SCRIPT = ROOT / "scripts" / "slurm-local.sh"
 TRIALS = str(HERE / "slurm_trials.py")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -33,26 +32,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 def ref(name: str) -> str:
     return f"{TRIALS}:{name}"
-
-
-def _answers() -> bool:
-    return subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True).returncode == 0
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    """A one-node Slurm: the one that answers here, else one this module starts (and stops)."""
-    started = False
-    if not _answers():
-        done = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            if os.geteuid() != 0:
-                pytest.skip(f"no Slurm here and not root to start one: {done.stderr.strip()[-300:]}")
-            pytest.fail(f"scripts/slurm-local.sh start failed: {done.stderr.strip()[-2000:]}")
-        started = True
-    yield
-    if started:
-        subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, timeout=120)
 
 
 def queue(name: str | None = None) -> list[str]:

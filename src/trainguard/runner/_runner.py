@@ -693,7 +693,7 @@ class Runner:
         self._last_run = name
         bind_run = getattr(self._backend, "bind_run", None)
         if bind_run is not None:  # a backend that names its jobs after the run (Slurm's pilots)
-            bind_run(name)
+            bind_run(name, store)  # and its store: a run is its store and its name
         self._backend.check(fn=spec, policy=self.policy, slots=self._config.workers, data=data)
         session = Session(
             self._config,

@@ -30,6 +30,7 @@ import logging
 import os
 import queue
 import secrets
+import shlex
 import shutil
 import socket
 import subprocess
@@ -42,6 +43,7 @@ from typing import Any
 from trainguard.exceptions import ConfigError, WorkerCrashedError, missing
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner.backends.ray import RayWorker
+from trainguard.runner.backends.slurm_folder import make_private, make_session_folder, prepare_root
 from trainguard.runner.backends.slurm_rules import (
     PilotEnd,
     SlurmOptions,
@@ -49,8 +51,17 @@ from trainguard.runner.backends.slurm_rules import (
     parse_scontrol,
     parse_slurm_options,
     pilot_end,
+    run_owner_key,
     sbatch_refusal,
     slurm_oom_line,
+)
+from trainguard.runner.backends.slurm_wire import (
+    MAX_WIRE_BYTES,
+    ProtocolError,
+    decode,
+    encode,
+    fn_digest,
+    spec_to_wire,
 )
 from trainguard.runner.policy import EndCause, KillDecision, Policy
 
@@ -65,6 +76,12 @@ _QUEUE_POLL_S = 2.0
 _FINAL_STATES_WAIT_S = 10.0
 #: exit statuses of a worker ended by a signal Slurm sends a job (SIGTERM, then SIGKILL)
 _SIGNAL_DEATHS = (-15, -9, 137, 143)
+#: what a pilot may send, first message (hello) apart
+_FROM_PILOT = frozenset({"started", "start_failed", "events", "ending"})
+#: how long a connecting pilot has to pass the token challenge and say hello
+_HANDSHAKE_S = 30.0
+#: connections in their handshake at once (more are closed at once)
+_MAX_HANDSHAKES = 16
 
 
 def _import_submitit() -> Any:
@@ -126,12 +143,15 @@ class SlurmWorker(RayWorker):
     def send(self, msg: dict[str, Any]) -> None:
         if self._exited.is_set():
             raise OSError(f"worker {self.worker_id} has ended")
-        self._link.send(("send", self.worker_id, msg))
+        if msg.get("op") == "fn" and msg.get("kind") == "pickle":
+            # the pilot has the function from its private pickle: only its digest travels
+            msg = {**msg, "payload": fn_digest(msg["payload"])}
+        self._link.send({"op": "send", "worker_id": self.worker_id, "msg": msg})
 
     def kill(self) -> None:
         if not self._exited.is_set():
             with contextlib.suppress(OSError):
-                self._link.send(("kill", self.worker_id))
+                self._link.send({"op": "kill", "worker_id": self.worker_id})
 
     def end(self, grace_s: float) -> tuple[int | None, bool]:
         killed = False
@@ -214,12 +234,13 @@ class _PilotLink:
         self.thread = threading.Thread(target=self._read, name=f"trainguard-pilot-{self.job_id}", daemon=True)
         self.thread.start()
 
-    def send(self, obj: Any) -> None:
+    def send(self, msg: dict[str, Any]) -> None:
         if self.dead is not None or self.conn is None:
             raise OSError(f"Slurm pilot job {self.job_id} is gone")
+        data = encode(msg)
         with self.send_lock:
             try:
-                self.conn.send(obj)
+                self.conn.send_bytes(data)
             except (OSError, ValueError) as err:
                 raise OSError(f"Slurm pilot job {self.job_id}: {err}") from err
 
@@ -246,20 +267,23 @@ class _PilotLink:
     def _read(self) -> None:
         while True:
             try:
-                message = self.conn.recv()
+                message = decode(self.conn.recv_bytes(MAX_WIRE_BYTES), _FROM_PILOT)
+            except ProtocolError as err:
+                self.backend._lose_link(self, f"sent something that is not a message of the wire ({err})")
+                return
             except (EOFError, OSError, ValueError):
                 self.backend._lose_link(self, None)
                 return
-            kind = message[0]
+            kind = message["op"]
             if kind in ("started", "start_failed"):
-                reply = self.replies.get(message[1])
+                reply = self.replies.get(message["worker_id"])
                 if reply is not None:
-                    reply.put((kind, message[2]))
+                    reply.put((kind, message["info"] if kind == "started" else message["message"]))
             elif kind == "events":
-                self._dispatch(message[1])
+                self._dispatch(message["events"])
             elif kind == "ending":
-                self.ending = str(message[1])
-                self.terminating = self.terminating or bool(message[2])
+                self.ending = message["why"]
+                self.terminating = self.terminating or message["terminating"]
                 logger.warning("Slurm pilot job %s on %s: %s", self.job_id, self.host, self.ending)
                 self.backend._on_ending(self)
 
@@ -301,6 +325,12 @@ class SlurmBackend(BaseBackend):
         self.threads = self.options.threads_per_worker()
         self._raw = options
         self._run_name: str | None = None
+        #: the run's owner key: its store and name (pilots are never found by a name alone)
+        self._run_key = run_owner_key(None, None)
+        self._root: Path | None = None
+        self._session_folder: Path | None = None
+        self._address: tuple[str, int] | None = None
+        self._handshakes = threading.BoundedSemaphore(_MAX_HANDSHAKES)
         self._fn: tuple[str, Any] | None = None
         self._links: list[_PilotLink] = []
         self._cond = threading.Condition()
@@ -318,9 +348,15 @@ class SlurmBackend(BaseBackend):
 
     # -- before the session -----------------------------------------------------------------------
 
-    def bind_run(self, name: str) -> None:
-        """The run this backend serves: its pilots are named after it."""
+    def bind_run(self, name: str, store: Any = None) -> None:
+        """The run this backend serves: its pilots are named after it and its store (``store``:
+        the Store, or its path), so a run of the same name in another store never takes them."""
         self._run_name = name
+        path = getattr(store, "_path", store)
+        self._run_key = run_owner_key(None if path is None else os.fspath(path), name)
+
+    def _job_name(self) -> str:
+        return job_name_for(self._run_name, self._run_key)
 
     def check(self, *, fn: Any, policy: Policy, slots: int, data: Any = None) -> None:
         if data is not None:
@@ -341,17 +377,19 @@ class SlurmBackend(BaseBackend):
 
         known = frozenset(inspect.signature(_make_sbatch_string).parameters) - {"command", "folder"}
         self.options = parse_slurm_options(self._raw, known)
+        self._root = prepare_root(self.options.folder)
+        self._driver_ip()
         self._test_submit(submitit)
 
     def _sbatch_params(self) -> dict[str, Any]:
-        return {**self.options.submitit, "job_name": job_name_for(self._run_name)}
+        return {**self.options.submitit, "job_name": self._job_name()}
 
     def _test_submit(self, submitit: Any) -> None:
         """``sbatch --test-only`` on the very script submitit will submit: Slurm's own reason,
         before any trial is queued, when it refuses the options."""
         from submitit.slurm.slurm import _make_sbatch_string
 
-        folder = Path(self.options.folder).expanduser().absolute()
+        folder = self._root or Path(self.options.folder).expanduser().absolute()
         try:
             script = _make_sbatch_string(command="true", folder=str(folder / "%j"), **self._sbatch_params())
         except (TypeError, ValueError) as err:
@@ -378,17 +416,18 @@ class SlurmBackend(BaseBackend):
     # -- the session ------------------------------------------------------------------------------
 
     def open(self, *, slots: int, policy: Policy, sample_interval_s: float = 0.1, uss: bool = False) -> None:
-        from multiprocessing.connection import Listener
-
         submitit = _import_submitit()
         self._policy, self._interval_s, self._uss, self._slots = policy, sample_interval_s, uss, slots
         self._closing = False
         self._cancel_orphans()
         self._token = secrets.token_bytes(32)
-        self._listener = Listener(("0.0.0.0", 0), authkey=self._token)
-        folder = Path(self.options.folder).expanduser().absolute()
-        folder.mkdir(parents=True, exist_ok=True)
-        self._executor = submitit.SlurmExecutor(folder=str(folder / "%j"))
+        self._listener = _bind(self._driver_ip())
+        self._address = self._listener.getsockname()[:2]
+        root = self._root or prepare_root(self.options.folder)
+        self._session_folder = make_session_folder(root, self._job_name())
+        # the node checks the job's folder and pickle are private before submitit unpickles it
+        python = f"{shlex.quote(sys.executable)} -u -m trainguard.runner.backends.slurm_pilot"
+        self._executor = submitit.SlurmExecutor(folder=str(self._session_folder / "%j"), python=python)
         self._executor.update_parameters(**self._sbatch_params())
         self._accept_thread = threading.Thread(
             target=self._accept, name="trainguard-slurm-accept", daemon=True
@@ -400,7 +439,7 @@ class SlurmBackend(BaseBackend):
     def _cancel_orphans(self) -> None:
         """Pilots of this run left in the queue by a driver that was killed: this driver does not
         know them (they serve a dead connection), so they are cancelled before new ones start."""
-        name = job_name_for(self._run_name)
+        name = self._job_name()
         orphans = queued_jobs(name)
         if orphans:
             _slurm_cmd(["scancel", *orphans])
@@ -415,10 +454,10 @@ class SlurmBackend(BaseBackend):
     def _submit_pilot(self) -> _PilotLink:
         from trainguard.runner.backends.slurm_pilot import Pilot
 
-        host = self.options.driver_host or socket.gethostname()
         index = len(self._links)
+        assert self._address is not None
         pilot = Pilot(
-            address=(host, self._listener.address[1]),
+            address=self._address,
             token=self._token,
             pilot=index,
             slots=self.options.workers_per_pilot,
@@ -433,6 +472,8 @@ class SlurmBackend(BaseBackend):
             job = self._executor.submit(pilot)
         except Exception as err:  # noqa: BLE001 - submitit raises its own error with sbatch's output
             raise ConfigError(f"sbatch refused a pilot job: {sbatch_refusal(str(err))}") from err
+        if self._session_folder is not None:
+            make_private(self._session_folder)  # submitit writes with the process's umask
         link = _PilotLink(self, index, job)
         with self._cond:
             self._links.append(link)
@@ -442,30 +483,76 @@ class SlurmBackend(BaseBackend):
     def _accept(self) -> None:
         while not self._closing:
             try:
-                conn = self._listener.accept()
-            except Exception:  # noqa: BLE001 - a bad handshake (wrong token) or the listener closed
+                sock, _ = self._listener.accept()
+            except OSError:
                 if self._closing:
                     return
                 continue
-            try:
-                kind, hello = conn.recv()
-            except Exception:  # noqa: BLE001 - it went away mid-hello
-                conn.close()
+            if self._closing:
+                sock.close()
+                return
+            if not self._handshakes.acquire(blocking=False):
+                sock.close()  # a flood of connections: the pilots retry nothing, they come once
                 continue
-            index = int(hello.get("pilot", -1))
-            with self._cond:
-                link = self._links[index] if 0 <= index < len(self._links) else None
-            if kind != "hello" or link is None:
-                conn.close()
-                continue
-            if hello.get("problem"):
-                self._problem = ConfigError(
-                    f"the trial function cannot be loaded in Slurm pilot job {link.job_id} on node "
-                    f"{hello.get('host')} (Python {hello.get('python')} at {hello.get('executable')}): "
-                    f"{hello['problem']}; install it on the compute nodes (the same Python and packages)"
-                )
-            link.attach(conn, hello)
-            self._changed()
+            threading.Thread(
+                target=self._handshake, args=(sock,), name="trainguard-slurm-handshake", daemon=True
+            ).start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        """The token challenge both ways, then the pilot's hello (JSON): a peer without the token
+        is closed before a byte of its is parsed; one that stalls is cut off after a while."""
+        from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+
+        conn = Connection(sock.detach())
+        timer = threading.Timer(_HANDSHAKE_S, _shut, args=(conn,))
+        timer.daemon = True
+        timer.start()
+        try:
+            deliver_challenge(conn, self._token)
+            answer_challenge(conn, self._token)
+            hello = decode(conn.recv_bytes(1 << 16), frozenset({"hello"}))
+        except Exception as err:  # noqa: BLE001 - a wrong token, a bad hello, a peer gone
+            logger.info("refused a connection to the Slurm driver: %s", err)
+            conn.close()
+            return
+        finally:
+            timer.cancel()
+            self._handshakes.release()
+        self._attach(conn, hello)
+
+    def _attach(self, conn: Any, hello: dict[str, Any]) -> None:
+        index = hello["pilot"]
+        with self._cond:
+            link = self._links[index] if 0 <= index < len(self._links) else None
+        if link is None or link.conn is not None or str(link.job_id) != str(hello.get("job_id")):
+            conn.close()
+            return
+        if hello.get("problem"):
+            self._problem = ConfigError(
+                f"the trial function cannot be loaded in Slurm pilot job {link.job_id} on node "
+                f"{hello.get('host')} (Python {hello.get('python')} at {hello.get('executable')}): "
+                f"{hello['problem']}; install it on the compute nodes (the same Python and packages)"
+            )
+        link.attach(conn, hello)
+        self._changed()
+
+    def _driver_ip(self) -> str:
+        """The address pilots connect to, and the only one the driver listens on: ``driver_host``'s,
+        else this host name's.
+
+        Raises:
+            ConfigError: it does not resolve, or is not an address of this machine.
+        """
+        host = self.options.driver_host or socket.gethostname()
+        try:
+            ip = socket.gethostbyname(host)
+            _bind(ip).close()
+        except OSError as err:
+            raise ConfigError(
+                f"slurm driver_host={host!r} cannot be listened on here ({err.strerror or err}): give "
+                "this machine's name or address that the compute nodes reach, such as driver_host=10.0.0.5"
+            ) from None
+        return ip
 
     def _changed(self) -> None:
         with self._cond:
@@ -515,7 +602,15 @@ class SlurmBackend(BaseBackend):
         reply: queue.Queue[tuple[str, Any]] = queue.Queue()
         link.replies[spec.worker_id] = reply
         try:
-            link.send(("start", spec.worker_id, spec, overrides, index))
+            link.send(
+                {
+                    "op": "start",
+                    "worker_id": spec.worker_id,
+                    "spec": spec_to_wire(spec),
+                    "overrides": overrides,
+                    "index": index,
+                }
+            )
             kind, info = reply.get(timeout=_START_REPLY_S)
         except (OSError, queue.Empty):
             return None  # the pilot is gone (its loss is being recorded); another one takes it
@@ -602,10 +697,9 @@ class SlurmBackend(BaseBackend):
         """A connection that fails the handshake: the accept thread wakes, sees closing, returns."""
         if self._listener is None:
             return
-        with (
-            contextlib.suppress(OSError),
-            socket.create_connection(("127.0.0.1", self._listener.address[1]), 2.0),
-        ):
+        if self._address is None:
+            return
+        with contextlib.suppress(OSError), socket.create_connection(self._address, 2.0):
             pass
 
     def close(self) -> None:
@@ -617,11 +711,11 @@ class SlurmBackend(BaseBackend):
         for link in links:
             if link.dead is None and link.conn is not None:
                 with contextlib.suppress(OSError):
-                    link.send(("shutdown",))
+                    link.send({"op": "shutdown"})
         ids = [link.job_id for link in links]
         deadline = time.monotonic() + 15.0
         while ids and time.monotonic() < deadline:
-            left = set(queued_jobs(job_name_for(self._run_name)))
+            left = set(queued_jobs(self._job_name()))
             ids = [i for i in ids if i in left]
             if ids:
                 time.sleep(0.5)
@@ -629,7 +723,7 @@ class SlurmBackend(BaseBackend):
             _slurm_cmd(["scancel", *ids])
             deadline = time.monotonic() + 30.0
             while ids and time.monotonic() < deadline:
-                left = set(queued_jobs(job_name_for(self._run_name)))
+                left = set(queued_jobs(self._job_name()))
                 ids = [i for i in ids if i in left]
                 if ids:
                     time.sleep(0.5)
@@ -646,3 +740,24 @@ class SlurmBackend(BaseBackend):
                     link.conn.close()
         with self._cond:
             self._links = []
+
+
+def _bind(ip: str) -> socket.socket:
+    """A listening TCP socket on ``ip`` alone (never every interface), any free port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((ip, 0))
+        sock.listen(64)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _shut(conn: Any) -> None:
+    """Shut a connection's socket both ways: a read blocked on it returns."""
+    with contextlib.suppress(OSError, ValueError):
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()

@@ -32,6 +32,16 @@ from typing import Any
 
 from trainguard.runner.backends.base import WorkerSpec
 from trainguard.runner.backends.ray import SlotAgent, _probe_fn
+from trainguard.runner.backends.slurm_folder import check_private_file
+from trainguard.runner.backends.slurm_wire import (
+    MAX_WIRE_BYTES,
+    ProtocolError,
+    decode,
+    encode,
+    fn_digest,
+    spec_from_wire,
+    to_events,
+)
 
 __all__ = ["Pilot", "PilotAgent"]
 
@@ -39,6 +49,10 @@ logger = logging.getLogger(__name__)
 
 #: how long an agent's poll waits for samples alone before handing them over
 _POLL_S = 0.25
+#: what the driver may send
+_FROM_DRIVER = frozenset({"start", "send", "kill", "shutdown"})
+#: the umask the job started with (the trial's), kept while the pilot's own files are private
+_USER_UMASK: int | None = None
 
 
 class PilotAgent(SlotAgent):
@@ -64,10 +78,13 @@ class PilotAgent(SlotAgent):
         previous = None
         with contextlib.suppress(ValueError):  # not the main thread: nothing to hold back
             previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        mask = os.umask(_USER_UMASK) if _USER_UMASK is not None else None  # the trial's own umask
         try:
             # None: the job's GPUs, as Ray's are kept
             return self.start_worker(spec, overrides, keep_gpus=gpus is None)
         finally:
+            if mask is not None:
+                os.umask(mask)
             if previous is not None:
                 signal.signal(signal.SIGUSR2, previous)
 
@@ -116,29 +133,30 @@ class Pilot:
         from multiprocessing.connection import Client
 
         job_id = os.environ.get("SLURM_JOB_ID")
-        conn = Client(self.address, authkey=self.token)
+        conn = Client(
+            (str(self.address[0]), int(self.address[1])), authkey=self.token
+        )  # the challenge both ways
         send_lock = threading.Lock()
 
-        def send(obj: Any) -> None:
+        def send(obj: dict[str, Any]) -> None:
+            data = encode(obj)
             with send_lock:
-                conn.send(obj)
+                conn.send_bytes(data)
 
         problem = None
         if self.fn is not None:
             problem = _probe_fn(self.fn[0], self.fn[1], self.sys_path)
         send(
-            (
-                "hello",
-                {
-                    "pilot": self.pilot,
-                    "job_id": job_id,
-                    "host": platform.node(),
-                    "python": sys.version.split()[0],
-                    "executable": sys.executable,
-                    "pid": os.getpid(),
-                    "problem": problem,
-                },
-            )
+            {
+                "op": "hello",
+                "pilot": self.pilot,
+                "job_id": job_id,
+                "host": platform.node(),
+                "python": sys.version.split()[0],
+                "executable": sys.executable,
+                "pid": os.getpid(),
+                "problem": problem,
+            }
         )
         if problem is not None:
             conn.close()
@@ -172,7 +190,7 @@ class Pilot:
             done.set()
             forwarder.join(timeout=5.0)
             with contextlib.suppress(Exception):
-                send(("events", agent.poll(0.0)))
+                send({"op": "events", "events": to_events(agent.poll(0.0))})
             conn.close()
         return "done"
 
@@ -182,26 +200,49 @@ class Pilot:
         local_slot: dict[int, int] = {}
         while True:
             try:
-                command = conn.recv()
+                command = decode(conn.recv_bytes(MAX_WIRE_BYTES), _FROM_DRIVER)
+            except ProtocolError as err:
+                logger.warning(
+                    "pilot %d: the driver sent no message of the wire (%s); ending", self.pilot, err
+                )
+                return
             except (EOFError, OSError):
                 logger.warning("pilot %d: the driver is gone; ending its workers", self.pilot)
                 return
-            op = command[0]
+            op = command["op"]
             if op == "start":
-                _, worker_id, spec, overrides, index = command
+                worker_id, index = command["worker_id"], command["index"]
                 local_slot[worker_id] = index
                 try:
+                    spec = spec_from_wire(command["spec"])
+                    overrides = {str(k): str(v) for k, v in command["overrides"].items()}
                     info = agent.start_on_gpus(spec, overrides, gpus[index % max(1, len(gpus))])
                 except Exception as err:  # noqa: BLE001 - the driver decides what it means
-                    send(("start_failed", worker_id, f"{type(err).__name__}: {err}"))
+                    send(
+                        {
+                            "op": "start_failed",
+                            "worker_id": worker_id,
+                            "message": f"{type(err).__name__}: {err}",
+                        }
+                    )
                     continue
-                send(("started", worker_id, info))
+                send({"op": "started", "worker_id": worker_id, "info": info})
             elif op == "send":
-                agent.send(command[1], command[2])
+                agent.send(command["worker_id"], self._own_fn(command["msg"]))
             elif op == "kill":
-                agent.kill(command[1])
+                agent.kill(command["worker_id"])
             elif op == "shutdown":
                 return
+
+    def _own_fn(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """A ``fn`` message of kind "pickle" names the function by digest: the pilot's own copy
+        (from its private pickle) goes to the worker; a digest it does not hold is an error there."""
+        if msg.get("op") != "fn" or msg.get("kind") != "pickle":
+            return msg
+        if self.fn is not None and self.fn[0] == "pickle" and fn_digest(self.fn[1]) == msg.get("payload"):
+            return {**msg, "payload": self.fn[1]}
+        # a worker told to load nothing says fn_error: the driver records it in words
+        return {**msg, "kind": "module", "payload": "trainguard-slurm-pilot:function-not-held"}
 
     def _forward(self, agent: Any, send: Any, done: threading.Event, notice: list[str], conn: Any) -> None:
         """The agent's events to the driver; a signal's notice first. After SIGTERM the pilot
@@ -211,13 +252,13 @@ class Pilot:
             fresh, told = notice[told:], len(notice)
             try:
                 for words in fresh:
-                    send(("ending", words, "SIGTERM" in words))
+                    send({"op": "ending", "why": words, "terminating": "SIGTERM" in words})
                     if "SIGTERM" in words:
                         _shut(conn)
                         return
                 events = agent.poll(_POLL_S)
                 if events:
-                    send(("events", events))
+                    send({"op": "events", "events": to_events(events)})
             except (OSError, EOFError):
                 return
 
@@ -230,3 +271,44 @@ def _shut(conn: Any) -> None:
         sock = socket.socket(fileno=os.dup(conn.fileno()))
         sock.shutdown(socket.SHUT_RDWR)
         sock.close()
+
+
+def _checked_pickle(folder: str, job_id: str, wait_s: float = 60.0) -> str | None:
+    """None once the job's pickle is a private file of this user in a private folder of theirs
+    (the driver makes it so right after ``sbatch``: a moment is allowed); else why not."""
+    import time
+
+    path = os.path.join(folder.replace("%j", job_id), f"{job_id}_submitted.pkl")
+    deadline = time.monotonic() + wait_s
+    while True:
+        why = check_private_file(path)
+        if why is None or time.monotonic() > deadline or "owned by" in why:
+            return why
+        time.sleep(0.5)
+
+
+def main(argv: list[str]) -> int:
+    """The job's command: ``python -m trainguard.runner.backends.slurm_pilot -u -m
+    submitit.core._submit FOLDER``. Its logs and files private, the pickle checked, then submitit's
+    own entry point loads and runs the pilot."""
+    import runpy
+
+    # run as __main__, this module is a second copy: the pickled Pilot uses the imported one
+    from trainguard.runner.backends import slurm_pilot
+
+    slurm_pilot._USER_UMASK = os.umask(0o077)
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o600)
+    folder = argv[-1]
+    why = _checked_pickle(folder, os.environ.get("SLURM_JOB_ID", ""))
+    if why is not None:
+        print(f"trainguard pilot: refusing to unpickle the job: {why}", file=sys.stderr, flush=True)
+        return 1
+    sys.argv = [sys.argv[0], folder]
+    runpy.run_module("submitit.core._submit", run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -20,6 +20,7 @@ __all__ = [
     "slurm_oom_line",
     "sbatch_refusal",
     "job_name_for",
+    "run_owner_key",
     "parse_scontrol",
 ]
 
@@ -157,10 +158,21 @@ def parse_slurm_options(value: Any, known: frozenset[str] | None = None) -> Slur
     return SlurmOptions(pilots, per_pilot, gpus, folder, queue, host if host else None, passed)
 
 
-def job_name_for(run: str | None) -> str:
-    """The pilots' job name: ``trainguard-<run>``, cut to what squeue shows and safe in a script."""
+def run_owner_key(store_path: str | None, run: str | None) -> str:
+    """What owns a run's pilots: its store (the resolved path) and its name, as 10 hex digits. A
+    run of the same name in another store has another key, so it never takes these pilots."""
+    import hashlib
+    import os
+
+    where = os.path.realpath(os.path.expanduser(store_path)) if store_path else ""
+    return hashlib.sha256(f"{where}\0{run or ''}".encode()).hexdigest()[:10]
+
+
+def job_name_for(run: str | None, owner_key: str = "") -> str:
+    """The pilots' job name: ``trainguard-<run>-<owner key>``, cut to what squeue shows and safe in
+    a script; the key (:func:`run_owner_key`) ties it to the run's store."""
     base = re.sub(r"[^A-Za-z0-9_.-]+", "_", run or "run")[:80]
-    return f"trainguard-{base}"
+    return f"trainguard-{base}-{owner_key}" if owner_key else f"trainguard-{base}"
 
 
 def parse_scontrol(text: str) -> dict[str, str]:

@@ -1,0 +1,179 @@
+"""The wire between the Slurm driver and its pilots: JSON messages of a fixed schema, never pickle.
+
+The connection is ``multiprocessing.connection``'s (a mutual HMAC challenge with the run's token
+before anything else), but only its ``send_bytes``/``recv_bytes`` framing is used: each message
+is one UTF-8 JSON object checked here against its op's fields (the same checker as the local
+worker's pipe, :mod:`trainguard.runner._protocol`), so a peer can send data and nothing it could
+make run. Bytes (a worker's frames) travel as base64 text. The trial function never travels on
+the wire: the pilot has it from its job's private pickle, and a ``fn`` message of kind
+``"pickle"`` carries only the payload's SHA-256, which the pilot checks against its own copy.
+
+driver -> pilot::
+
+    {"op": "start", "worker_id": int, "spec": {WorkerSpec's fields}, "overrides": {str: str}, "index": int}
+    {"op": "send", "worker_id": int, "msg": {a supervisor -> worker message}}
+    {"op": "kill", "worker_id": int}
+    {"op": "shutdown"}
+
+pilot -> driver::
+
+    {"op": "hello", "pilot": int, "job_id": str|None, "host": str, "python": str, "executable": str,
+     "pid": int, "problem": str|None}
+    {"op": "started", "worker_id": int, "info": dict} | {"op": "start_failed", "worker_id": int, "message": str}
+    {"op": "events", "events": [["out", id, base64] | ["sample", id, rss, uss, gpu]
+                                | ["kill", id, status, limit, value, message] | ["exit", id, rc, before, after]]}
+    {"op": "ending", "why": str, "terminating": bool}
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from trainguard.runner._protocol import ProtocolError, _need
+from trainguard.runner.backends.base import WorkerSpec
+
+__all__ = [
+    "MAX_WIRE_BYTES",
+    "ProtocolError",
+    "decode",
+    "encode",
+    "fn_digest",
+    "from_events",
+    "spec_from_wire",
+    "spec_to_wire",
+    "to_events",
+]
+
+#: the largest message either side accepts (a worker's result frames ride in "events")
+MAX_WIRE_BYTES = 1 << 30
+
+_INT_OR_NONE = (int, type(None))
+_NUMBER = (int, float)
+
+_SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
+    "start": [
+        ("worker_id", int, False),
+        ("spec", dict, False),
+        ("overrides", dict, False),
+        ("index", int, False),
+    ],
+    "send": [("worker_id", int, False), ("msg", dict, False)],
+    "kill": [("worker_id", int, False)],
+    "shutdown": [],
+    "hello": [
+        ("pilot", int, False),
+        ("job_id", str, True),
+        ("host", str, False),
+        ("python", str, False),
+        ("executable", str, False),
+        ("pid", int, False),
+        ("problem", str, True),
+    ],
+    "started": [("worker_id", int, False), ("info", dict, False)],
+    "start_failed": [("worker_id", int, False), ("message", str, False)],
+    "events": [("events", list, False)],
+    "ending": [("why", str, False), ("terminating", bool, False)],
+}
+
+#: each event's fields after its kind and worker id
+_EVENTS: dict[str, tuple[Any, ...]] = {
+    "out": (str,),
+    "sample": (int, _INT_OR_NONE, _INT_OR_NONE),
+    "kill": (str, _NUMBER, _NUMBER, str),
+    "exit": (_INT_OR_NONE, _INT_OR_NONE, _INT_OR_NONE),
+}
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    return json.dumps(msg, separators=(",", ":")).encode("utf-8")
+
+
+def decode(data: bytes, ops: frozenset[str]) -> dict[str, Any]:
+    """One message checked: JSON, an object, one of ``ops``, its fields of the right types.
+
+    Raises:
+        ProtocolError: anything else (the text says what).
+    """
+    try:
+        msg = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError(
+            f"a message that is not JSON ({len(data)} bytes starting {data[:16]!r})"
+        ) from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"a message that is a JSON {type(msg).__name__}, not an object")
+    op = msg.get("op")
+    if not isinstance(op, str) or op not in ops:
+        raise ProtocolError(f"a message with the unexpected op {op!r}")
+    for key, types, optional in _SCHEMA[op]:
+        _need(msg, key, types, optional=optional)
+    if op == "events":
+        msg["events"] = from_events(msg["events"])
+    return msg
+
+
+def to_events(events: list[tuple[Any, ...]]) -> list[list[Any]]:
+    """A slot agent's events for the wire (a worker's bytes as base64)."""
+    out: list[list[Any]] = []
+    for event in events:
+        if event[0] == "out":
+            out.append(["out", event[1], base64.b64encode(event[2]).decode("ascii")])
+        else:
+            out.append(list(event))
+    return out
+
+
+def from_events(raw: list[Any]) -> list[tuple[Any, ...]]:
+    """The wire's events checked and decoded (the inverse of :func:`to_events`)."""
+    out: list[tuple[Any, ...]] = []
+    for event in raw:
+        if not isinstance(event, list) or len(event) < 2 or event[0] not in _EVENTS:
+            raise ProtocolError(f"an event that is not one of {sorted(_EVENTS)}: {str(event)[:80]}")
+        kind, worker_id, rest = event[0], event[1], event[2:]
+        types = _EVENTS[kind]
+        if type(worker_id) is not int or len(rest) != len(types):
+            raise ProtocolError(f"a {kind!r} event of the wrong shape: {str(event)[:80]}")
+        for value, want in zip(rest, types, strict=True):
+            if isinstance(value, bool) or not isinstance(value, want):
+                raise ProtocolError(f"a {kind!r} event with {value!r}")
+        if kind == "out":
+            try:
+                rest = [base64.b64decode(rest[0], validate=True)]
+            except ValueError:
+                raise ProtocolError("an 'out' event whose bytes are not base64") from None
+        out.append((kind, worker_id, *rest))
+    return out
+
+
+_SPEC_FIELDS = {f.name: f for f in dataclasses.fields(WorkerSpec)}
+
+
+def spec_to_wire(spec: WorkerSpec) -> dict[str, Any]:
+    return {name: getattr(spec, name) for name in _SPEC_FIELDS}
+
+
+def spec_from_wire(raw: dict[str, Any]) -> WorkerSpec:
+    """A :class:`WorkerSpec` from the wire, its fields checked."""
+    if set(raw) != set(_SPEC_FIELDS):
+        raise ProtocolError(f"a worker spec with the fields {sorted(raw)}")
+    for key in ("worker_id", "slot", "max_message_bytes"):
+        _need({"op": "start", **raw}, key, int)
+    for key in ("env", "bootstrap", "detail"):
+        _need({"op": "start", **raw}, key, dict)
+    for key in ("fn_kind", "tree_tracking"):
+        _need({"op": "start", **raw}, key, str)
+    for key in ("memory_limit_bytes", "capture_dir"):
+        _need({"op": "start", **raw}, key, int if key == "memory_limit_bytes" else str, optional=True)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in raw["env"].items()):
+        raise ProtocolError("a worker spec whose env is not text")
+    return WorkerSpec(**raw)
+
+
+def fn_digest(payload: bytes | str) -> str:
+    """The SHA-256 (hex) that names a pickled trial function on the wire."""
+    data = payload if isinstance(payload, bytes) else payload.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
