@@ -209,6 +209,7 @@ CLI_CASES: list[Cli] = [
     C("leakcheck-html-planted-link", "leakcheck {t}:echo --html {d}/planted.html", 2, r"symbolic link that is owned by uid 65534", "unchanged:{d}/victim.txt"),
     C("leakcheck-plot-planted-link", "leakcheck {t}:echo --plot {d}/planted.png", 2, r"cannot write the plot to .*planted\.png: it is a symbolic link", "unchanged:{d}/victim.txt"),
     C("show-store-folder-others-write", "show base --store {d}/shared/runs.db", 4, r"refusing store .*its folder .*shared is owned by uid 65534 .*folder only you can write", "unchanged:{d}/shared/runs.db"),
+    C("run-slurm-folder-cannot-be-made", "run {t}:echo --params {p} --store {store} --name slurmproc --backend slurm --slurm folder=/proc/nope", 2, r"(slurm folder=/proc/nope cannot hold the pilot jobs: it cannot be made .*folder of your own|needs Slurm, and there is no sbatch)", U),
     C("run-store-folder-others-write", "run {t}:echo --params {p} --store {d}/shared/runs.db --name base", 4, r"refusing store .*its folder .*shared", "unchanged:{d}/shared/runs.db"),
     C("show-store-world-writable", "show base --store {d}/ww.db", 4, r"refusing store .*ww\.db: the file has mode 0666, which lets every user write it", "unchanged:{d}/ww.db"),
     C("export-refused-port", "export base --store {store} --to mlflow --tracking-uri http://127.0.0.1:9", 2, r"cannot reach the MLflow tracking server at http://127\.0\.0\.1:9 \(connection refused\)", U),
