@@ -6,6 +6,13 @@
 #   bash scripts/slurm-local.sh start    # installs them if missing, then starts munged, slurmctld, slurmd
 #   bash scripts/slurm-local.sh status   # exit 0 when sbatch/squeue answer
 #   bash scripts/slurm-local.sh stop     # stops what start started, cancels its jobs
+#   bash scripts/slurm-local.sh start-private DIR  # a private one-node Slurm: DIR/slurm.conf, free ports,
+#                                                  # state in DIR; use it with SLURM_CONF=DIR/slurm.conf
+#   bash scripts/slurm-local.sh stop-private DIR
+#
+# The private cluster (the tests' own) never touches /etc/slurm and runs beside any other Slurm on
+# the machine: its own ClusterName, SlurmctldPort/SlurmdPort picked free, its own state, spool, pid
+# and log files, daemons started with -f DIR/slurm.conf. munge is shared (started when not running).
 #
 # State (config, spool, logs) lives in $TRAINGUARD_SLURM_DIR (default /tmp/trainguard-slurm).
 # The config goes to /etc/slurm/slurm.conf only when there is none or it is one of ours: a real
@@ -35,13 +42,21 @@ write_config() {
   if [ -f "$CONF" ] && ! head -1 "$CONF" | grep -qF "$MARK"; then
     die "$CONF exists and is not ours: this machine has a Slurm configuration already; use that Slurm"
   fi
-  local host
+  mkdir -p /etc/slurm
+  write_config_to "$CONF" "$DIR" trainguard ""
+}
+
+# write_config_to CONF DIR CLUSTER PORTS_LINES
+write_config_to() {
+  local conf=$1 dir=$2 cluster=$3 ports=$4 host
   host=$(hostname -s)
-  mkdir -p "$DIR/state" "$DIR/spool" "$DIR/log" /etc/slurm
-  cat >"$CONF" <<CONFEOF
+  mkdir -p "$dir/state" "$dir/spool" "$dir/log"
+  local DIR=$dir
+  cat >"$conf" <<CONFEOF
 $MARK
-ClusterName=trainguard
+ClusterName=$cluster
 SlurmctldHost=$host(127.0.0.1)
+$ports
 AuthType=auth/munge
 SlurmUser=root
 SlurmdUser=root
@@ -138,10 +153,55 @@ stop() {
   fi
 }
 
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start_private() {
+  local dir=${1:?usage: start-private DIR}
+  mkdir -p "$dir"
+  chmod 700 "$dir"
+  dir=$(cd "$dir" && pwd)
+  local conf="$dir/slurm.conf" ctld slurmd_port
+  install_packages
+  ctld=$(free_port)
+  slurmd_port=$(free_port)
+  while [ "$slurmd_port" = "$ctld" ]; do slurmd_port=$(free_port); done
+  write_config_to "$conf" "$dir" "tg$(basename "$dir" | tr -cd 'a-z0-9' | tail -c 8)" \
+    "SlurmctldPort=$ctld
+SlurmdPort=$slurmd_port"
+  mkdir -p "$DIR"
+  start_munge
+  export SLURM_CONF=$conf
+  slurmctld -f "$conf"
+  slurmd -f "$conf"
+  for _ in $(seq 1 60); do
+    if answers; then
+      scontrol update nodename="$(hostname -s)" state=resume >/dev/null 2>&1 || true
+      echo "SLURM_CONF=$conf"
+      return 0
+    fi
+    scontrol update nodename="$(hostname -s)" state=resume >/dev/null 2>&1 || true
+    sleep 1
+  done
+  tail -5 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2 || true
+  die "the private Slurm did not come up in 60 s (logs above, in $dir/log)"
+}
+
+stop_private() {
+  local dir=${1:?usage: stop-private DIR}
+  [ -f "$dir/slurm.conf" ] || return 0
+  SLURM_CONF="$dir/slurm.conf" timeout 10 scancel --user="$(id -un)" >/dev/null 2>&1 || true
+  stop_pid "$dir/slurmd.pid"
+  stop_pid "$dir/slurmctld.pid"
+}
+
 case "${1:-}" in
   install) install_packages ;;
   start) start ;;
   stop) stop ;;
   status) answers ;;
+  start-private) start_private "${2:-}" ;;
+  stop-private) stop_private "${2:-}" ;;
   *) echo "usage: $0 install|start|stop|status" >&2; exit 2 ;;
 esac

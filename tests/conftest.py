@@ -34,7 +34,9 @@ def pytest_collection_modifyitems(config, items):
     select_fast_lane(config, items)
     # code for another platform, written against its real API, runs only there (hosted CI)
     for mark, platform in _PLATFORM_MARKS.items():
-        skip_other = pytest.mark.skip(reason=f"needs {mark} (this is {sys.platform}); the hosted CI's {mark} job runs it")
+        skip_other = pytest.mark.skip(
+            reason=f"needs {mark} (this is {sys.platform}); the hosted CI's {mark} job runs it"
+        )
         for item in items:
             if item.get_closest_marker(mark) and sys.platform != platform:
                 item.add_marker(skip_other)
@@ -99,23 +101,31 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
 
 
-def _slurm_answers(script: str) -> bool:
-    return subprocess.run(["bash", script, "status"], capture_output=True).returncode == 0
-
-
 @pytest.fixture(scope="session")
-def slurm():
-    """A one-node Slurm for the Slurm backend's tests: the one that answers here, else one this
-    session starts with scripts/slurm-local.sh (and stops at the end)."""
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "slurm-local.sh")
-    started = False
-    if not _slurm_answers(script):
-        done = subprocess.run(["bash", script, "start"], capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            if os.geteuid() != 0:
-                pytest.skip(f"no Slurm here and not root to start one: {done.stderr.strip()[-300:]}")
-            pytest.fail(f"scripts/slurm-local.sh start failed: {done.stderr.strip()[-2000:]}")
-        started = True
-    yield
-    if started:
-        subprocess.run(["bash", script, "stop"], capture_output=True, timeout=120)
+def slurm(tmp_path_factory):
+    """The Slurm tests' own one-node cluster: its config in a private state folder, its own
+    ports, started with ``scripts/slurm-local.sh start-private`` (slurmctld/slurmd ``-f`` that
+    config) and stopped at the end. ``SLURM_CONF`` points every sbatch/squeue/scancel of the
+    tests, the backend and submitit at it, never at whatever Slurm answers on the machine."""
+    script = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "slurm-local.sh"
+    )
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm tests start their own slurmctld/slurmd, which needs root")
+    folder = tmp_path_factory.mktemp("slurm-cluster")
+    done = subprocess.run(
+        ["bash", script, "start-private", str(folder)], capture_output=True, text=True, timeout=900
+    )
+    if done.returncode != 0:
+        subprocess.run(["bash", script, "stop-private", str(folder)], capture_output=True, timeout=120)
+        pytest.fail(f"scripts/slurm-local.sh start-private failed: {done.stderr.strip()[-2000:]}")
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(folder / "slurm.conf")
+    try:
+        yield folder / "slurm.conf"
+    finally:
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+        subprocess.run(["bash", script, "stop-private", str(folder)], capture_output=True, timeout=120)

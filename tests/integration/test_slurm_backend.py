@@ -288,3 +288,17 @@ def test_bad_input_options_that_are_not_slurms(tmp_path):
         with pytest.raises(ConfigError, match="partiton= is not an option of submitit's Slurm executor"):
             runner.map(ref("draw"), [{"x": 1}], name="typo")
         runner.close()
+
+
+def test_the_tests_talk_to_their_own_cluster(slurm):
+    """Every Slurm command here reaches the tests' private cluster (its config, its ports), not a
+    Slurm the machine may run beside it (scripts/slurm-local.sh start's, a real one)."""
+    conf = dict(
+        line.split("=", 1)
+        for line in Path(slurm).read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    shown = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+    fields = {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in shown.splitlines()) if v}
+    assert fields["SLURM_CONF"] == str(slurm)
+    assert fields["ClusterName"] == conf["ClusterName"] and fields["SlurmctldPort"] == conf["SlurmctldPort"]
