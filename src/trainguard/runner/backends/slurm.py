@@ -47,6 +47,7 @@ from trainguard.runner.backends.slurm_folder import make_private, make_session_f
 from trainguard.runner.backends.slurm_rules import (
     PilotEnd,
     SlurmOptions,
+    ctld_hosts,
     job_name_for,
     parse_scontrol,
     parse_slurm_options,
@@ -546,6 +547,8 @@ class SlurmBackend(BaseBackend):
         host = self.options.driver_host or socket.gethostname()
         try:
             ip = socket.gethostbyname(host)
+            if not self.options.driver_host and ip.startswith("127."):
+                ip = _route_to_ctld() or ip  # a login node whose name is its loopback (127.0.1.1)
             _bind(ip).close()
         except OSError as err:
             raise ConfigError(
@@ -761,3 +764,21 @@ def _shut(conn: Any) -> None:
         sock = socket.socket(fileno=os.dup(conn.fileno()))
         sock.shutdown(socket.SHUT_RDWR)
         sock.close()
+
+
+def _route_to_ctld() -> str | None:
+    """This machine's address on the way to slurmctld (the network the nodes share with it); None
+    when the controller is on loopback (a one-node Slurm) or cannot be told."""
+    try:
+        done = _slurm_cmd(["scontrol", "show", "config"], 15.0)
+        hosts = ctld_hosts(done.stdout) if done.returncode == 0 else []
+        if not hosts:
+            return None
+        ctld = socket.gethostbyname(hosts[0])
+        if ctld.startswith("127."):
+            return None
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((ctld, 9))  # no packet is sent: the kernel picks the route's source address
+            return str(probe.getsockname()[0])
+    except (OSError, subprocess.TimeoutExpired):
+        return None

@@ -21,6 +21,7 @@ __all__ = [
     "sbatch_refusal",
     "job_name_for",
     "run_owner_key",
+    "ctld_hosts",
     "parse_scontrol",
 ]
 
@@ -268,3 +269,15 @@ def sbatch_refusal(stderr: str) -> str:
         if text.lower() not in (p.lower() for p in picked):
             picked.append(text)
     return "; ".join(picked) or "sbatch gave no reason"
+
+
+def ctld_hosts(config_text: str) -> list[str]:
+    """The controller hosts in ``scontrol show config``'s output (``SlurmctldHost[0] = vm(10.0.0.2)``
+    gives ``10.0.0.2``; a bare name gives the name), first first."""
+    hosts = []
+    for line in config_text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().startswith("SlurmctldHost"):
+            name, _, addr = value.strip().partition("(")
+            hosts.append(addr.rstrip(")").strip() or name.strip())
+    return [h for h in hosts if h]
