@@ -205,3 +205,18 @@ def test_same_run_name_in_another_store_leaves_the_first_runs_pilots(slurm, tmp_
     assert "error" not in out, out
     assert [(r.status, r.attempts) for r in out["value"]] == [("ok", 1)]
     assert other[0].status == "ok"
+
+
+def test_a_pickled_function_reaches_the_pilot_from_its_private_pickle_alone(slurm, tmp_path):
+    """A function that is not importable (a closure) is cloudpickled: the wire carries only its
+    digest, and the pilot runs the copy in its job's private pickle."""
+    offset = 5
+
+    def closure(params):
+        return params["x"] + offset
+
+    with Runner(
+        workers=1, backend="slurm", slurm={"folder": str(tmp_path / "s"), "time": 10}, store=tmp_path / "s.db"
+    ) as r:
+        results = r.map(closure, [{"x": 1}, {"x": 2}], name="closure")
+    assert [(res.status, res.value) for res in results] == [("ok", 6), ("ok", 7)]
