@@ -93,13 +93,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {visible(message)} (see `{self.prog} --help`)\n")
 
 
+#: the notebook path (Jupyter, Windows included), where a notebook user looks first
+_NOTEBOOK_EPILOG = """in a script or a notebook (Jupyter, Windows included; README "In a notebook"):
+  trainguard.frameworks.cleanup()   where you call keras.backend.clear_session(): Keras fit stops growing
+  @trainguard.isolated(memory_limit="4GB")   each call of the decorated function in a guarded worker
+  %load_ext trainguard, then a %%trainguard cell   the cell in a guarded worker; the kernel stays flat
+
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trainguard import __version__
 
     parser = _Parser(
         prog="trainguard",
         description="Memory-safe repeated training: leak verdicts, scopes, supervised recycled workers.",
-        epilog="exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items()),
+        epilog=_NOTEBOOK_EPILOG
+        + "exit codes:\n"
+        + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"trainguard {__version__}")
