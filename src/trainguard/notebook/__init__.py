@@ -11,7 +11,8 @@
 The cell's code runs in a warm worker (the ``@trainguard.isolated`` engine: the Runner's worker,
 limits and recycling). The names it reads are sent by value (cloudpickle), checked one by one
 first; the names it assigns come back into the notebook (one that cannot is named in one line,
-the rest still come back); a last line that is an expression is the cell's value, shown as
+the rest still come back; one whose unpickling would import TensorFlow, Keras, torch or JAX
+into the kernel stays in the worker unless named with ``--out``); a last line that is an expression is the cell's value, shown as
 ``Out[n]`` (a trailing ``;`` hides it; a value that cannot come back is shown by its repr in
 the worker, with a one-line note); what it prints streams into the cell while it runs; an error is an
 error of the cell and leaves the notebook's variables as they were. Cells with the same options
@@ -31,6 +32,7 @@ OPTIONS = {
     "--keras-backend": "keras_backend",
     "--threads": "threads",
     "--tree-tracking": "tree_tracking",
+    "--out": "out",
 }
 _FLAGS = {"--fresh": "fresh"}
 
@@ -71,8 +73,23 @@ def parse_options(line: str) -> dict[str, Any]:
             i += 2
         else:
             raise ConfigError(f"%%trainguard {key} needs a value, such as {key} {_EXAMPLES[key]}")
-        out[OPTIONS[key]] = int(value) if key == "--threads" and value.isdigit() else value
+        if key == "--out":
+            out["out"] = (*out.get("out", ()), *_identifiers(value))
+        else:
+            out[OPTIONS[key]] = int(value) if key == "--threads" and value.isdigit() else value
     return out
+
+
+def _identifiers(value: str) -> tuple[str, ...]:
+    from trainguard.exceptions import ConfigError
+
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    bad = [n for n in names if not n.isidentifier()]
+    if bad or not names:
+        raise ConfigError(
+            f"%%trainguard --out takes variable names, such as --out model or --out model,rows; not {value!r}"
+        )
+    return names
 
 
 _EXAMPLES = {
@@ -81,6 +98,7 @@ _EXAMPLES = {
     "--keras-backend": "torch",
     "--threads": "2",
     "--tree-tracking": "portable",
+    "--out": "model",
 }
 
 

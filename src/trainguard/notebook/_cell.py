@@ -6,16 +6,28 @@ that cannot come back (a live model holding a device, an open file) is named and
 come back. When the kernel asks for the cell's value (its last statement is an expression, with no
 trailing ``;``), that expression is evaluated apart, as IPython does, and comes back too.
 
-The value returned is ``(values, not_returned, shown)``: ``values`` name -> pickled bytes,
+A value whose unpickling would import a deep-learning framework (a Keras model, a torch tensor:
+read from its pickle's global references, :mod:`._audit`) stays in the worker unless the cell
+names it in ``out`` (``%%trainguard --out model``): bringing it back would load the framework into
+the kernel, the growth the magic keeps out. An input the cell changed in place without assigning
+it (``rows.append(1)``) changed only in the worker: it is named (found by a digest of its pickle
+before and after), and comes back when named in ``out``.
+
+The value returned is ``(values, not_returned, shown, notes)``: ``values`` name -> pickled bytes,
 ``not_returned`` name -> reason, ``shown`` the cell's value (None: nothing to show) as one of
 ``{"name": n}`` (the value is the name ``n`` that comes back: it is not sent twice),
-``{"pickled": bytes}``, or ``{"repr": text, "why": reason}`` for a value that cannot be pickled.
+``{"pickled": bytes}``, or ``{"repr": text, "why": reason}`` for a value that cannot be pickled;
+``notes`` ``{"held": {name: framework}, "changed": [names]}``.
 """
 
 from __future__ import annotations
 
 import ast
+import types
 from typing import Any
+
+from trainguard.guarded import describe
+from trainguard.notebook._audit import framework_of
 
 __all__ = ["run_cell", "MAX_REPR_CHARS"]
 
@@ -24,8 +36,13 @@ MAX_REPR_CHARS = 100_000
 
 
 def run_cell(
-    source: str, filename: str, inputs_pickled: bytes, assigned: list[str], show_value: bool = False
-) -> tuple[dict[str, bytes], dict[str, str], dict[str, Any] | None]:
+    source: str,
+    filename: str,
+    inputs_pickled: bytes,
+    assigned: list[str],
+    show_value: bool = False,
+    out: tuple[str, ...] = (),
+) -> tuple[dict[str, bytes], dict[str, str], dict[str, Any] | None, dict[str, Any]]:
     import linecache
 
     import cloudpickle
@@ -36,6 +53,7 @@ def run_cell(
     # tracebacks show the cell's lines
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     sent = {name: id(value) for name, value in inputs.items()}
+    before = {name: _digest(value) for name, value in inputs.items()}
     tree = ast.parse(source, filename)
     last = tree.body[-1] if show_value and tree.body and isinstance(tree.body[-1], ast.Expr) else None
     if last is not None:
@@ -50,21 +68,55 @@ def run_cell(
         for n, v in namespace.items()
         if not n.startswith("__") and n not in candidates and (n not in sent or sent[n] != id(v))
     ]
+    changed = [
+        n
+        for n in sent
+        if n not in candidates
+        and n in namespace
+        and before[n] is not None
+        and _digest(namespace[n]) != before[n]
+    ]
+    candidates += [n for n in changed if n in out]
     values: dict[str, bytes] = {}
     not_returned: dict[str, str] = {}
+    held: dict[str, str] = {}
     for name in candidates:
         reason = _pickle_into(values, name, namespace[name])
         if reason is not None:
             not_returned[name] = reason
+        elif name not in out and (framework := framework_of(values[name])) is not None:
+            del values[name]
+            if not isinstance(namespace[name], types.ModuleType):  # `import torch`: said by itself
+                held[name] = f"{describe(namespace[name])}, {framework}"
     shown = None if last is None or value is None else _shown(last.value, value, values)
-    return values, not_returned, shown
+    notes = {"held": held, "changed": [n for n in changed if n not in out]}
+    return values, not_returned, shown, notes
+
+
+def _digest(value: Any) -> bytes | None:
+    """A digest of ``value``'s pickle, streamed (no second copy of a large array); None if it
+    cannot be pickled."""
+    import hashlib
+
+    import cloudpickle
+
+    digest = hashlib.blake2b(digest_size=16)
+
+    class _Sink:
+        def write(self, data: Any) -> int:
+            digest.update(data)
+            return len(data)
+
+    try:
+        cloudpickle.CloudPickler(_Sink(), protocol=5).dump(value)
+    except Exception:  # noqa: BLE001 - pickling anything can raise anything
+        return None
+    return digest.digest()
 
 
 def _pickle_into(values: dict[str, bytes], name: str, value: Any) -> str | None:
     """Pickle ``value`` into ``values[name]``; the reason it cannot come back, if it cannot."""
     import cloudpickle
-
-    from trainguard.guarded import describe
 
     try:
         values[name] = cloudpickle.dumps(value)
@@ -82,7 +134,9 @@ def _shown(expr: ast.expr, value: Any, values: dict[str, bytes]) -> dict[str, An
         return {"name": expr.id}  # `model_summary` as the last line: one copy, and `_ is model_summary`
     box: dict[str, bytes] = {}
     reason = _pickle_into(box, "value", value)
-    if reason is None:
+    if reason is None and (framework := framework_of(box["value"])) is not None:
+        reason = f"{describe(value)}: bringing it back would import {framework} into the notebook"
+    elif reason is None:
         return {"pickled": box["value"]}
     try:
         text = repr(value)

@@ -59,12 +59,16 @@ def run_cell_magic(shell: Any, engines: dict[tuple[tuple[str, Any], ...], Any], 
         options = parse_options(line)
     except ConfigError as err:
         _fail(str(err))
+    out = tuple(options.pop("out", ()))
     source = shell.transform_cell(cell)
     try:
         tree = ast.parse(source)
     except SyntaxError:
         shell.showsyntaxerror()
         return None
+    magic = ipython_line(cell, tree)
+    if magic is not None:
+        _fail(magic)
     read, assigned = cell_names(tree)
     user_ns = shell.user_ns
     inputs = {name: user_ns[name] for name in sorted(read) if name in user_ns}
@@ -75,15 +79,54 @@ def run_cell_magic(shell: Any, engines: dict[tuple[tuple[str, Any], ...], Any], 
         _fail(str(err))
     filename = f"<trainguard cell {shell.execution_count}>"
     show_value = shows_last_value(source, tree)
-    payload = cloudpickle.dumps(((source, filename, inputs_pickled, assigned, show_value), {}))
+    payload = cloudpickle.dumps(((source, filename, inputs_pickled, assigned, show_value, out), {}))
     try:
-        values, not_returned, shown = engine.call(payload)
+        values, not_returned, shown, notes = engine.call(payload)
     except Exception as err:  # noqa: BLE001
         # the cell's own exception as the same type, or the worker killed (memory, timeout) or
         # crashed: the cell fails with it, and the notebook's variables are as they were
         raise err.with_traceback(None) from None
     _bring_back(user_ns, values, not_returned)
+    _say_notes(notes)
     return cell_value(user_ns, shown)
+
+
+def _say_notes(notes: dict[str, Any]) -> None:
+    """One line for what stayed in the worker on purpose, one for inputs changed only there."""
+    held: dict[str, str] = notes.get("held", {})
+    if held:
+        listed = "; ".join(f"{name} ({what})" for name, what in held.items())
+        names = ",".join(held)
+        print(
+            f"kept in the worker, so that the notebook does not load the framework: {listed}; "
+            f"to bring it here, run the cell as %%trainguard --out {names}",
+            file=sys.stderr,
+        )
+    changed: list[str] = notes.get("changed", [])
+    if changed:
+        names = ", ".join(changed)
+        print(
+            f"changed in place in the worker only, the notebook's copy is as it was: {names}; "
+            f"assign it in the cell ({changed[0]} = ...) or run the cell as "
+            f"%%trainguard --out {','.join(changed)} to bring the change back",
+            file=sys.stderr,
+        )
+
+
+def ipython_line(cell: str, tree: ast.Module) -> str | None:
+    """The one-line error for an IPython line (``%time ...``, ``!ls``, ``x?``) in the cell, which
+    IPython turns into ``get_ipython()`` calls that a worker, with no IPython, cannot run."""
+    lines = cell.splitlines()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "get_ipython":
+            number = node.lineno
+            text = lines[number - 1].strip() if 0 < number <= len(lines) else "get_ipython()"
+            return (  # the cell's line numbers count its %%trainguard line
+                f"line {number + 1} of the %%trainguard cell, {text!r}, is IPython syntax (a magic, "
+                "! or ?), and the cell runs in a worker without IPython: move that line to a cell "
+                "of its own, or write it in Python"
+            )
+    return None
 
 
 def _bring_back(user_ns: dict[str, Any], values: dict[str, bytes], not_returned: dict[str, str]) -> None:
