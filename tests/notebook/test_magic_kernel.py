@@ -179,3 +179,26 @@ def test_the_cells_last_expression_is_its_out(kernel):
     assert "unlocked _thread.lock object" in result["data"]["text/plain"], outputs
     note = _text(outputs, "stderr")
     assert note.count("\n") == 1 and "stayed in the worker" in note and "repr" in note, outputs
+
+
+def test_a_variable_changed_in_place_is_named_and_out_brings_it_back(kernel):
+    run, _ = kernel
+    run("rows = [1]\nseen = {'a': 1}")
+    outputs = run("%%trainguard\nrows.append(2)\nseen['a']\ntotal = len(rows)")
+    note = _text(outputs, "stderr")
+    assert note.count("\n") == 1 and "changed in place in the worker only" in note, outputs
+    assert "rows" in note and "seen" not in note and "--out rows" in note, note
+    assert _value(run, "[rows, total]") == [[1], 2]  # the kernel's copy is as it was
+    outputs = run("%%trainguard --out rows\nrows.append(3)")
+    assert _text(outputs, "stderr") == "", outputs
+    assert _value(run, "rows") == [1, 3]
+
+
+def test_an_ipython_line_in_the_cell_is_one_line_before_anything_runs(kernel, tmp_path):
+    run, _ = kernel
+    marker = tmp_path / "ran"
+    for line in ("%time y2 = 1", "%matplotlib inline", "!echo hi"):
+        err = _usage_error(run(f"%%trainguard\nopen({str(marker)!r}, 'w').close()\n{line}"))
+        assert err.startswith(f"line 3 of the %%trainguard cell, {line!r}, is IPython syntax"), err
+        assert "cell of its own" in err
+    assert not marker.exists()
