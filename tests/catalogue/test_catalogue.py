@@ -307,6 +307,9 @@ API_CASES: list[Api] = [
     Api("share-matrix", lambda e: _share({"m": __import__("numpy").matrix([[1, 2]])}), ConfigError, r"'m' is an np\.matrix.*\* multiplies element-wise"),
     Api("share-key-101-letters", lambda e: _share({"k" * 101: __import__("numpy").zeros(2)}), ConfigError, r"\(101 characters\) cannot name a file: use at most 100"),
     Api("store-bad-run-name", lambda e: Store(e.fresh()).begin_run("a\nb", "m:f", [{}], {}), ConfigError, r"one-line"),
+    Api("magic-out-not-a-name", lambda e: __import__("trainguard.notebook").notebook.parse_options("--out 'model weights'"), ConfigError, r"--out takes variable names, such as --out model"),
+    Api("magic-out-no-value", lambda e: __import__("trainguard.notebook").notebook.parse_options("--out"), ConfigError, r"--out needs a value, such as --out model"),
+    Api("magic-unknown-option", lambda e: __import__("trainguard.notebook").notebook.parse_options("--outs model"), ConfigError, r"has no option '--outs'.*--out"),
 ]
 # fmt: on
 
