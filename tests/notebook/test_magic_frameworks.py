@@ -90,7 +90,11 @@ def test_a_torch_cell_leaves_the_kernel_free_of_torch_and_flat(run):
         assert "--out model,opt,xt,yt,loss_t\n" in note, note  # not `torch`, not `pred`
         run("gc.collect(); rss.append(psutil.Process().memory_info().rss)")
     assert _loaded(run) == []
-    assert _value(run, "[type(loss).__name__, type(pred).__module__, pred.shape]") == ["float", "numpy", [2000, 1]]
+    assert _value(run, "[type(loss).__name__, type(pred).__module__, pred.shape]") == [
+        "float",
+        "numpy",
+        [2000, 1],
+    ]
     assert _value(run, "'model' in globals() or 'loss_t' in globals()") is False
     growth_mib = _value(run, "(rss[-1] - rss[0]) / 2**20")
     assert growth_mib < 60, growth_mib
@@ -101,7 +105,9 @@ def test_a_torch_cell_leaves_the_kernel_free_of_torch_and_flat(run):
 
 
 def test_out_brings_a_framework_object_back(run):
-    outputs = run("%%trainguard --out model\nimport torch\nmodel = torch.nn.Linear(3, 1)\nw = model.weight.shape[1]")
+    outputs = run(
+        "%%trainguard --out model\nimport torch\nmodel = torch.nn.Linear(3, 1)\nw = model.weight.shape[1]"
+    )
     _no_error(outputs)
     assert "kept in the worker" not in _text(outputs, "stderr"), outputs
     assert _value(run, "[type(model).__module__, w, 'torch' in sys.modules]") == [
