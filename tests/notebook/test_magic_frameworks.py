@@ -104,6 +104,17 @@ def test_a_torch_cell_leaves_the_kernel_free_of_torch_and_flat(run):
     assert _loaded(run) == []
 
 
+def test_a_framework_exception_fails_the_cell_without_loading_the_framework(run):
+    outputs = run(
+        "%%trainguard\nimport torch\nraise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2 GiB')"
+    )
+    [error] = [o for o in outputs if o["output_type"] == "error"]
+    # the nearest built-in type (torch's is a RuntimeError), its message naming torch's own
+    assert error["ename"] == "RuntimeError", error
+    assert error["evalue"].startswith("torch.OutOfMemoryError: CUDA out of memory"), error
+    assert _loaded(run) == []
+
+
 def test_out_brings_a_framework_object_back(run):
     outputs = run(
         "%%trainguard --out model\nimport torch\nmodel = torch.nn.Linear(3, 1)\nw = model.weight.shape[1]"

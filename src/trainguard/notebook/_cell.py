@@ -58,10 +58,16 @@ def run_cell(
     last = tree.body[-1] if show_value and tree.body and isinstance(tree.body[-1], ast.Expr) else None
     if last is not None:
         tree.body.pop()
-    exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - the user's own cell, in the user's own worker
     value = None
-    if last is not None:
-        value = eval(compile(ast.Expression(last.value), filename, "eval"), namespace)  # noqa: S307
+    try:
+        exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - the user's own cell, in the user's own worker
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), filename, "eval"), namespace)  # noqa: S307
+    except Exception as err:
+        plain = without_framework(err)
+        if plain is None:
+            raise
+        raise plain from err
     candidates = [n for n in assigned if n in namespace]
     candidates += [
         n
@@ -91,6 +97,36 @@ def run_cell(
     shown = None if last is None or value is None else _shown(last.value, value, values)
     notes = {"held": held, "changed": [n for n in changed if n not in out]}
     return values, not_returned, shown, notes
+
+
+def without_framework(err: Exception) -> Exception | None:
+    """For an exception whose unpickling would import a framework (``torch.OutOfMemoryError``,
+    TensorFlow's ``InvalidArgumentError``): the nearest built-in exception type, its message
+    naming the original type, so that the cell fails the same way without loading the framework
+    in the kernel. None for any other exception."""
+    import builtins
+
+    import cloudpickle
+
+    try:
+        framework = framework_of(cloudpickle.dumps(err))
+    except Exception:  # noqa: BLE001 - an exception that cannot be pickled is rebuilt by name later
+        return None
+    if framework is None:
+        return None
+    base = next(
+        (
+            c
+            for c in type(err).__mro__
+            if c.__module__ == "builtins" and getattr(builtins, c.__name__, None) is c
+        ),
+        Exception,
+    )
+    qualified = f"{type(err).__module__}.{type(err).__qualname__}"
+    try:
+        return base(f"{qualified}: {err}")
+    except Exception:  # noqa: BLE001 - a built-in base with another signature (UnicodeError's)
+        return RuntimeError(f"{qualified}: {err}")
 
 
 def _digest(value: Any) -> bytes | None:
