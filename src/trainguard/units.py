@@ -2,8 +2,10 @@
 
 Decimal units (kB, MB, GB, TB) are powers of 1000 and binary units (KiB, MiB, GiB, TiB) powers of
 1024, as on disk labels and in ``free --si``; ``K``/``M``/``G`` alone are read as binary, as in
-``ulimit`` and Docker. A bare number is bytes (or seconds). Anything else raises a one-line
-:class:`~trainguard.exceptions.UnitError` that shows a valid example.
+``ulimit`` and Docker. A size written as text needs a unit ("1.5" is refused, not read as 2 bytes;
+"0" alone is let through); a Python int (or a float with no fraction) is a plain byte count. A bare
+number is seconds. Anything else raises a one-line :class:`~trainguard.exceptions.UnitError` that
+shows a valid example.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ __all__ = [
 ]
 
 _SIZE_UNITS = {
-    "": 1,
     "b": 1,
     "kb": 1000,
     "mb": 1000**2,
@@ -65,13 +66,16 @@ def parse_size(
     """Return ``value`` as a number of bytes.
 
     Args:
-        value: an int or float of bytes, or a string such as ``"4GB"``, ``"512MiB"``, ``"1.5G"``.
+        value: a whole number of bytes (an int, or a float with no fraction), or a string with a
+            unit such as ``"4GB"``, ``"512MiB"``, ``"1.5G"`` (a string with no unit is refused, but
+            ``"0"``).
         name: the argument's name, used in the error message.
         allow_none: let ``None`` through (meaning "no limit").
 
     Raises:
-        UnitError: the value is negative, not a number, or has an unknown unit; its ``problem``
-            ("is negative", "is not a size", "is not a finite number") lets a caller give its own example.
+        UnitError: the value is negative, not a number, has no unit or an unknown one, or is a
+            fraction of a byte; its ``problem`` ("is negative", "is not a size", "is not a finite
+            number", "has no unit", "is a fraction of a byte") lets a caller give its own example.
 
     Returns:
         The size in bytes, or None when ``value`` is None and ``allow_none`` is set.
@@ -88,9 +92,25 @@ def parse_size(
         )
     if isinstance(value, (int, float)):
         number, factor = float(value), 1
+        if math.isfinite(number) and number != int(number):
+            raise UnitError(
+                f"{name}={value!r} is a fraction of a byte: give a whole number of bytes, or a unit such as '{value:g}GB'",
+                value=value,
+                problem="is a fraction of a byte",
+            )
     elif isinstance(value, str):
         match = _NUMBER_UNIT.match(value)
         unit = match.group(2).lower() if match else None
+        if match and unit == "" and float(match.group(1)) != 0:
+            # "1.5" read as bytes made --soft-limit 1.5 a limit of 2 bytes
+            number_text = match.group(1).lstrip("+")
+            raise UnitError(
+                f"{name}={value!r} has no unit: give a unit, such as '{number_text}GB' or '{number_text}MiB'",
+                value=value,
+                problem="has no unit",
+            )
+        if match and unit == "":
+            unit = "b"
         if not match or unit not in _SIZE_UNITS:
             raise UnitError(
                 f"{name}={value!r} is not a size: use a number and a unit such as '4GB', '512MiB' or '200MB'",

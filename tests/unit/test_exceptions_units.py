@@ -63,7 +63,9 @@ def test_config_error_is_a_value_error_and_missing_dependency_an_import_error():
         ("4gb", 4_000_000_000),
         (" 10 kB ", 10_000),
         (1024, 1024),
+        (4e9, 4_000_000_000),
         ("0", 0),
+        ("2048B", 2048),
     ],
 )
 def test_parse_size(text, expected):
@@ -74,6 +76,21 @@ def test_parse_size(text, expected):
 def test_parse_size_rejects_with_an_example(bad):
     with pytest.raises(UnitError, match=r"'4GB'"):
         parse_size(bad, name="memory_limit")
+
+
+@pytest.mark.parametrize(("bad", "example"), [("1.5", "'1.5GB'"), ("2048", "'2048GB'"), (" 3 ", "'3GB'")])
+def test_a_size_text_without_a_unit_is_refused_not_read_as_bytes(bad, example):
+    # "--soft-limit 1.5" was a soft limit of 2 bytes
+    with pytest.raises(UnitError) as err:
+        parse_size(bad, name="soft_limit")
+    assert str(err.value) == f"soft_limit={bad!r} has no unit: give a unit, such as {example} or {example[:-3]}MiB'"
+    assert err.value.problem == "has no unit"
+
+
+@pytest.mark.parametrize("bad", [1.5, 0.25, 1e3 + 0.5])
+def test_a_fraction_of_a_byte_is_refused(bad):
+    with pytest.raises(UnitError, match=r"is a fraction of a byte: give a whole number of bytes, or a unit such as"):
+        parse_size(bad, name="max_result_bytes")
 
 
 def test_parse_size_none():
