@@ -26,6 +26,8 @@ from typing import Any
 from trainguard.runner._channel import child_ends
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, write_message
 
+#: ends what a trial started, at the trial's end (set at bootstrap)
+_REAPER: list[Any] = [None]
 #: the process tier this worker runs under ("portable": psutil only, no /proc, no subreaper)
 _TIER = ["auto"]
 
@@ -315,7 +317,10 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
                 "return a summary (write large outputs to a file and return its path), or raise max_result_bytes",
                 "result_bytes": size,
             }
+    reaped = _REAPER[0].reap() if _REAPER[0] is not None else []
     stats = _after_trial(msg)
+    if reaped:
+        stats["reaped_pids"] = len(set(reaped))
     if snapshot is not None:
         stats["torch_memory_snapshot"] = snapshot
     return {
@@ -555,6 +560,9 @@ def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any
     tree = {"cgroup": False, "subreaper": False if portable else proctree.become_subreaper()}
     if config.get("cgroup") and not portable:
         tree["cgroup"] = proctree.TreeCgroup(config["cgroup"]).join()
+    from trainguard.runner.worker.reaping import TrialReaper
+
+    _REAPER[0] = TrialReaper(portable=portable, cgroup_path=config["cgroup"] if tree["cgroup"] else None)
     channel = str(config.get("channel") or "pipes")  # "sockets" on Windows
     _watch_supervisor(read_fd, int(config.get("parent_pid", os.getppid())), channel)
     for entry in reversed(config.get("sys_path", [])):
@@ -585,6 +593,8 @@ def _bootstrap(config: dict[str, Any], read_fd: int, write_fd: int) -> tuple[Any
         _end_tree_and_exit(3)
     _apply_torch_threads(threads, _TORCH_THREADS_DONE)
     _freeze_imports()
+    if _REAPER[0] is not None:
+        _REAPER[0].keep_present()
     write_message(
         outbox,
         {
