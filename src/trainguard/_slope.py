@@ -20,6 +20,7 @@ from scipy import stats as _sps
 from trainguard.exceptions import ConfigError
 
 __all__ = [
+    "evenly_sampled",
     "ArrayLike",
     "SlopeEstimate",
     "theil_sen",
@@ -71,6 +72,16 @@ class SlopeEstimate:
         df = self.df if self.df is not None else self.n - 2
         q = float(_sps.t.ppf(0.5 + self.confidence / 2, df))
         return max((self.ci_high - self.ci_low) / (2 * q), 0.0)
+
+
+def evenly_sampled(series: Sequence[int], limit: int) -> tuple[list[float], list[float]]:
+    """At most ``limit`` points of ``series`` spread evenly over it, the first and the last
+    included, as ``(positions, values)``."""
+    n = len(series)
+    if n <= limit:
+        return [float(i) for i in range(n)], [float(v) for v in series]
+    picks = sorted({round(k * (n - 1) / (limit - 1)) for k in range(limit)})
+    return [float(i) for i in picks], [float(series[i]) for i in picks]
 
 
 def _as_xy(y: ArrayLike, x: ArrayLike | None) -> tuple[np.ndarray, np.ndarray]:

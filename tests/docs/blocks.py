@@ -64,7 +64,7 @@ def blocks(page: Path) -> list[Block]:
 
 
 def pages() -> list[Path]:
-    """The site's pages (the README draft aside: it is not part of the site)."""
+    """The site's pages (a file whose name starts with ``_`` is not one)."""
     return sorted(p for p in DOCS.rglob("*.md") if not p.name.startswith("_"))
 
 

@@ -48,6 +48,9 @@ TORCH = textwrap.dedent(
 )
 
 
+VERDICT_EXIT = {"no_leak": 0, "leak": 1, "inconclusive": 3}
+
+
 def leakcheck(tmp_path: Path, source: str, target: str, *args: str, backend: str | None = None) -> dict:
     path = tmp_path / "work.py"
     path.write_text(source)
@@ -61,8 +64,11 @@ def leakcheck(tmp_path: Path, source: str, target: str, *args: str, backend: str
         env=env,
         timeout=300,
     )
-    assert res.returncode in (0, 1, 3), res.stderr[-3000:]
-    return json.loads(res.stdout)
+    data = json.loads(res.stdout) if res.stdout.startswith("{") else {}
+    assert data, res.stderr[-3000:]
+    # the exit code is the one its verdict gives: 0 no leak, 1 leak, 3 inconclusive
+    assert res.returncode == VERDICT_EXIT[data["verdict"]], res.stderr[-3000:]
+    return data
 
 
 @pytest.mark.slow
@@ -97,7 +103,8 @@ def test_keras_on_torch_is_not_a_leak(tmp_path: Path) -> None:
 def test_torch_loss_tensors_kept_with_their_graph_leak(tmp_path: Path) -> None:
     data = leakcheck(tmp_path, TORCH, "keep_tensor", "--max-time", "40s")
     assert data["verdict"] == "leak", data["reason"]
-    assert data["iterations"] <= 20, data["reason"]  # count evidence: the graphs kept
+    # decided on count evidence (the graphs kept), before the warm-up wait a byte-only leak needs
+    assert "on count evidence" in data["reason"] and data["iterations"] < 120, data["reason"]
     kinds = {g["kind"]: g for g in data["growth_by_kind"]}
     assert kinds["torch.Tensor with grad_fn"]["count_per_iter"] >= 1
     assert any(k.startswith("torch.") for k in kinds)

@@ -35,7 +35,7 @@ def test_seed_keras_fit_with_cleanup_is_no_leak_within_the_default_budget() -> N
         env=env,
         timeout=400,
     )
-    assert res.returncode in (0, 1, 3), res.stderr[-2000:]
+    assert res.stdout.startswith("{"), res.stderr[-2000:]
     data = json.loads(res.stdout)
     # cleanup() leaves no countable growth (the seed's loop grows Operations and graphs every fit)
     assert data["counts"]["status"] == "found_nothing", data["counts"]
@@ -49,6 +49,7 @@ def test_seed_keras_fit_with_cleanup_is_no_leak_within_the_default_budget() -> N
         # RSS grew where the allocator keeps free memory; live memory decided, under the tolerance
         assert data["allocator"]["heaps_available"] is True
         assert data["allocator"]["live_slope_bytes_per_iter"] < data["tolerance_bytes_per_iter"]
-    # within the 2 minutes, or past them toward min_calls (100) on a machine too slow for them
-    assert data["elapsed_s"] < 125 or data["extra"]["past_max_time_at_call"] is not None
-    assert data["iterations"] <= 100 or data["elapsed_s"] < 125
+    # a check that went past its 2 minutes did so only to reach min_calls (100), on a machine too
+    # slow for them, and stopped there (the time it takes is a bench's figure, not this test's)
+    if data["extra"]["past_max_time_at_call"] is not None:
+        assert data["iterations"] <= 100, data["reason"]

@@ -79,7 +79,8 @@ def _run(source: str, inputs: dict, show_value: bool = True):
     from trainguard.notebook._cell import run_cell
 
     _, assigned = names(source)
-    return run_cell(source, "<cell>", cloudpickle.dumps(inputs), assigned, show_value)
+    values, not_returned, shown, _ = run_cell(source, "<cell>", cloudpickle.dumps(inputs), assigned, show_value)
+    return values, not_returned, shown
 
 
 def test_the_last_expression_comes_back_by_value_by_name_or_as_its_repr():

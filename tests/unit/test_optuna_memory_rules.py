@@ -63,7 +63,7 @@ def test_bad_limits_are_one_line_config_errors_with_an_example(bad):
         ("-5MB", "is negative"),
         (-5, "is negative"),
         ("0MB", "is 0 bytes"),
-        (0.4, "is 0 bytes"),
+        (0.4, "is a fraction of a byte"),
         ("lots", "is not a size"),
     ],
 )

@@ -329,17 +329,7 @@ def _test_files() -> list[Path]:
 #: Files with findings that are being reworked elsewhere, each with the findings it still has: an
 #: entry goes when its file is fixed (the test below fails on an entry whose findings are gone, so
 #: this list only shrinks). Nothing new may be added here: fix the test instead.
-PENDING: dict[str, int] = {
-    # leakcheck's exit code taken as any of 0/1/3, and a 125 s bound on the check's wall time
-    "tests/frameworks/test_leakcheck_frameworks.py": 1,
-    "tests/frameworks/test_leakcheck_seed_cleanup.py": 3,
-    # the refusal of a bad tracking URI under 60 s (it took 250 s before its fix)
-    "tests/integration/test_mlflow_bad_uris.py": 1,
-    # glibc's heaps read in under 4 ms a reading (it failed a fresh clone's run under load)
-    "tests/integration/test_leakcheck_cli.py": 1,
-    # a cell's first line shown a second before the cell ended, on the kernel's clock
-    "tests/notebook/test_magic_kernel.py": 1,
-}
+PENDING: dict[str, int] = {}
 
 
 def test_the_suite_asserts_no_wall_time_bound_no_set_of_exit_codes_and_does_not_sleep_to_wait() -> None:

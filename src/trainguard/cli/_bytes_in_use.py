@@ -59,8 +59,8 @@ def worker_trend(worker_id: int, allocator: str, values: Sequence[int]) -> dict[
     """One worker's ``{"worker_id", "allocator", "trend"}``: :func:`~trainguard.leaks.stats.trial_bytes_trend`
     of its readings, over an even sample of :data:`TREND_POINTS` of them when it has more (the
     slope, its interval and the settled point read back per trial; ``n`` stays the count of all)."""
+    from trainguard._slope import evenly_sampled
     from trainguard.leaks.stats import TRIAL_RISE_BYTES, trial_bytes_trend
-    from trainguard.report._data import evenly_sampled
 
     n = len(values)
     if n <= TREND_POINTS:

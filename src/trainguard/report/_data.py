@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainguard._policy_defaults import POLICY_DEFAULTS
+from trainguard._slope import evenly_sampled
 from trainguard.outcomes import ATTEMPT_WORDS, WorkerReason
 from trainguard.report._axes import TimeCuts, idle_gaps, memory_axis
 
@@ -425,16 +426,6 @@ def _trial_rows(
         prediction = (predictions or {}).get(t.index)
         rows.append(TrialRow(t, status, trial_cause(t.status, t.error), history, prediction))
     return tuple(rows)
-
-
-def evenly_sampled(series: Sequence[int], limit: int) -> tuple[list[float], list[float]]:
-    """At most ``limit`` points of ``series`` spread evenly over it, the first and the last
-    included, as ``(positions, values)``."""
-    n = len(series)
-    if n <= limit:
-        return [float(i) for i in range(n)], [float(v) for v in series]
-    picks = sorted({round(k * (n - 1) / (limit - 1)) for k in range(limit)})
-    return [float(i) for i in picks], [float(series[i]) for i in picks]
 
 
 def growth_per_worker(attempts: Sequence[Any], workers: Sequence[Any]) -> list[WorkerGrowth]:

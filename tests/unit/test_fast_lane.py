@@ -1,0 +1,45 @@
+"""The fast lane (``bash scripts/test.sh --fast``): what it leaves out, and that what it keeps stays
+under its budget by the recorded durations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from _lanes import DURATIONS, FAST_LANE_BUDGET_S, FAST_TEST_MAX_S, fast_lane_excludes, load_durations
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_slow_marks_and_long_recorded_tests_are_left_out_and_new_tests_kept():
+    durations = {"a::quick": 0.2, "a::long": FAST_TEST_MAX_S + 1, "a::marked": 0.1}
+    excluded = fast_lane_excludes(["a::quick", "a::long", "a::marked", "a::new"], ["a::marked"], durations)
+    assert excluded == {"a::long", "a::marked"}
+
+
+def test_the_recorded_lane_fits_its_budget_and_covers_each_test_folder():
+    durations = load_durations()
+    assert durations, f"{DURATIONS} is missing: record it with pytest --record-durations {DURATIONS}"
+    kept = {node: s for node, s in durations.items() if s <= FAST_TEST_MAX_S}
+    assert sum(kept.values()) <= FAST_LANE_BUDGET_S, sum(kept.values())
+    folders = {node.split("/")[1] for node in kept}
+    assert {"unit", "integration", "catalogue", "frameworks"} <= folders, folders
+
+
+def test_record_durations_merges_into_the_file(tmp_path):
+    record = tmp_path / "durations.json"
+    record.write_text(json.dumps({"elsewhere::kept": 9.0}))
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("def test_one():\n    pass\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_lanes", "--record-durations",
+         str(record), str(probe)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(ROOT / "tests"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = json.loads(record.read_text())
+    assert written["elsewhere::kept"] == 9.0
+    assert set(written) == {"elsewhere::kept", "test_probe.py::test_one"}
