@@ -40,6 +40,7 @@ _FLAGS = {
     "max_result_bytes": "--max-result-size",
     "tf_custom_gradients": "tf_custom_gradients (--keep-tf-gradients)",
     "policy.on_error": "on_error (--stop-on-error)",
+    "policy.predict_peaks": "predict_peaks (--no-predict)",
     "sample_interval_s": "sample_interval",
 }
 #: leaves ``trainguard run`` has a flag of the same name for
@@ -53,6 +54,7 @@ _SAME_FLAG = frozenset(
         "tree_tracking",
         "seed",
         "gpu_memory_budget",
+        "predict_from",
         *(
             f"policy.{n}"
             for n in (

@@ -220,6 +220,10 @@ CLI_CASES: list[Cli] = [
     C("export-refused-port", "export base --store {store} --to mlflow --tracking-uri http://127.0.0.1:9", 2, r"cannot reach the MLflow tracking server at http://127\.0\.0\.1:9 \(connection refused\)", U),
     C("export-unknown-scheme", "export base --store {store} --to mlflow --tracking-uri bogus://x", 2, r"scheme 'bogus', which MLflow does not open", U),
     C("export-no-host", "export base --store {store} --to mlflow --tracking-uri http://", 2, r"tracking URI 'http://' names no host", U),
+    # -- which runs the peak model learns from (issue 34) ---------------------------------------------
+    C("predict-from-unknown-run", "run {t}:echo --params {p} --store {store} --name seeded --predict-from nope", 2, r"predict_from='nope' is not a run in .*base\.db \(its runs: 'base'\): `trainguard runs --store", U),
+    C("predict-from-missing-store", R + " --predict-from base", 2, r"predict_from='base' is not a run in .*fresh-\d+\.db \(it has no runs yet\)", "absent:{fresh}"),
+    C("predict-from-with-no-predict", R + " --no-predict --predict-from base", 2, r"--predict-from 'base' seeds the peak model and --no-predict turns it off: give one of them", "absent:{fresh}"),
 ]
 
 # -- the API --------------------------------------------------------------------------------------------
@@ -250,6 +254,15 @@ def _map(env, params, fn=None, name="api"):
 
     with Runner(store=env.fresh()) as runner:
         return runner.map(fn or f"{TRIALS}:echo", params, name=name)
+
+
+def _map_seeded(env, predict_from, store="", predict_peaks=True):
+    """A run of the catalogue's store that names ``predict_from`` (the store holds run 'base')."""
+    from trainguard import Policy, Runner
+
+    policy = Policy(memory_limit="2GB", predict_peaks=predict_peaks)
+    with Runner(store=env.store if store == "" else store, policy=policy) as runner:
+        return runner.map(f"{TRIALS}:echo", [{"x": 1}], name="seeded", predict_from=predict_from)
 
 
 def _nested(depth):
@@ -319,6 +332,10 @@ API_CASES: list[Api] = [
     Api("store-bad-run-name", lambda e: Store(e.fresh()).begin_run("a\nb", "m:f", [{}], {}), ConfigError, r"one-line"),
     Api("magic-out-not-a-name", lambda e: __import__("trainguard.notebook").notebook.parse_options("--out 'model weights'"), ConfigError, r"--out takes variable names, such as --out model"),
     Api("magic-out-no-value", lambda e: __import__("trainguard.notebook").notebook.parse_options("--out"), ConfigError, r"--out needs a value, such as --out model"),
+    Api("map-predict-from-unknown", lambda e: _map_seeded(e, "nope"), ConfigError, r"predict_from='nope' is not a run in .*\(its runs: 'base'\)"),
+    Api("map-predict-from-no-store", lambda e: _map_seeded(e, "base", store=None), ConfigError, r"predict_from='base' reads that run's trials from the store, and this runner has none"),
+    Api("map-predict-from-predictions-off", lambda e: _map_seeded(e, "base", predict_peaks=False), ConfigError, r"predict_from='base' seeds the peak model and Policy\(predict_peaks=False\) turns it off"),
+    Api("map-predict-from-not-a-name", lambda e: _map_seeded(e, 7), ConfigError, r"predict_from must name a run of the store, such as 'sweep1', not 7"),
     Api("magic-unknown-option", lambda e: __import__("trainguard.notebook").notebook.parse_options("--outs model"), ConfigError, r"has no option '--outs'.*--out"),
 ]
 # fmt: on

@@ -33,6 +33,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     _add_what_to_run(parser)
     _add_where_it_runs(parser)
     _add_recycling(parser)
+    _add_prediction(parser)
     _add_failures(parser)
     _add_worker_setup(parser)
     _add_output(parser)
@@ -175,6 +176,22 @@ def _add_recycling(parser: argparse.ArgumentParser) -> None:
         default="16MiB",
         metavar="SIZE",
         help="fail a trial whose result, as JSON, is larger than this (default 16MiB)",
+    )
+
+
+def _add_prediction(parser: argparse.ArgumentParser) -> None:
+    """`run`'s options for the peak model: which runs' trials it learns from, or none."""
+    parser.add_argument(
+        "--predict-from",
+        metavar="RUN",
+        help="also fit the peak model (which skips trials predicted over --memory-limit and packs "
+        "--memory-budget) on the ok trials of RUN, another run in --store; by default it learns from "
+        "this run's own trials only (its earlier sessions included)",
+    )
+    parser.add_argument(
+        "--no-predict",
+        action="store_true",
+        help="no peak model: no trial is skipped or started smaller for a predicted peak, none is shown",
     )
 
 
@@ -405,6 +422,7 @@ def _policy(args: argparse.Namespace) -> Any:
         on_oom=getattr(args, "on_oom", None),
         soft_limit=args.soft_limit,
         pressure_grace=args.pressure_grace,
+        predict_peaks=not args.no_predict,
     )
 
 
@@ -542,6 +560,11 @@ def _check_run_args(args: argparse.Namespace) -> None:
             "(every trial's params, rows and samples live in memory and in the store): split the grid "
             "into several runs of at most that many"
         )
+    if args.no_predict and args.predict_from is not None:
+        raise ConfigError(
+            f"--predict-from {args.predict_from!r} seeds the peak model and --no-predict turns it off: "
+            "give one of them"
+        )
     if (args.fn is None) == (args.cmd is None):
         raise ConfigError(
             "give what to run: a function (trainguard run train.py:train ...) or a program "
@@ -586,7 +609,7 @@ def _stream_results(
         warnings.simplefilter("always", FunctionChangedWarning)
         warnings.simplefilter("always", SettingsChangedWarning)
         warnings.showwarning = show_warning
-        iterator = runner.imap(target, params, name=args.name)
+        iterator = runner.imap(target, params, name=args.name, predict_from=args.predict_from)
         live = _start_live(runner) if show_live else None
         try:
             for result in iterator:

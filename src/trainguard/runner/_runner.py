@@ -23,6 +23,7 @@ from trainguard.runner.backends.base import BaseBackend
 from trainguard.runner.backends.local import LocalBackend
 from trainguard.runner.policy import Policy
 from trainguard.runner.policy._peaks import PeakPrediction
+from trainguard.runner.policy._prediction_scope import PredictionScope, prediction_scope
 from trainguard.runner.session import RunProgress, Session, TrialResult, default_run_name
 from trainguard.runner.session._predict import PeakForecaster
 from trainguard.units import parse_duration, parse_size
@@ -641,6 +642,7 @@ class Runner:
         name: str | None = None,
         *,
         data: Any = None,
+        predict_from: str | None = None,
     ) -> Iterator[TrialResult]:
         """Run ``fn(params)`` for every params in workers; yield each :class:`TrialResult` as it finishes.
 
@@ -658,10 +660,16 @@ class Runner:
                 :func:`trainguard.share` (kept until you close it), or a numpy array or dict of them,
                 shared for this run and removed when it ends. A trial ``def train(params, ctx)``
                 reads it as ``ctx.data`` (read-only memory maps, no copy).
+            predict_from: another run of this runner's store whose ``ok`` trials seed this run's
+                peak model (``Policy(predict_peaks=...)``). None (default): the model learns from
+                this run's own trials only, earlier sessions of it included, never from another
+                run that ran the same function.
 
         Raises:
             ConfigError: a bad fn or params (before any worker starts; with ``on_oom``, a params
-                without the shrink key or with a non-integer one), or fn fails to load in a worker.
+                without the shrink key or with a non-integer one), a ``predict_from`` that names no
+                run of the store (or is given without a store, or with ``predict_peaks=False``),
+                or fn fails to load in a worker.
             TrialError: a trial failed and the policy says ``on_error="stop"``.
             WorkerCrashedError: a worker died before it was ready.
 
@@ -687,6 +695,7 @@ class Runner:
         elif not isinstance(name, str) or not name.strip():
             raise ConfigError(f"name must be a non-empty string such as 'sweep1', not {name!r}")
         require_utf8(name, "run name", "pass a UTF-8 name, e.g. --name sweep1")
+        scope = self._prediction_scope(name, predict_from)
         if not params:
             return iter(())
         store = self._open_store()
@@ -705,8 +714,27 @@ class Runner:
             data=data,
             backend=self._backend,
             environment=run_environment,
+            scope=scope,
         )
         return self._drive(session)
+
+    def _prediction_scope(self, name: str, predict_from: Any) -> PredictionScope:
+        """Which runs' history ``name``'s peak model reads (a ConfigError before anything starts
+        for a ``predict_from`` that names no run of the store). A store file that does not exist
+        yet is not created to be asked: it has no runs."""
+        names: list[str] = []
+        store_words: str | None = None
+        if self._store_arg is not None:
+            store_words = str(getattr(self._store_arg, "path", self._store_arg))
+            asks = isinstance(predict_from, str) and self.policy.predict_peaks
+            is_path = self._store is None and isinstance(self._store_arg, (str, os.PathLike))
+            if asks and (not is_path or os.path.exists(store_words)):
+                store = self._open_store()
+                assert store is not None
+                names = store.run_names()
+        return prediction_scope(
+            name, predict_from, predict_peaks=self.policy.predict_peaks, store=store_words, stored_runs=names
+        )
 
     def _drive(self, session: Session) -> Iterator[TrialResult]:
         self._session = session
@@ -755,6 +783,7 @@ class Runner:
         name: str | None = None,
         *,
         data: Any = None,
+        predict_from: str | None = None,
     ) -> list[TrialResult]:
         """Like :meth:`imap`, but return all results in input order.
 
@@ -766,13 +795,14 @@ class Runner:
             params_list: one dict of params per trial.
             name: the run's name in the store (running a name again resumes it).
             data: data every trial reads, prepared once (:func:`~trainguard.share`).
+            predict_from: another stored run whose trials seed the peak model, as :meth:`imap` takes it.
 
         Returns:
             One :class:`TrialResult` per params, in input order.
         """
         results: list[TrialResult] = []
         try:
-            for result in self.imap(fn, params_list, name=name, data=data):
+            for result in self.imap(fn, params_list, name=name, data=data, predict_from=predict_from):
                 results.append(result)
         except TrialError as err:
             err.results = sorted(results, key=lambda r: r.index)  # type: ignore[attr-defined]

@@ -116,14 +116,52 @@ class PeakRows:
         )
         out: list[tuple[Any, int]] = []
         for trial_params, ran_with, peak, config in rows:
-            try:
-                version = json.loads(config or "{}").get("fn_version")
-            except ValueError:
-                version = None
+            version = _stored_version(config)
             if fn_version is not None and version not in (None, fn_version):
                 continue  # another version of the code: its peaks say nothing of this one's
             out.append((json.loads(ran_with or trial_params), int(peak)))
         return out
+
+    def run_peak_observations(
+        self, run_id: int, *, fn_version: str | None = None, limit: int = 2000
+    ) -> list[tuple[float, Any, int]]:
+        """``(finished_at, params it ran with, peak)`` of the ``ok`` trials of one run (every session
+        of it), newest first, at most ``limit``: what a run's peak model is fitted on (see
+        :mod:`trainguard.runner.policy._prediction_scope`).
+
+        Args:
+            run_id: the run.
+            fn_version: the function's code version; a run stored with another version gives
+                nothing (its peaks say nothing of this code's). None: any version.
+            limit: the most rows returned.
+
+        Returns:
+            The rows, newest first.
+        """
+        rows = self._rows(
+            "SELECT t.finished_at, t.params_json, p.params_json, t.peak_bytes, r.config_json FROM"
+            " (SELECT run_id, idx, params_json, peak_rss_bytes AS peak_bytes, attempts, finished_at FROM trials"
+            "  WHERE status='ok' AND peak_rss_bytes > 0 AND run_id=?) t"
+            " JOIN runs r ON r.run_id=t.run_id"
+            " LEFT JOIN trial_predictions p ON p.run_id=t.run_id AND p.idx=t.idx AND p.attempt=t.attempts"
+            " ORDER BY t.finished_at DESC LIMIT ?",
+            (int(run_id), int(limit)),
+        )
+        out: list[tuple[float, Any, int]] = []
+        for finished, trial_params, ran_with, peak, config in rows:
+            if fn_version is not None and _stored_version(config) not in (None, fn_version):
+                return []  # the run's code is another version: none of its peaks apply
+            out.append((float(finished or 0.0), json.loads(ran_with or trial_params), int(peak)))
+        return out
+
+    def run_names(self) -> list[str]:
+        """The name of every run in the store, oldest first.
+
+        Returns:
+            The names.
+        """
+        with self._read() as conn:
+            return [str(row[0]) for row in conn.execute("SELECT name FROM runs ORDER BY run_id")]
 
     def _rows(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._read() as conn:
@@ -144,3 +182,12 @@ class PeakRows:
             " LEFT JOIN trial_predictions p ON p.run_id=t.run_id AND p.idx=t.idx AND p.attempt=t.attempts", ""
         ).replace("p.params_json", "NULL")
         return list(conn.execute(plain, args).fetchall())
+
+
+def _stored_version(config: str | None) -> str | None:
+    """The function version a run's stored settings name (None: not recorded, or unreadable)."""
+    try:
+        version = json.loads(config or "{}").get("fn_version")
+    except (ValueError, AttributeError):
+        return None
+    return version if isinstance(version, str) else None

@@ -178,7 +178,8 @@ class Policy:
             ``memory_limit`` ends it.
         pressure_horizon: how far ahead a predicted crossing of ``memory_limit`` counts as pressure.
         predict_peaks: fit each trial's peak on its numeric params from the trials already finished
-            (this run's and earlier runs' of the same function) and act on it: a trial whose
+            (this run's own, its earlier sessions' included; another run's only when the run names
+            it, ``Runner.map(..., predict_from="other-run")``) and act on it: a trial whose
             predicted interval lies wholly over ``memory_limit`` is not started
             (``predicted_over_limit``), with ``on_oom`` it starts at a size predicted to fit, and
             under a ``memory_budget`` each trial is admitted by its own predicted peak, the largest

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from trainguard.runner._fnref import FnSpec
     from trainguard.runner.backends.base import BaseBackend
     from trainguard.runner.policy import Policy
+    from trainguard.runner.policy._prediction_scope import PredictionScope
     from trainguard.store import Store
 
 __all__ = ["Session", "TrialResult", "RunProgress", "WorkerProgress", "default_run_name"]
@@ -77,6 +78,7 @@ class Session:
         data: Any = None,
         backend: BaseBackend | None = None,
         environment: Callable[[], dict[str, Any] | None] | None = None,
+        scope: PredictionScope | None = None,
     ) -> None:
         if backend is None:
             from trainguard.runner.backends.local import LocalBackend
@@ -138,7 +140,7 @@ class Session:
                 env=config.base_env,
             ),
         )
-        self.predictions = Predictions(policy=policy, recorder=self.recorder, fn=fn)
+        self.predictions = Predictions(policy=policy, recorder=self.recorder, fn=fn, scope=scope)
         self.predictions.refuse = self.pool.gpu.refusal if self.pool.gpu is not None else None
         self.stages = Stages(
             policy=policy,
@@ -244,6 +246,7 @@ class Session:
             **self.config.stored(),
             "fn_version": stored_version or self.fn.version,
             "seed": self.config.seed,
+            "predict_from": self.predictions.scope.predict_from,
         }
         info = recorder.begin(self.fn.ref, self.params, settings)
         attempts_by_index: dict[int, int] = {}

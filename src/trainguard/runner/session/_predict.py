@@ -2,18 +2,21 @@
 prediction each pending trial gets (cached until the next refit).
 
 The statistics are :mod:`trainguard.runner.policy._peaks` (pure); this owner only keeps state:
-the ``(params it ran with, peak)`` of every ``ok`` trial (this run's and, from the store, earlier
-runs' of the same function's code), a refit when enough is new, and the latest model's words for
-``show`` and the events.
+the ``(params it ran with, peak)`` of every ``ok`` trial (this run's, its earlier sessions' from
+the store and, with ``predict_from``, the named run's; never another run's only because it ran the
+same code: :mod:`~trainguard.runner.policy._prediction_scope`), a refit when enough is new, and the
+latest model's words (with the runs it was fitted on) for ``show`` and the events.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import dataclasses
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainguard.runner.policy._peaks import PeakPrediction
+from trainguard.runner.policy._prediction_scope import PredictionScope
 
 if TYPE_CHECKING:
     from trainguard.runner.policy._peak_fit import PeakFit
@@ -29,15 +32,30 @@ REFIT_GROWTH = 0.05
 class PeakForecaster:
     """Fitted peaks for one session (see the module docstring)."""
 
-    def __init__(self, prior: Sequence[tuple[Any, int]] = ()) -> None:
+    def __init__(
+        self,
+        prior: Sequence[tuple[Any, int]] = (),
+        *,
+        prior_runs: Sequence[str] | None = None,
+        run: str = "",
+    ) -> None:
         """The peak model of one run's function, fed as trials finish.
 
         Args:
-            prior: ``(params, peak_bytes)`` of stored trials of the same function's code.
+            prior: ``(params, peak_bytes)`` of stored trials, newest first: the run's own from its
+                earlier sessions and, when asked, another run's (``predict_from``).
+            prior_runs: the run each of ``prior`` comes from, in the same order (default: ``run``).
+            run: this run's name; what :meth:`observe` learns is counted as its.
         """
+        prior = list(prior)[:WINDOW]
+        runs = list(prior_runs)[: len(prior)] if prior_runs is not None else []
+        runs += [run] * (len(prior) - len(runs))
+        self.run = run
         self._observations: deque[tuple[Any, int]] = deque(maxlen=WINDOW)
-        self._observations.extend(reversed(list(prior)[:WINDOW]))  # newest last
-        self.prior_count = min(len(prior), WINDOW)
+        self._observations.extend(reversed(prior))  # newest last
+        self._runs: deque[str] = deque(reversed(runs), maxlen=WINDOW)  # whose each observation is
+        self.prior_count = len(prior)
+        self.fitted_runs: dict[str, int] = {}  # trials by run in the latest fit
         self._fit: PeakFit | PeakPrediction | None = None
         self._fitted_at = -1
         self._seen = len(self._observations)
@@ -58,6 +76,7 @@ class PeakForecaster:
         """
         if peak_bytes and peak_bytes > 0:
             self._observations.append((params, int(peak_bytes)))
+            self._runs.append(self.run)
             self._seen += 1
 
     def observe_kill(
@@ -99,6 +118,7 @@ class PeakForecaster:
             from trainguard.runner.policy._peak_fit import fit_peaks  # numpy: only once a model is fitted
 
             self._fit = fit_peaks(list(self._observations))
+            self.fitted_runs = dict(Counter(self._runs))
             self._fitted_at = n
             self.version += 1
             self._cache.clear()
@@ -155,13 +175,21 @@ class PeakForecaster:
             The model's terms, ignored params and fit statistics as plain JSON values.
         """
         fit = self.model() if refit else self.current()
+        sources = {"prior_trials": self.prior_count, "runs": dict(self.fitted_runs)}
         if isinstance(fit, PeakPrediction):
-            return {
-                "description": f"unknown: {fit.reason}",
-                "trials": fit.trials,
-                "prior_trials": self.prior_count,
-            }
-        return {**fit.to_dict(), "prior_trials": self.prior_count}
+            return {"description": f"unknown: {fit.reason}", "trials": fit.trials, **sources}
+        return {**fit.to_dict(), **sources}
+
+    def sources(self) -> str:
+        """Which runs' trials the latest fit was fitted on, in words (``"fitted on run 'A' (6
+        trials)"``): what a prediction it makes rests on.
+
+        Returns:
+            The words.
+        """
+        from trainguard.runner.policy._prediction_scope import sources_words
+
+        return sources_words(self.fitted_runs, self.run)
 
 
 #: pending trials looked at when a worker picks its next one (the queue's head; a long grid is
@@ -174,10 +202,14 @@ class Predictions:
     takes, trials not started or started smaller because of their prediction, what each attempt
     records. Owns the :class:`PeakForecaster`; the loop owns the queue and asks."""
 
-    def __init__(self, *, policy: Any, recorder: Any, fn: Any) -> None:
+    def __init__(self, *, policy: Any, recorder: Any, fn: Any, scope: PredictionScope | None = None) -> None:
         self.policy = policy
         self.recorder = recorder
         self.fn = fn
+        #: whose history the model reads (default: this run's own; see ``_prediction_scope``)
+        self.scope = (
+            scope if scope is not None else PredictionScope(recorder.name, None, policy.predict_peaks)
+        )
         self.forecaster: PeakForecaster | None = None
         self._shape: Any = None
         self.by_index: dict[int, PeakPrediction] = {}  # what each trial's latest attempt started with
@@ -185,18 +217,39 @@ class Predictions:
         self.refuse: Callable[[Any], dict[str, Any] | None] | None = None
 
     def open(self, *, budgeted: bool = False) -> None:
-        """Fitted on this run's and earlier runs' ``ok`` trials of the same function's code; only
-        when a prediction can decide something (``predict_peaks`` with a ``memory_limit``, an
-        ``on_oom`` rule or a memory budget): otherwise no model is fitted, so a run without limits
-        pays nothing for it (the fit imports numpy into the supervisor's process, which
-        is the user's own: a notebook kernel, an Optuna study)."""
+        """Fitted on the ``ok`` trials of the runs :attr:`scope` names: this run's own (its
+        earlier sessions' with the same code) and, with ``predict_from``, that run's; never on
+        another run only because it ran the same function. Only when a prediction can decide
+        something (``predict_peaks`` with a ``memory_limit``, an ``on_oom`` rule or a memory
+        budget): otherwise no model is fitted, so a run without limits pays nothing for it (the
+        fit imports numpy into the supervisor's process, which is the user's own: a notebook
+        kernel, an Optuna study)."""
         policy = self.policy
         if not (policy.predict_peaks and (policy.memory_limit or policy.on_oom is not None or budgeted)):
             return
-        prior: list[tuple[Any, int]] = []
-        if self.recorder.persistent:
-            prior = self.recorder.store.peak_observations(self.fn.ref, self.fn.version)
-        self.forecaster = PeakForecaster(prior)
+        rows: list[tuple[float, str, Any, int]] = []
+        if self.recorder.persistent and self.scope.enabled:
+            rows = self._history()
+        rows.sort(key=lambda row: row[0], reverse=True)  # newest first, whichever run
+        self.forecaster = PeakForecaster(
+            [(params, peak) for _, _, params, peak in rows],
+            prior_runs=[run for _, run, _, _ in rows],
+            run=self.scope.run,
+        )
+
+    def _history(self) -> list[tuple[float, str, Any, int]]:
+        """``(finished_at, run, params, peak)`` of the scope's runs' ``ok`` trials in the store:
+        this run's with the same code only, the named run's as they are (the user chose it)."""
+        store, out = self.recorder.store, []
+        for name in self.scope.runs:
+            own = name == self.scope.run
+            info = None if own else store.get_run(name)
+            run_id = self.recorder.run_id if own else (info.run_id if info is not None else None)
+            if run_id is None:
+                continue  # renamed since the run began (the Runner checked that it exists)
+            rows = store.run_peak_observations(run_id, fn_version=self.fn.version if own else None)
+            out += [(finished, name, params, peak) for finished, params, peak in rows]
+        return out
 
     @property
     def acting(self) -> bool:
@@ -291,7 +344,8 @@ class Predictions:
         self._shape = shape
         ignored = described.get("ignored") or {}
         note = "; ignored: " + ", ".join(f"{k} ({v})" for k, v in sorted(ignored.items())) if ignored else ""
-        self.recorder.event("peak_model", f"peak model: {words}{note}", data=described)
+        sources = self.forecaster.sources()
+        self.recorder.event("peak_model", f"peak model: {words}{note}; {sources}", data=described)
 
     def skipped(self, run: Any, prediction: PeakPrediction) -> dict[str, Any]:
         """Record a trial not started for its prediction; returns its failure."""
@@ -299,15 +353,26 @@ class Predictions:
         from trainguard.units import format_bytes
 
         limit = self.policy.memory_limit
+        if self.forecaster is not None:  # which runs' trials predicted it, in the words it is kept with
+            runs = dict(self.forecaster.fitted_runs)
+            prediction = dataclasses.replace(
+                prediction, reason=f"{prediction.reason}; {self.forecaster.sources()}"
+            )
+        else:
+            runs = {}
         message = not_started_message(prediction, f"memory_limit={format_bytes(limit)}")
         self.record(run, prediction, "skipped")
         self.recorder.event(
             "peak_skip",
             f"trial {run.index} {message}",
-            data={**prediction.to_dict(), "limit_bytes": limit},
+            data={**prediction.to_dict(), "limit_bytes": limit, "runs": runs},
             index=run.index,
         )
-        return {"status": "predicted_over_limit", "message": message, "prediction": prediction.to_dict()}
+        return {
+            "status": "predicted_over_limit",
+            "message": message,
+            "prediction": {**prediction.to_dict(), "runs": runs},
+        }
 
     def apply_size(self, run: Any) -> None:
         """With ``on_oom=Shrink(...)``: start a trial predicted not to fit at the largest size of
