@@ -1,6 +1,6 @@
 """``no_leak`` from exact evidence through the CLI on real slow steps: counts exactly flat and bytes
 in use flat decide a flat step whose RSS swings; memory kept through ``mmap`` (RSS alone sees it)
-is never ``no_leak`` (the rule before called it so at 12 calls, BENCHMARKS.md)."""
+is never ``no_leak`` (the rule before called it so at 12 calls: CHANGELOG.md's history of figures)."""
 
 from __future__ import annotations
 

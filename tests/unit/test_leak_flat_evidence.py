@@ -108,7 +108,7 @@ def _flat_in_use(seed: int, n: int) -> np.ndarray:
 
 
 #: RSS noise of the seed's Keras fit on TensorFlow after cleanup() and malloc_trim(0), one standard
-#: deviation: 0.25-0.37 MB (the noise scale of 40 and 106 readings, BENCHMARKS.md)
+#: deviation: 0.25-0.37 MB (the noise scale of 40 and 106 readings, CHANGELOG.md's history of figures)
 TF_FIT_RSS_SD = 0.3 * MB
 
 
@@ -165,7 +165,7 @@ def test_rising_bytes_in_use_or_none_at_all_never_give_no_leak_on_exact_evidence
 def _heap_creep(seed: int, n: int) -> np.ndarray:
     """glibc's heaps as resident after malloc_trim(0) on the seed's Keras fit: pages the trim gave
     back touched again and pinned, about 65 KiB a call early and slowing toward the untrimmed
-    level 12 MiB up (BENCHMARKS.md), under the fit's RSS noise (0.3 MB)."""
+    level 12 MiB up (CHANGELOG.md's history of figures), under the fit's RSS noise (0.3 MB)."""
     rng = np.random.default_rng(seed + 2000)
     return 400 * MB + 12 * MB * (1 - np.exp(-np.arange(n) / 190.0)) + rng.normal(0, TF_FIT_RSS_SD, n)
 
