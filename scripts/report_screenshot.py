@@ -1,4 +1,4 @@
-"""Make docs/report.png, the README's picture of a run report, from a real run.
+"""Make docs/report.png, the HTML-reports page's picture of a run report, from a real run.
 
 Two worker processes run 26 tiny trials that each keep 24 MiB alive (as a leaking framework does);
 the policy recycles a worker once it has grown 100 MB, one trial allocates until it is killed at

@@ -14,7 +14,7 @@ pytestmark = needs_tfjs
 
 # A budget in iterations, not seconds, so the verdict does not depend on how busy the machine is.
 # The tolerance sits at twice the 10-30 KiB of RSS that TF.js keeps per model built even when every
-# tensor is disposed (measured: README, "TensorFlow.js"); a forgotten model and its data are 268 KiB.
+# tensor is disposed (measured: docs/how-to/tfjs.md); a forgotten model and its data are 268 KiB.
 BUDGET = ["--max-iterations", "130", "--max-time", "10m", "--tolerance", "64KB", "--json"]
 
 

@@ -177,7 +177,7 @@ def test_false_leak_rate_with_an_allocator_series_added():
             y = base + 4e6 * (1 - np.exp(-calls / 8.0)) + rng.normal(0, 2000, calls.size)
         else:
             # a fill that stops within the allowance (1 MiB); a bigger native cache that fills at a
-            # constant rate is the known limit (ARCHITECTURE.md, "Allocator evidence")
+            # constant rate is the known limit (docs/explanation/leak-verdict.md)
             stop = int(rng.integers(5, 16))
             y = base + 65536 * np.minimum(calls, stop) + rng.normal(0, 500, calls.size)
         for end in (16, 20, 25, 32, 40):

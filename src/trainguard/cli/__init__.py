@@ -4,7 +4,7 @@ Each subcommand module defines ``HELP`` (one line), ``register(parser)`` to add 
 ``run(args) -> int``. Modules keep their top-level imports light (no framework, no numpy where it
 can wait) so that ``trainguard --help`` stays fast; ``main(argv)`` is testable in-process.
 
-Exit codes (``EXIT_CODES``; README "Errors" and ``trainguard --help`` list them too): 0 success,
+Exit codes (``EXIT_CODES``; docs/errors.md and ``trainguard --help`` list them too): 0 success,
 1 the check failed (a leak found, a trial failed, a run stopped on error), 2 usage or configuration
 error (bad flag, value, unit, params file, function reference, unknown run name), 3 inconclusive
 leak check, 4 store error (not a trainguard store, another schema version, cannot be written),
@@ -45,7 +45,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_STORE, EXIT_WORKER, EXIT_DEPENDENCY, EXIT_LOCKED = 4, 5, 6, 7
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141
 
-#: exit code -> what it means; printed by ``trainguard --help`` and documented in the README.
+#: exit code -> what it means; printed by ``trainguard --help`` and documented in docs/errors.md.
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
     EXIT_FAILED: "the check failed: a leak found, a trial failed, a run stopped on error, no batch size fits",

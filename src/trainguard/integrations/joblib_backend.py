@@ -7,7 +7,7 @@
     with joblib.parallel_backend("trainguard", n_jobs=2, memory_limit="4GB"):
         GridSearchCV(model, grid, cv=5).fit(X, y)
 
-How it works (see ARCHITECTURE.md, "joblib, KerasTuner, MLflow"): joblib hands the backend one
+How it works (see docs/explanation/architecture.md, "Integrations"): joblib hands the backend one
 batch at a time (batch size 1: the backend does no auto-batching, so one fold's fit-and-score is
 one task); the batch is cloudpickled in the caller (a batch that cannot be sent fails there, in
 one line naming the object, before any worker starts) and run by a

@@ -1,6 +1,6 @@
 """KerasTuner searches whose every trial builds and fits its model in a guarded trainguard worker.
 
-How it runs (see ARCHITECTURE.md, "joblib, KerasTuner, MLflow"): the tuner's own loop stays in
+How it runs (see docs/explanation/architecture.md, "Integrations"): the tuner's own loop stays in
 the caller (``tuner.search``: the oracle asks for hyperparameters, writes its directory, ends
 each trial, resumes); only ``run_trial`` moves. The guarded ``run_trial`` sends a copy of the
 tuner (its oracle replaced by the objective, all ``run_trial`` reads of it), the trial and the fit

@@ -1,6 +1,6 @@
 """Optuna studies whose objective runs in trainguard workers (parent side).
 
-How a trial runs (see ARCHITECTURE.md, "Optuna"):
+How a trial runs (see docs/explanation/architecture.md, "Integrations"):
 
 - Optuna's own loop runs in the parent: ``study.optimize`` asks the sampler, calls the guarded
   objective, tells the result, runs callbacks. With ``workers > 1`` it runs ``n_jobs=workers``
