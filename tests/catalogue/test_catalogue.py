@@ -8,7 +8,7 @@ Adding a case is one line in ``CLI_CASES`` or ``API_CASES``. Invariants checked 
 no raw escape character reaches the output, an error (exit 2, 4, 5, 6, 7) is exactly one line
 on stderr besides the progress said before the work (argparse's usage errors too: the line names
 ``--help``), and ``--json`` output is strict
-JSON. The README's "Errors" section gives the count.
+JSON. docs/errors.md says what the rows cover.
 """
 
 from __future__ import annotations
