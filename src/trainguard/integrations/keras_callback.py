@@ -19,20 +19,15 @@ TensorFlow, torch and JAX allocators when those are loaded.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-import warnings
 from typing import Any
 
-from trainguard.exceptions import ConfigError, MemoryLimitError
-from trainguard.units import format_bytes, format_bytes_apart, parse_size
+from trainguard.exceptions import ConfigError
+from trainguard.integrations import _memory_readings as readings
+from trainguard.integrations._memory_watch import ACTIONS, MemoryWatch, positive_int, trial_context
 
 __all__ = ["MemoryCallback", "ACTIONS"]
-
-logger = logging.getLogger(__name__)
-
-ACTIONS = ("warn", "stop", "raise", "checkpoint")
 #: the files ``action="checkpoint"`` writes into the checkpoint folder
 WEIGHTS_FILE = "model.weights.h5"
 OPTIMIZER_FILE = "optimizer.npz"
@@ -41,14 +36,6 @@ try:
     import keras as _keras
 except ImportError as _err:  # pragma: no cover - trainguard.keras checks first
     raise ImportError("trainguard.keras needs Keras 3: pip install keras") from _err
-
-
-def _positive_int(value: Any, name: str, example: str, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name}={value!r} must be a whole number >= 1, such as {example}")
-    return value
 
 
 class MemoryCallback(_keras.callbacks.Callback):
@@ -113,69 +100,56 @@ class MemoryCallback(_keras.callbacks.Callback):
         super().__init__()
         self._ctx = ctx
         self._checkpoint_wanted = False
-        self.limit_bytes = parse_size(limit, name="limit", allow_none=True)
-        self.gpu_limit_bytes = parse_size(gpu_limit, name="gpu_limit", allow_none=True)
-        if action not in ACTIONS:
-            raise ConfigError(f"action={action!r} must be one of 'warn', 'stop', 'raise', 'checkpoint'")
-        if not isinstance(predict, bool):
-            raise ConfigError(f"predict must be True or False, not {predict!r}")
-        self.horizon_epochs = int(_positive_int(horizon_epochs, "horizon_epochs", "1") or 0)
-        self.every_n_batches = _positive_int(every_n_batches, "every_n_batches", "50", allow_none=True)
-        self.min_epochs = int(_positive_int(min_epochs, "min_epochs", "3") or 0)
-        if self.min_epochs < 3:
-            raise ConfigError(f"min_epochs={min_epochs!r} must be >= 3: a slope needs 3 readings")
-        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
-            raise ConfigError(f"confidence={confidence!r} must be between 0 and 1, such as 0.95")
+        self.watch = MemoryWatch(
+            "trainguard.keras.MemoryCallback",
+            limit=limit,
+            gpu_limit=gpu_limit,
+            action=action,
+            predict=predict,
+            horizon_epochs=horizon_epochs,
+            min_epochs=min_epochs,
+            confidence=confidence,
+        )
+        self.every_n_batches = positive_int(every_n_batches, "every_n_batches", "50", allow_none=True)
         if not isinstance(prefix, str):
             raise ConfigError(f"prefix must be a string such as 'memory_', not {prefix!r}")
-        self.action = action
-        self.predict = predict
-        if count_tensors not in (True, False, "auto"):
-            raise ConfigError(f"count_tensors={count_tensors!r} must be True, False or 'auto'")
-        self.count_tensors = count_tensors
-        self.confidence = float(confidence)
+        self._counter = readings.TensorCounter(count_tensors)
         self.prefix = prefix
-        self.history: list[dict[str, Any]] = []
-        self.events: list[tuple[int, str, str]] = []
-        self.stopped_epoch: int | None = None
-        self._warned: set[str] = set()
         self._epoch_peak = 0
         self._batches = 0
         self._epoch_start = 0.0
-        self._census_s: float | None = None
-        self._spent_s = 0.0
-        self._train_s = 0.0
-        self._tensors: int | None = None
 
-    # -- readings ---------------------------------------------------------------------------------
+    # the options and the record live in the shared watch (one owner of the decision)
+    limit_bytes = property(lambda self: self.watch.limit_bytes)
+    gpu_limit_bytes = property(lambda self: self.watch.gpu_limit_bytes)
+    action = property(lambda self: self.watch.action)
+    predict = property(lambda self: self.watch.predict)
+    horizon_epochs = property(lambda self: self.watch.horizon_epochs)
+    min_epochs = property(lambda self: self.watch.min_epochs)
+    confidence = property(lambda self: self.watch.confidence)
+    count_tensors = property(lambda self: self._counter.mode)
+    history = property(lambda self: self.watch.history)
+    events = property(lambda self: self.watch.events)
+    stopped_epoch = property(lambda self: self.watch.stopped_epoch)
+
+    # -- readings (instance attributes may replace them: a recorded series in tests) ----------------
 
     @staticmethod
     def _rss() -> int:
-        from trainguard.process import tree_memory
-
-        return int(tree_memory(os.getpid()).rss_bytes)
+        return readings.tree_rss()
 
     @staticmethod
     def _gpu() -> int | None:
-        from trainguard.frameworks import gpu_allocated_bytes
-
-        return gpu_allocated_bytes()
+        return readings.gpu_bytes()
 
     @staticmethod
     def _live_tensors() -> int:
-        from trainguard.probes.census import census
-
-        result = census(numpy=False, graph_objects=False, stack_locals=False)
-        # a Keras variable wraps a backend tensor that is counted under its framework already
-        return sum(e.count for e in result.entries if e.framework != "keras")
+        return readings.live_tensors()
 
     # -- Keras hooks ------------------------------------------------------------------------------
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        self.history = []
-        self.events = []
-        self.stopped_epoch = None
-        self._warned = set()
+        self.watch.begin()
         self._epoch_peak = 0
         self._batches = 0
         if self.action == "checkpoint":
@@ -185,27 +159,6 @@ class MemoryCallback(_keras.callbacks.Callback):
         self._epoch_peak = 0
         self._epoch_start = time.perf_counter()
 
-    def _count(self) -> int | None:
-        """The live-tensor count, or None while ``"auto"`` has had no budget for a census yet.
-
-        ``"auto"`` keeps the time spent in censuses within 5 % of the training time this callback
-        has seen (across fits): a census runs when the budget covers its expected cost (the last
-        census's, or 0.5 s before the first); in between the last count is
-        repeated.
-        """
-        self._train_s += time.perf_counter() - self._epoch_start
-        if self.count_tensors == "auto":
-            # before the first census its cost is taken as 0.5 s (measured 0.1-0.5 s with a framework
-            # loaded); estimating it from len(gc.get_objects()) costs as much as a census
-            expected = 0.5 if self._census_s is None else self._census_s
-            if self._spent_s + expected > 0.05 * self._train_s:
-                return self._tensors
-        start = time.perf_counter()
-        self._tensors = self._live_tensors()
-        self._census_s = time.perf_counter() - start
-        self._spent_s += self._census_s
-        return self._tensors
-
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self.every_n_batches is None:
             return
@@ -214,14 +167,7 @@ class MemoryCallback(_keras.callbacks.Callback):
             return
         rss = self._rss()
         self._epoch_peak = max(self._epoch_peak, rss)
-        if self.limit_bytes is not None and rss > self.limit_bytes:
-            epoch = len(self.history)
-            self._act(
-                epoch,
-                "limit",
-                "RSS {} is past the limit {} ".format(*format_bytes_apart(rss, self.limit_bytes))
-                + f"(epoch {epoch}, batch {batch})",
-            )
+        self._carry_out(self.watch.on_batch(rss, f"batch {batch}"))
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         rss = self._rss()
@@ -229,35 +175,26 @@ class MemoryCallback(_keras.callbacks.Callback):
         gpu = self._gpu()
         if gpu is not None:
             reading["gpu_bytes"] = gpu
-        if self.count_tensors:
-            tensors = self._count()
-            if tensors is not None:
-                reading["live_tensors"] = tensors
-        self.history.append(reading)
-        estimate = self._growth()
-        # every epoch carries the growth key (None here, NaN in the logs, before there is an
-        # estimate), so Keras' History lists it epoch by epoch instead of shifted to the first ones
-        reading["growth_bytes_per_epoch"] = estimate.slope if estimate is not None else None
+        tensors = self._counter.count(time.perf_counter() - self._epoch_start, self._live_tensors)
+        if tensors is not None:
+            reading["live_tensors"] = tensors
+        estimate = self.watch.record(epoch, reading)
         if logs is not None:
-            for key, value in reading.items():
-                logs[self.prefix + key] = float("nan") if value is None else float(value)
-        reading["epoch"] = epoch
-        self._check(epoch, reading, estimate)
+            logs.update(self.watch.log_values(reading, self.prefix))
+        self._carry_out(self.watch.decide(reading, estimate))
         if self.action == "checkpoint":
             self._checkpoint_if_pressed(epoch)
+
+    def _carry_out(self, response: str | None) -> None:
+        if response == "checkpoint":
+            self._checkpoint_wanted = True  # at the end of this epoch
+        elif response == "stop" and self.model is not None:
+            self.model.stop_training = True
 
     # -- checkpoint under pressure ------------------------------------------------------------------
 
     def _context(self) -> Any:
-        if self._ctx is None:
-            from trainguard.runner import current_context
-
-            self._ctx = current_context()
-        if self._ctx is None:
-            raise ConfigError(
-                "MemoryCallback(action='checkpoint') needs a trial context: run the fit in a trial "
-                "def train(params, ctx) through trainguard.Runner.map, or pass ctx="
-            )
+        self._ctx = trial_context(self._ctx, "MemoryCallback")
         return self._ctx
 
     def restore(self, model: Any) -> int:
@@ -324,77 +261,5 @@ class MemoryCallback(_keras.callbacks.Callback):
         self.events.append((epoch, "checkpoint", f"checkpointed after epoch {epoch} under memory pressure"))
         ctx.checkpoint({"epoch": epoch + 1}, remaining=remaining)  # may end this worker here
 
-    # -- decisions --------------------------------------------------------------------------------
-
-    def _growth(self) -> Any:
-        if len(self.history) < self.min_epochs:
-            return None
-        from trainguard.leaks.stats import robust_slope
-
-        series = [h["rss_bytes"] for h in self.history]
-        return robust_slope(series, confidence=self.confidence, resolution=4096.0)
-
-    def _check(self, epoch: int, reading: dict[str, Any], estimate: Any) -> None:
-        rss = reading["rss_bytes"]
-        if self.limit_bytes is not None:
-            if reading["peak_rss_bytes"] > self.limit_bytes:
-                self._act(
-                    epoch,
-                    "limit",
-                    "RSS {} is past the limit {} ".format(
-                        *format_bytes_apart(reading["peak_rss_bytes"], self.limit_bytes)
-                    )
-                    + f"after epoch {epoch}",
-                )
-                return
-            if self.predict and estimate is not None and estimate.ci_low > 0:
-                ahead = rss + estimate.slope * self.horizon_epochs
-                if ahead > self.limit_bytes:
-                    epochs_left = (self.limit_bytes - rss) / estimate.slope
-                    now, cap = format_bytes_apart(rss, self.limit_bytes)  # never "1.9 GiB ... 1.9 GiB"
-                    self._act(
-                        epoch,
-                        "predicted",
-                        f"RSS grows {format_bytes(estimate.slope)}/epoch "
-                        f"(95% CI {format_bytes(estimate.ci_low)} .. {format_bytes(estimate.ci_high)}); at "
-                        f"{now} after epoch {epoch} it is predicted to cross the limit {cap} "
-                        f"in {max(epochs_left, 0):.1f} epochs",
-                    )
-                    return
-        gpu = reading.get("gpu_bytes")
-        if self.gpu_limit_bytes is not None and gpu is not None and gpu > self.gpu_limit_bytes:
-            self._act(
-                epoch,
-                "gpu_limit",
-                "GPU memory in use {} is past the limit {} ".format(
-                    *format_bytes_apart(gpu, self.gpu_limit_bytes)
-                )
-                + f"after epoch {epoch}",
-            )
-
-    def _act(self, epoch: int, cause: str, message: str) -> None:
-        self.events.append((epoch, cause, message))
-        if self.action == "checkpoint":
-            self._checkpoint_wanted = True  # at the end of this epoch
-            return
-        if self.action == "raise":
-            raise MemoryLimitError(
-                f"trainguard.keras.MemoryCallback: {message}",
-                limit_bytes=self.limit_bytes,
-                epoch=epoch,
-                cause=cause,
-            )
-        if self.action == "stop":
-            if self.model is not None:
-                self.model.stop_training = True
-            if self.stopped_epoch is None:
-                self.stopped_epoch = epoch
-                logger.warning("trainguard MemoryCallback stops training: %s", message)
-            return
-        if cause not in self._warned:
-            self._warned.add(cause)
-            warnings.warn(f"trainguard MemoryCallback: {message}", RuntimeWarning, stacklevel=2)
-
     def __repr__(self) -> str:
-        limit = format_bytes(self.limit_bytes) if self.limit_bytes is not None else None
-        return f"MemoryCallback(limit={limit!r}, action={self.action!r})"
+        return f"MemoryCallback(limit={self.watch.describe_limit()!r}, action={self.action!r})"
