@@ -212,6 +212,42 @@ def test_pre_timeout_signal_moves_a_staged_trial_to_another_pilot(slurm, tmp_pat
     assert queue("staged") == []
 
 
+def test_a_tmpfs_write_over_the_limit_is_killed_in_its_pilot_with_the_local_message(slurm, tmp_path):
+    """The pilot asks the local sampler's limit verdict (the Ray agent's code): a trial writing 600 MB
+    into /dev/shm (no RSS shows it) under a 300 MB limit is killed for it, in the same words."""
+    import re
+    import uuid
+
+    free = os.statvfs("/dev/shm")
+    if free.f_bavail * free.f_frsize < 800 * 2**20:
+        pytest.skip("/dev/shm has less than 800 MiB free")
+    fill = str(HERE / "tmpfs_trials.py") + ":fill_shm"
+    policy = Policy(memory_limit="300MB", peak_ratio=None)
+    errors = {}
+    for backend in ("local", "slurm"):
+        path = f"/dev/shm/slurm-verdict-{uuid.uuid4().hex}"
+        extra = {"slurm": options(tmp_path)} if backend == "slurm" else {}
+        try:
+            with Runner(
+                workers=1, backend=backend, store=tmp_path / f"{backend}.db", policy=policy, **extra
+            ) as runner:
+                (result,) = runner.map(fill, [{"path": path, "mb": 600, "hold_s": 15}], name="shm")
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+        assert result.status == "failed" and result.error["status"] == "killed_memory", result.error
+        errors[backend] = result.error
+
+    def shape(message: str) -> str:
+        return re.sub(r"[\d.,]+ (B|KiB|MiB|GiB)\b", "N", message)
+
+    on_slurm, local = errors["slurm"], errors["local"]
+    assert "shmem/tmpfs" in on_slurm["message"], on_slurm
+    assert shape(on_slurm["message"]) == shape(local["message"]), (on_slurm["message"], local["message"])
+    assert on_slurm["tmpfs_bytes"] > 250 * 2**20, on_slurm  # the split crossed the wire
+    assert queue("shm") == []
+
+
 def test_slurms_cgroup_oom_kill_of_a_worker_is_a_memory_kill(slurm, tmp_path):
     """A worker SIGKILLed while its pilot's output holds slurmstepd's oom-kill line is recorded as
     a memory kill, not a crash. This Slurm has no cgroup plugin (a container), so the trial writes

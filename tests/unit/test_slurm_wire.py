@@ -74,6 +74,29 @@ def test_events_and_specs_round_trip():
         spec_from_wire({**spec_to_wire(spec), "env": {"A": 1}})
 
 
+def test_the_verdicts_pressure_and_a_kills_memory_split_cross_the_wire():
+    events = [
+        ("kill", 3, "killed_memory", 300.0, 640, "killed at memory_limit", [40, 12, 0, 600, None]),
+        ("pressure", 3, "soft_limit", 460, "crossed", {"rss_bytes": 460, "rate_bytes_per_s": None}, True),
+    ]
+    msg = decode(encode({"op": "events", "events": to_events(events)}), FROM_PILOT)
+    assert msg["events"] == events
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        ["kill", 3, "killed_memory", 1.0, 2, "m", [1, 2, 3, "4", None]],
+        ["kill", 3, "killed_memory", 1.0, 2, "m", [1, 2, 3]],
+        ["pressure", 3, "soft_limit", 5, "m", {"rss_bytes": [5]}, True],
+        ["pressure", 3, "soft_limit", 5, "m", {}, 1],
+    ],
+)
+def test_a_split_or_pressure_of_the_wrong_shape_is_refused(event):
+    with pytest.raises(ProtocolError):
+        decode(encode({"op": "events", "events": [event]}), FROM_PILOT)
+
+
 def test_pilots_are_owned_by_store_and_run():
     a = job_name_for("sweep", run_owner_key("/data/a.db", "sweep"))
     b = job_name_for("sweep", run_owner_key("/data/b.db", "sweep"))

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trainguard.runner.policy import EndCause, KillDecision, Policy
+from trainguard.runner.policy import EndCause, KillDecision, Policy, PressureDecision
 
 if TYPE_CHECKING:
     from trainguard.process.charge import MemorySplit
@@ -168,6 +168,15 @@ class BaseWorker(ABC):
     def kill(self) -> None:
         """End the worker's whole tree now (idempotent)."""
 
+    def pressure_raised(self) -> tuple[PressureDecision, bool] | None:
+        """Pressure that the verdict next to the worker raised on its trial since the last call
+        (only when :attr:`enforces_limits`): the decision and whether the worker was told.
+
+        Returns:
+            ``(decision, delivered)``, or None.
+        """
+        return None
+
     def signal_pressure(self) -> bool:
         """Raise ``ctx.under_pressure`` in the worker's running trial (sampler thread); False where
         this backend cannot deliver it (the trial then runs on to its hard limit, as before).
@@ -244,10 +253,12 @@ class BaseBackend(ABC):
     - :meth:`BaseWorker.kill` ends the worker's whole tree now; :meth:`BaseWorker.wait` waits for the
       worker to be gone; :meth:`BaseWorker.end` makes sure it and everything it started are gone and
       releases what the handle holds.
-    - Limits: when :attr:`BaseWorker.enforces_limits` is False the session checks the policy's hard
-      limits on every reading and calls :meth:`kill`; when True, something next to the worker does
-      (at the same interval, with the same :func:`~trainguard.runner.policy.check_limits`) and
-      reports its decision as :attr:`BaseWorker.kill_decision`.
+    - Limits: when :attr:`BaseWorker.enforces_limits` is False the session asks the limit verdict
+      (:func:`~trainguard.runner.policy.limit_verdict`: hard limits, timeout, the soft limit's
+      pressure and grace) on every reading and calls :meth:`kill`; when True, something next to the
+      worker does (at the same interval, with the same verdict) and reports its kill as
+      :attr:`BaseWorker.kill_decision` and the pressure it raised through
+      :meth:`BaseWorker.pressure_raised`.
     - :meth:`BaseWorker.classify` says why the worker ended, in words, as an
       :class:`~trainguard.runner.policy.EndCause`; a backend that knows more than the exit status
       (a lost node) says so there.

@@ -5,10 +5,12 @@ and custom resources and spread over the nodes, is a node-local supervisor for t
 trainguard worker process: it starts the worker with the local backend's own code
 (:func:`~trainguard.runner.backends.local.start_local_worker`, so the worker is the same
 ``python -m trainguard.runner.worker.process`` with its own process group, cgroup or subreaper), samples
-its process tree with :mod:`trainguard.process` (and its GPU memory with NVML by pid) at the
-session's interval, enforces the policy's hard limits and timeout there with the same
-:func:`~trainguard.runner.policy.check_limits`, kills and ends the tree there, and forwards the
-worker's message bytes, its samples, its kills and its exit to the driver. The driver keeps the
+its process tree with :mod:`trainguard.process` (and its GPU memory with NVML by pid, its tmpfs
+files and its memory by kind as the local sampler reads them) at the session's interval, asks the
+same :func:`~trainguard.runner.policy.limit_verdict` as the local sampler (hard limits and timeout,
+the soft limit's pressure, which it signals to the worker there, and ``pressure_grace``), kills and
+ends the tree there, and forwards the worker's message bytes, its samples, its pressure, its kills
+and its exit to the driver. The driver keeps the
 session: the queue, the policy's recycling and retries, and the store (the single source of truth,
 so a run resumes by name after the driver restarts, whatever happened to the cluster).
 
@@ -37,14 +39,27 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from trainguard.exceptions import ConfigError, missing
+from trainguard.process.charge import MemorySplit
 from trainguard.process.watch import Schedule
 from trainguard.runner._protocol import MessageReader
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
-from trainguard.runner.policy import EndCause, KillDecision, Policy, check_limits, classify_end
+from trainguard.runner.policy import (
+    RATE_WINDOW_S,
+    EndCause,
+    KillDecision,
+    LimitReading,
+    Policy,
+    PressureDecision,
+    PressureSince,
+    classify_end,
+    growth_rate,
+    limit_verdict,
+)
 
 __all__ = ["RayBackend", "RayWorker", "SlotAgent", "parse_resources"]
 
@@ -113,6 +128,10 @@ class _Hosted:
     raw: bool = False  # a frame over the cap went by: the rest is forwarded unparsed
     trial_started: float | None = None
     kill: KillDecision | None = None
+    #: the pressure raised on the running trial (the verdict's ``pressure_grace`` runs from it)
+    pressure: PressureSince | None = None
+    #: the last seconds of ``(monotonic_s, rss_bytes)`` samples, for the growth rate
+    series: deque[tuple[float, int]] = dataclasses.field(default_factory=deque)
     ended: bool = False
 
 
@@ -121,13 +140,18 @@ class SlotAgent:
 
     Its methods are called by the driver; one thread of its own reads the workers' pipes and
     samples their trees. Events for the driver wait in a list that :meth:`poll` hands over.
+    ``only_slot``: the run has this one worker slot, so a trial running here is the run's only one
+    (a new tmpfs file that no process holds open may then be its, as the local sampler's ``sole``).
     """
 
-    def __init__(self, slot: int, policy: Policy, interval_s: float, uss: bool) -> None:
+    def __init__(
+        self, slot: int, policy: Policy, interval_s: float, uss: bool, *, only_slot: bool = False
+    ) -> None:
         self.slot = slot
         self.policy = policy
         self.interval_s = interval_s
         self.uss = uss
+        self.only_slot = only_slot
         self._hosted: dict[int, _Hosted] = {}
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -192,6 +216,12 @@ class SlotAgent:
             if msg.get("op") == "trial":
                 hosted.trial_started = time.monotonic()
                 hosted.kill = None
+                hosted.pressure = None
+        if msg.get("op") == "trial":
+            self._guarded(hosted.worker.trial_started)  # what is in /dev/shm now is not the trial's
+        elif msg.get("op") == "stage_reply" and not msg.get("go_on"):
+            # the trial leaves at its checkpoint and goes on elsewhere: its tmpfs files stay
+            self._guarded(lambda: hosted.worker.trial_ended(remove=False))
         try:
             hosted.worker.send(msg)
         except OSError:
@@ -320,6 +350,9 @@ class SlotAgent:
                 with self._lock:
                     hosted.trial_started = None
                 self._sample_one(hosted, rediscover=True)
+                # its tmpfs files are no longer watched and stay where they are (as before the
+                # verdict read them here); a killed trial's go with its worker, as locally
+                self._guarded(lambda: hosted.worker.trial_ended(remove=False))
             self._emit("out", wid, frame)
 
     def _sample(self) -> None:
@@ -330,6 +363,8 @@ class SlotAgent:
             self._sample_one(h, gpu_map=gpu_map)
 
     def _sample_one(self, hosted: _Hosted, *, rediscover: bool = False, gpu_map: Any = None) -> None:
+        """One sample of a worker's tree, sent to the driver; with its trial running, the verdict
+        (:func:`~trainguard.runner.policy.limit_verdict`, the local sampler's own) carried out here."""
         try:
             reading = hosted.worker.read(uss=self.uss, rediscover=rediscover)
         except Exception:  # noqa: BLE001 - a lost sample is harmless
@@ -338,14 +373,25 @@ class SlotAgent:
             return
         rss, uss = reading
         gpu = hosted.worker.gpu_bytes(gpu_map)
-        self._emit("sample", hosted.worker.worker_id, rss, uss, gpu)
+        now = time.monotonic()
         with self._lock:
-            started, kill = hosted.trial_started, hosted.kill
-        if started is None or kill is not None or rediscover:
+            started, kill, since = hosted.trial_started, hosted.kill, hosted.pressure
+        running = started is not None and kill is None and not rediscover
+        split = self._split(hosted, rss) if running else None
+        hosted.series.append((now, rss))
+        while hosted.series and hosted.series[0][0] < now - RATE_WINDOW_S:
+            hosted.series.popleft()
+        # what the driver records: the RSS, or more while tmpfs holds what the tree has not mapped
+        self._emit("sample", hosted.worker.worker_id, rss if split is None else split.seen_bytes, uss, gpu)
+        if not running or started is None:
             return
-        decision = check_limits(
-            self.policy, rss_bytes=rss, gpu_bytes=gpu, elapsed_s=time.monotonic() - started
+        rate = growth_rate(list(hosted.series)) if self.policy.soft_limit is not None else None
+        verdict = limit_verdict(
+            self.policy, LimitReading(rss, gpu, now - started, split, rate, now), pressure=since
         )
+        if verdict.pressure is not None:
+            self._raise_pressure(hosted, started, verdict.pressure, now)
+        decision = verdict.kill
         if decision is None:
             return
         with self._lock:
@@ -353,9 +399,60 @@ class SlotAgent:
                 return
             hosted.kill = decision
         hosted.worker.kill()
+        memory = decision.memory
         self._emit(
-            "kill", hosted.worker.worker_id, decision.status, decision.limit, decision.value, decision.message
+            "kill",
+            hosted.worker.worker_id,
+            decision.status,
+            decision.limit,
+            decision.value,
+            decision.message,
+            None if memory is None else _split_to_list(memory),
         )
+
+    def _split(self, hosted: _Hosted, rss: int) -> MemorySplit | None:
+        """The tree's memory by kind and in tmpfs where it could change the verdict (the local
+        worker's own reading, :meth:`~trainguard.runner.backends.local.LocalWorker.memory_split`);
+        None when not needed or unreadable (the RSS then counts)."""
+        with self._lock:
+            running = sum(1 for h in self._hosted.values() if h.trial_started is not None and not h.ended)
+        try:
+            split: MemorySplit | None = hosted.worker.memory_split(
+                rss,
+                limit_bytes=self.policy.memory_limit,
+                sole=self.only_slot and running == 1,
+                private=False,  # data= (the case for private memory) cannot reach a node
+            )
+            return split
+        except Exception:  # noqa: BLE001 - a sampler fault must never end the worker
+            logger.exception("agent of slot %d: reading the tmpfs memory of a worker failed", self.slot)
+            return None
+
+    def _raise_pressure(
+        self, hosted: _Hosted, started: float, decision: PressureDecision, now: float
+    ) -> None:
+        """The verdict raised pressure: kept for the grace, signalled to the worker, told to the driver."""
+        with self._lock:
+            if hosted.trial_started != started:
+                return
+            hosted.pressure = PressureSince(now, decision.message)
+        delivered = hosted.worker.signal_pressure()
+        logger.info("worker %d under memory pressure: %s", hosted.worker.worker_id, decision.message)
+        self._emit(
+            "pressure",
+            hosted.worker.worker_id,
+            decision.rule,
+            decision.rss_bytes,
+            decision.message,
+            dict(decision.values),
+            delivered,
+        )
+
+    def _guarded(self, call: Any) -> None:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - the tmpfs watch is an aid to the verdict, never a fault
+            logger.exception("agent of slot %d: the tmpfs watch failed", self.slot)
 
     def _finish(self, hosted: _Hosted, grace_s: float) -> None:
         with self._lock:
@@ -373,6 +470,17 @@ class SlotAgent:
         self._emit("exit", worker.worker_id, rc, worker.oom_kills_at_start, cgroup_oom_kills())
         with self._lock:
             self._hosted.pop(worker.worker_id, None)
+
+
+def _split_to_list(split: MemorySplit) -> list[int | None]:
+    """A :class:`~trainguard.process.charge.MemorySplit` as the kill event carries it (JSON-ready)."""
+    return [
+        split.anon_bytes,
+        split.file_bytes,
+        split.shmem_bytes,
+        split.tmpfs_bytes,
+        split.cgroup_shmem_bytes,
+    ]
 
 
 # -- the driver side -------------------------------------------------------------------------------
@@ -403,6 +511,7 @@ class RayWorker(BaseWorker):
         self._peak: tuple[int, int | None] | None = None
         self._gpu: int | None = None
         self._kill: KillDecision | None = None
+        self._raised: tuple[PressureDecision, bool] | None = None
         self._rc: int | None = None
         self._oom: tuple[int | None, int | None] = (None, None)
         self._lost: str | None = None
@@ -430,9 +539,19 @@ class RayWorker(BaseWorker):
             if gpu is not None:
                 self._gpu = max(self._gpu or 0, gpu)
 
-    def _killed(self, status: str, limit: float, value: float, message: str) -> None:
+    def _killed(
+        self, status: str, limit: float, value: float, message: str, memory: list[Any] | None = None
+    ) -> None:
+        split = None if memory is None else MemorySplit(*memory)
         with self._lock:
-            self._kill = KillDecision(status, limit, value, message)  # type: ignore[arg-type]
+            self._kill = KillDecision(status, limit, value, message, split)  # type: ignore[arg-type]
+
+    def _pressure(
+        self, rule: str, rss_bytes: int, message: str, values: dict[str, Any], delivered: bool
+    ) -> None:
+        decision = PressureDecision(rule, rss_bytes, message, values)  # type: ignore[arg-type]
+        with self._lock:
+            self._raised = (decision, delivered)
 
     def _exit(self, rc: int | None, oom_before: int | None, oom_after: int | None) -> None:
         with self._lock:
@@ -470,6 +589,15 @@ class RayWorker(BaseWorker):
     @property
     def kill_decision(self) -> KillDecision | None:
         return self._kill
+
+    def pressure_raised(self) -> tuple[PressureDecision, bool] | None:
+        with self._lock:
+            raised, self._raised = self._raised, None
+        return raised
+
+    def trial_started(self) -> None:
+        with self._lock:
+            self._raised = None  # an earlier trial's, arrived after its result
 
     def send(self, msg: dict[str, Any]) -> None:
         if self._exited.is_set():
@@ -574,6 +702,8 @@ class _Slot:
                     worker._sample(event[2], event[3], event[4])
                 elif kind == "kill":
                     worker._killed(*event[2:])
+                elif kind == "pressure":
+                    worker._pressure(*event[2:])
                 elif kind == "exit":
                     worker._exit(*event[2:])
                     with self.lock:
@@ -632,6 +762,7 @@ class RayBackend(BaseBackend):
         self._policy: Policy | None = None
         self._interval_s = 0.1
         self._uss = False
+        self._only_slot = False
         self._started_ray = False
 
     @property
@@ -816,6 +947,7 @@ class RayBackend(BaseBackend):
 
     def open(self, *, slots: int, policy: Policy, sample_interval_s: float = 0.1, uss: bool = False) -> None:
         ray = self.connect()
+        self._only_slot = slots == 1
         self._policy = policy
         self._interval_s = sample_interval_s
         self._uss = uss
@@ -838,7 +970,7 @@ class RayBackend(BaseBackend):
             scheduling_strategy="SPREAD",
             max_restarts=0,
             max_concurrency=1,
-        ).remote(slot, self._policy or Policy(), self._interval_s, self._uss)
+        ).remote(slot, self._policy or Policy(), self._interval_s, self._uss, only_slot=self._only_slot)
         state = _Slot(self, slot, actor)
         state.thread.start()
         self._slots[slot] = state

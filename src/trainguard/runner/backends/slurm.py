@@ -301,6 +301,8 @@ class _PilotLink:
                 worker._sample(event[2], event[3], event[4])
             elif kind == "kill":
                 worker._killed(*event[2:])
+            elif kind == "pressure":
+                worker._pressure(*event[2:])
             elif kind == "exit":
                 worker._exit(*event[2:])
 
@@ -466,6 +468,7 @@ class SlurmBackend(BaseBackend):
             policy=self._policy or Policy(),
             interval_s=self._interval_s,
             uss=self._uss,
+            only_slot=self._slots == 1,
             fn=self._fn,
             sys_path=[p for p in sys.path if p],
         )

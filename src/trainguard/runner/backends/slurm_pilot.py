@@ -6,8 +6,9 @@ challenge with the run's random token before any byte is unpickled), says where 
 the trial function loads there, and then is a node-local supervisor of up to ``slots`` workers:
 the Ray backend's :class:`~trainguard.runner.backends.ray.SlotAgent`, the same code, starts each worker
 with the local backend's :func:`~trainguard.runner.backends.local.start_local_worker`, samples its tree,
-enforces the policy's limits and timeout next to it, kills and ends it, and hands over the
-worker's message bytes, samples, kills and exit, which the pilot forwards to the driver. The driver
+asks the local sampler's :func:`~trainguard.runner.policy.limit_verdict` next to it (limits, timeout,
+pressure and its grace), kills and ends it, and hands over the worker's message bytes, samples,
+pressure, kills and exit, which the pilot forwards to the driver. The driver
 keeps the queue, the policy, retries and the store; a pilot never opens the store.
 
 The pilot ends when the driver says so, and also when the driver is gone (its connection closes):
@@ -59,9 +60,18 @@ class PilotAgent(SlotAgent):
     """The shared slot agent, with what differs on a Slurm node: where it runs (the job, not a Ray
     node), and each worker's share of the GPUs Slurm gave the job instead of Ray's."""
 
-    def __init__(self, pilot: int, policy: Any, interval_s: float, uss: bool, job_id: str | None) -> None:
+    def __init__(
+        self,
+        pilot: int,
+        policy: Any,
+        interval_s: float,
+        uss: bool,
+        job_id: str | None,
+        *,
+        only_slot: bool = False,
+    ) -> None:
         self.job_id = job_id
-        super().__init__(pilot, policy, interval_s, uss)
+        super().__init__(pilot, policy, interval_s, uss, only_slot=only_slot)
 
     def where(self) -> dict[str, Any]:
         return {"host": platform.node(), "job_id": self.job_id, "agent_pid": os.getpid()}
@@ -117,6 +127,7 @@ class Pilot:
         uss: bool,
         fn: tuple[str, Any] | None,
         sys_path: list[str],
+        only_slot: bool = False,
     ) -> None:
         self.address = address
         self.token = token
@@ -126,6 +137,7 @@ class Pilot:
         self.policy = policy
         self.interval_s = interval_s
         self.uss = uss
+        self.only_slot = only_slot
         self.fn = fn
         self.sys_path = sys_path
 
@@ -161,7 +173,9 @@ class Pilot:
         if problem is not None:
             conn.close()
             return f"the trial function does not load on {platform.node()}: {problem}"
-        agent = PilotAgent(self.pilot, self.policy, self.interval_s, self.uss, job_id)
+        agent = PilotAgent(
+            self.pilot, self.policy, self.interval_s, self.uss, job_id, only_slot=self.only_slot
+        )
         notice: list[str] = []
 
         def pre_timeout(signum: int, frame: Any) -> None:

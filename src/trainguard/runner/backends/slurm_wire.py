@@ -21,7 +21,12 @@ pilot -> driver::
      "pid": int, "problem": str|None}
     {"op": "started", "worker_id": int, "info": dict} | {"op": "start_failed", "worker_id": int, "message": str}
     {"op": "events", "events": [["out", id, base64] | ["sample", id, rss, uss, gpu]
-                                | ["kill", id, status, limit, value, message] | ["exit", id, rc, before, after]]}
+                                | ["kill", id, status, limit, value, message, split|None]
+                                | ["pressure", id, rule, rss, message, {str: number|None}, delivered]
+                                | ["exit", id, rc, before, after]]}
+
+    a kill's ``split`` is the tree's memory by kind when the verdict read it: ``[anon, file, shmem,
+    tmpfs, cgroup_shmem|None]`` bytes (it may be left off: a kill without one)
     {"op": "ending", "why": str, "terminating": bool}
 """
 
@@ -83,9 +88,12 @@ _SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
 _EVENTS: dict[str, tuple[Any, ...]] = {
     "out": (str,),
     "sample": (int, _INT_OR_NONE, _INT_OR_NONE),
-    "kill": (str, _NUMBER, _NUMBER, str),
+    "kill": (str, _NUMBER, _NUMBER, str, (list, type(None))),
+    "pressure": (str, int, str, dict, bool),
     "exit": (_INT_OR_NONE, _INT_OR_NONE, _INT_OR_NONE),
 }
+#: how many of an event's last fields may be left off
+_OPTIONAL_TAIL = {"kill": 1}
 
 
 def encode(msg: dict[str, Any]) -> bytes:
@@ -135,11 +143,13 @@ def from_events(raw: list[Any]) -> list[tuple[Any, ...]]:
             raise ProtocolError(f"an event that is not one of {sorted(_EVENTS)}: {str(event)[:80]}")
         kind, worker_id, rest = event[0], event[1], event[2:]
         types = _EVENTS[kind]
-        if type(worker_id) is not int or len(rest) != len(types):
+        shortest = len(types) - _OPTIONAL_TAIL.get(kind, 0)
+        if type(worker_id) is not int or not shortest <= len(rest) <= len(types):
             raise ProtocolError(f"a {kind!r} event of the wrong shape: {str(event)[:80]}")
-        for value, want in zip(rest, types, strict=True):
-            if isinstance(value, bool) or not isinstance(value, want):
+        for value, want in zip(rest, types[: len(rest)], strict=True):
+            if (isinstance(value, bool) and want is not bool) or not isinstance(value, want):
                 raise ProtocolError(f"a {kind!r} event with {value!r}")
+        _check_numbers(kind, rest)
         if kind == "out":
             try:
                 rest = [base64.b64decode(rest[0], validate=True)]
@@ -147,6 +157,19 @@ def from_events(raw: list[Any]) -> list[tuple[Any, ...]]:
                 raise ProtocolError("an 'out' event whose bytes are not base64") from None
         out.append((kind, worker_id, *rest))
     return out
+
+
+def _check_numbers(kind: str, rest: list[Any]) -> None:
+    """A kill's memory split (five byte counts, the last may be None) and a pressure's values (text
+    keys, numbers or None) hold nothing else."""
+    if kind == "kill" and len(rest) == 5 and rest[4] is not None:
+        split = rest[4]
+        if len(split) != 5 or not all(type(v) is int or (v is None and i == 4) for i, v in enumerate(split)):
+            raise ProtocolError(f"a 'kill' event whose memory split is {str(split)[:80]}")
+    if kind == "pressure" and not all(
+        isinstance(k, str) and (v is None or (type(v) in (int, float))) for k, v in rest[3].items()
+    ):
+        raise ProtocolError(f"a 'pressure' event whose values are {str(rest[3])[:80]}")
 
 
 _SPEC_FIELDS = {f.name: f for f in dataclasses.fields(WorkerSpec)}

@@ -50,10 +50,19 @@ from trainguard.runner.policy._budget import (
     recycle_expected_soon,
     should_prestart,
 )
-from trainguard.runner.policy._limits import EndCause, KillDecision, check_limits, classify_end
+from trainguard.runner.policy._limit_verdict import (
+    LimitReading,
+    LimitVerdict,
+    PressureSince,
+    check_limits,
+    limit_verdict,
+    pressure_verdict,
+)
+from trainguard.runner.policy._limits import EndCause, KillDecision, classify_end
 from trainguard.runner.policy._oom import Shrink, ShrinkStep, params_without, resize, shrink_step, start_at
 from trainguard.runner.policy._peaks import not_started_message, over_limit
 from trainguard.runner.policy._pressure import (
+    RATE_WINDOW_S,
     PressureDecision,
     decide_pressure,
     grace_expired,
@@ -103,6 +112,11 @@ __all__ = [
     "decide_recycle",
     "decide_stage",
     "check_limits",
+    "LimitReading",
+    "LimitVerdict",
+    "PressureSince",
+    "limit_verdict",
+    "pressure_verdict",
     "growth_per_trial",
     "predict_next_peak",
     "first_recycle",
@@ -124,6 +138,7 @@ __all__ = [
     "choose_threads",
     "signal_name",
     "PressureDecision",
+    "RATE_WINDOW_S",
     "decide_pressure",
     "grace_expired",
     "growth_rate",

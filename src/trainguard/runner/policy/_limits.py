@@ -1,5 +1,6 @@
-"""Hard limits and endings, pure: kill a running trial now (one sample of its tree against the
-limits), and why a worker ended (its exit status and what the supervisor knew) in words."""
+"""Kills and endings, pure: the record of a kill (:class:`KillDecision`; the decision itself is
+:mod:`trainguard.runner.policy._limit_verdict`'s), and why a worker ended (its exit status and what
+the supervisor knew) in words."""
 
 from __future__ import annotations
 
@@ -7,13 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainguard.process import signal_name
-from trainguard.units import format_bytes, format_bytes_apart
 
 if TYPE_CHECKING:
     from trainguard.process.charge import MemorySplit
-    from trainguard.runner.policy import Policy
 
-__all__ = ["KillDecision", "check_limits", "EndCause", "classify_end"]
+__all__ = ["KillDecision", "EndCause", "classify_end"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,52 +25,6 @@ class KillDecision:
     value: float
     message: str
     memory: MemorySplit | None = None
-
-
-def split_words(split: MemorySplit) -> str:
-    """What a memory figure counted and what it did not, in words:
-    ``"anonymous 40.0 MiB + shmem/tmpfs 600.0 MiB counted; file-backed 12.0 MiB not counted"``."""
-    parts = [f"anonymous {format_bytes(split.anon_bytes)}"]
-    if split.shared_bytes:
-        parts.append(f"shmem/tmpfs {format_bytes(split.shared_bytes)}")
-    words = " + ".join(parts) + " counted"
-    if split.file_bytes:
-        words += f"; file-backed {format_bytes(split.file_bytes)} not counted (reclaimable)"
-    return words
-
-
-def check_limits(
-    policy: Policy,
-    *,
-    rss_bytes: int | None,
-    gpu_bytes: int | None,
-    elapsed_s: float | None,
-    memory: MemorySplit | None = None,
-) -> KillDecision | None:
-    """Whether a running trial must be killed now, from one sample of its tree.
-
-    ``memory``: the sample's split by kind, when read: the memory limit then counts anonymous and
-    shared memory (shmem, tmpfs files), not file-backed pages (:mod:`trainguard.process.charge`).
-    """
-    counted = memory.counted_bytes if memory is not None else rss_bytes
-    limits: tuple[tuple[Literal["killed_memory", "killed_gpu_memory"], int | None, int | None, str], ...] = (
-        ("killed_memory", policy.memory_limit, counted, "memory_limit: tree RSS"),
-        ("killed_gpu_memory", policy.gpu_memory_limit, gpu_bytes, "gpu_memory_limit: GPU memory"),
-    )
-    for status, limit, value, words in limits:
-        if limit is not None and value is not None and value > limit:
-            message = "killed at {} {} > {}".format(words, *format_bytes_apart(value, limit))
-            if status == "killed_memory" and memory is not None:
-                return KillDecision(status, limit, value, f"{message} ({split_words(memory)})", memory)
-            return KillDecision(status, limit, value, message)
-    if policy.timeout is not None and elapsed_s is not None and elapsed_s > policy.timeout:
-        return KillDecision(
-            "timeout",
-            policy.timeout,
-            elapsed_s,
-            f"killed at timeout: trial ran {elapsed_s:.1f} s > {policy.timeout:g} s",
-        )
-    return None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ worker sent) and memory pressure (soft limit, predicted crossing, grace).
 
 The session calls these at a few points: every sample (sampler thread), before a kill (sampler
 thread), a worker's result or stage message, its death (loop thread). Decisions are the pure
-functions of :mod:`trainguard.runner.policy._pressure`; the bookkeeping is
+:func:`~trainguard.runner.policy.limit_verdict` (made by the sampler, or next to a remote worker by
+its agent) and the functions of :mod:`trainguard.runner.policy._pressure`; the bookkeeping is
 :class:`~trainguard.runner.session._pressure_tracker.PressureTracker`; this module only joins them to a
 worker's handle.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 from trainguard import process
 from trainguard.runner.backends import BaseWorker
-from trainguard.runner.policy import KillDecision, Policy, PressureDecision, RecycleDecision
+from trainguard.runner.policy import Policy, PressureDecision, PressureSince, RecycleDecision
 from trainguard.runner.session._flight_recorder import FlightRecorder
 from trainguard.runner.session._pressure_tracker import Action, PressureEvent, PressureTracker
 
@@ -32,6 +33,9 @@ logger = logging.getLogger(__name__)
 _PROCESSES_EVERY_S = 1.0
 #: a worker not sampled for this long is gone: its last seconds are dropped
 _FORGET_AFTER_S = 60.0
+
+#: a running trial: ``(index, attempt, started_mono)``
+Trial = tuple[int, int, float]
 
 
 def tree_processes(pids: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -91,11 +95,9 @@ class LastSeconds:
         gpu_bytes: int | None,
         mono_s: float,
         wall_s: float,
-        trial: tuple[int, int, float] | None,
-    ) -> KillDecision | None:
-        """Record one sample; with a trial running (``(index, attempt, started_mono)``), raise
-        pressure when the policy says so (signalling the worker) and return the kill of a trial
-        whose ``pressure_grace`` ran out."""
+    ) -> None:
+        """Record one sample in the worker's flight recorder (and, at most once a second, its
+        tree's processes)."""
         box = self._box(worker_id)
         box.seen_s = mono_s
         box.flight.add(mono_s, wall_s, rss_bytes, gpu_bytes)
@@ -105,24 +107,45 @@ class LastSeconds:
         if not box.cgroup_looked:  # while the worker is alive: its /proc entry names its cgroup
             box.cgroup_looked = True
             box.memory_cgroup = _own_memory_cgroup(handle)
-        if trial is None:
-            return None
+
+    def rss_series(self, worker_id: int) -> list[tuple[float, int]]:
+        """The worker's recent ``(monotonic_s, rss_bytes)`` samples (for its growth rate)."""
+        return self._box(worker_id).flight.rss_series()
+
+    def pressure_on(self, worker_id: int, trial: Trial) -> PressureSince | None:
+        """The pressure raised on the worker's running trial ``(index, attempt, started_mono)``."""
+        return self.pressure.since(worker_id, index=trial[0], attempt=trial[1])
+
+    def raise_pressure(
+        self, worker_id: int, handle: BaseWorker, decision: PressureDecision, *, trial: Trial, now_s: float
+    ) -> None:
+        """A verdict raised pressure on the worker's trial: keep it, and signal the worker."""
         index, attempt, started = trial
-        verdict = self.pressure.observe(
+        self.pressure.raised(
+            worker_id, decision, index=index, attempt=attempt, attempt_started_s=started, now_s=now_s
+        )
+        self.pressure.delivered(worker_id, handle.signal_pressure())
+        logger.info("worker %d under memory pressure: %s", worker_id, decision.message)
+
+    def adopt_pressure(self, worker_id: int, handle: BaseWorker, *, trial: Trial, now_s: float) -> None:
+        """Pressure that the verdict next to a remote worker raised (its agent signalled the worker
+        there, :meth:`BaseWorker.pressure_raised`): kept here as if raised here, so a checkpoint
+        under it moves the trial to a fresh worker and its end is recorded."""
+        raised = handle.pressure_raised()
+        if raised is None:
+            return
+        decision, delivered = raised
+        index, attempt, started = trial
+        self.pressure.raised(
             worker_id,
+            decision,
             index=index,
             attempt=attempt,
             attempt_started_s=started,
-            rss_bytes=rss_bytes,
-            series=box.flight.rss_series(),
-            now_s=mono_s,
+            now_s=now_s,
+            delivered=delivered,
         )
-        if isinstance(verdict, PressureDecision):
-            delivered = handle.signal_pressure()
-            self.pressure.delivered(worker_id, delivered)
-            logger.info("worker %d under memory pressure: %s", worker_id, verdict.message)
-            return None
-        return verdict
+        logger.info("worker %d under memory pressure (on its node): %s", worker_id, decision.message)
 
     def before_kill(self, worker_id: int, handle: BaseWorker) -> None:
         """The tree's processes as they are at the kill (after it, they are gone)."""

@@ -1,8 +1,9 @@
 """The supervisor's memory-pressure bookkeeping, one entry per busy worker: when pressure was raised
 and why, whether the worker was told, and, when it resolves, what the trial did and what it cost.
 
-The sampler thread calls :meth:`PressureTracker.observe` with each sample (it decides through the
-pure :func:`~trainguard.runner.policy.decide_pressure`); the loop thread calls
+The sampler thread asks :meth:`PressureTracker.since` for the pressure on a trial, decides through
+the pure :func:`~trainguard.runner.policy.limit_verdict` and tells :meth:`PressureTracker.raised`
+of new pressure (a remote worker's is decided next to it and adopted the same way); the loop thread calls
 :meth:`PressureTracker.resolve` when the trial checkpoints, finishes, fails or is killed, and
 records the returned event (the store has one writer). No process, file or store here.
 """
@@ -15,14 +16,14 @@ from typing import Any, Literal
 
 from trainguard.runner.policy import (
     KillDecision,
+    LimitReading,
     Policy,
     PressureDecision,
-    decide_pressure,
-    grace_expired,
+    PressureSince,
     growth_rate,
     outcome_text,
+    pressure_verdict,
 )
-from trainguard.units import format_duration
 
 __all__ = ["PressureTracker", "PressureState", "PressureEvent"]
 
@@ -54,23 +55,52 @@ class PressureEvent:
 
 class PressureTracker:
     """Pressure per worker id, from :class:`Policy`'s ``soft_limit``, ``pressure_horizon`` and
-    ``pressure_grace``. Thread-safe: the sampler observes, the loop resolves."""
+    ``pressure_grace``. Thread-safe: the sampler observes, the loop resolves. It keeps the state;
+    what to do with a sample is :func:`~trainguard.runner.policy.limit_verdict`'s."""
 
     def __init__(self, policy: Policy) -> None:
-        soft = policy.soft_limit
-        self.soft_limit = int(soft) if soft is not None else None
-        self.memory_limit = policy.memory_limit
-        self.horizon_s = float(policy.pressure_horizon)
-        self.grace_s = (
-            policy.pressure_grace if policy.pressure_grace is None else float(policy.pressure_grace)
-        )
+        self.policy = policy
         self._lock = threading.Lock()
         self._states: dict[int, PressureState] = {}
         self._checkpoints: dict[int, float] = {}  # worker id -> when its trial last checkpointed
 
     @property
     def enabled(self) -> bool:
-        return self.soft_limit is not None
+        return self.policy.soft_limit is not None
+
+    def since(self, worker_id: int, *, index: int, attempt: int) -> PressureSince | None:
+        """The pressure raised on this worker's running trial (``index``, ``attempt``), for
+        :func:`~trainguard.runner.policy.limit_verdict`; a state left from an earlier trial of the
+        worker is dropped."""
+        with self._lock:
+            state = self._states.get(worker_id)
+            if state is not None and (state.index, state.attempt) != (index, attempt):
+                self._states.pop(worker_id, None)
+                return None
+            return None if state is None else PressureSince(state.raised_s, state.decision.message)
+
+    def raised(
+        self,
+        worker_id: int,
+        decision: PressureDecision,
+        *,
+        index: int,
+        attempt: int,
+        attempt_started_s: float,
+        now_s: float,
+        delivered: bool = False,
+    ) -> None:
+        """Pressure was raised on the worker's trial now (by a verdict, here or next to the worker)."""
+        with self._lock:
+            self._states[worker_id] = PressureState(
+                decision,
+                now_s,
+                delivered,
+                index,
+                attempt,
+                attempt_started_s,
+                self._checkpoints.get(worker_id),
+            )
 
     def observe(
         self,
@@ -83,45 +113,25 @@ class PressureTracker:
         series: list[tuple[float, int]],
         now_s: float,
     ) -> PressureDecision | KillDecision | None:
-        """One sample of a busy worker: a :class:`PressureDecision` when pressure is raised now (the
-        caller signals the worker, then :meth:`delivered`), a :class:`KillDecision` when
-        ``pressure_grace`` ran out without a checkpoint, else None."""
+        """One sample of a busy worker, its soft limit only (:func:`~trainguard.runner.policy.pressure_verdict`,
+        the part of the verdict this tracker's state decides): a :class:`PressureDecision` when
+        pressure is raised now (kept; the caller signals the worker, then :meth:`delivered`), a
+        :class:`KillDecision` when ``pressure_grace`` ran out without a checkpoint, else None."""
         if not self.enabled:
             return None
-        with self._lock:
-            state = self._states.get(worker_id)
-            if state is not None and (state.index, state.attempt) != (index, attempt):
-                state = None  # a state left from an earlier trial of this worker
-                self._states.pop(worker_id, None)
-            if state is not None:
-                if grace_expired(state.raised_s, now_s, self.grace_s):
-                    return KillDecision(
-                        "killed_memory",
-                        float(self.soft_limit or 0),
-                        float(rss_bytes),
-                        f"killed under memory pressure: no checkpoint within pressure_grace="
-                        f"{format_duration(self.grace_s)} after {state.decision.message}",
-                    )
-                return None
-            decision = decide_pressure(
-                rss_bytes=rss_bytes,
-                soft_limit=self.soft_limit,
-                memory_limit=self.memory_limit,
-                rate_bytes_per_s=growth_rate(series),
-                horizon_s=self.horizon_s,
-            )
-            if decision is None:
-                return None
-            self._states[worker_id] = PressureState(
+        since = self.since(worker_id, index=index, attempt=attempt)
+        reading = LimitReading(rss_bytes, rate_bytes_per_s=growth_rate(series), now_s=now_s)
+        decision, kill = pressure_verdict(self.policy, reading, pressure=since)
+        if decision is not None:
+            self.raised(
+                worker_id,
                 decision,
-                now_s,
-                False,
-                index,
-                attempt,
-                attempt_started_s,
-                self._checkpoints.get(worker_id),
+                index=index,
+                attempt=attempt,
+                attempt_started_s=attempt_started_s,
+                now_s=now_s,
             )
-            return decision
+        return decision or kill
 
     def delivered(self, worker_id: int, delivered: bool) -> None:
         with self._lock:

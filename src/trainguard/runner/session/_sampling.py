@@ -1,5 +1,7 @@
-"""The session's watchdog tick: read every worker's tree, check the hard limits and the run's memory
-budget, kill at once; and the samples it keeps until the loop stores them.
+"""The session's watchdog tick: read every worker's tree, ask the limit verdict
+(:func:`~trainguard.runner.policy.limit_verdict`: the hard limits, the soft limit's pressure and
+grace) and check the run's memory budget, kill at once; and the samples it keeps until the loop
+stores them.
 
 It runs on the :class:`~trainguard.process.watch.Watchdog` thread, because a kill must not wait
 for the loop; the loop records each kill (the store has one writer) and flushes the samples.
@@ -13,13 +15,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from trainguard.process.watch import Watchdog
-from trainguard.runner.policy import check_limits
+from trainguard.runner.policy import LimitReading, growth_rate, limit_verdict
 from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
     from trainguard.process.charge import MemorySplit
-    from trainguard.runner.policy import Policy
+    from trainguard.runner.policy import KillDecision, Policy
     from trainguard.runner.session._pool import Pool
     from trainguard.runner.session._recorder import Recorder
     from trainguard.runner.session._records import WorkerRecord
@@ -75,8 +77,8 @@ class TreeSampling:
             self._watchdog.stop(timeout_s=2.0)
 
     def tick(self) -> None:
-        """One pass (watchdog thread): read each tree, raise the peaks, kill at a hard limit, then
-        hold the sum of every tree to the memory budget."""
+        """One pass (watchdog thread): read each tree, raise the peaks, carry out the limit verdict
+        (pressure, kill), then hold the sum of every tree to the memory budget."""
         pool = self.pool
         gpu_map = self._nvml() if self._nvml is not None else None
         with pool.lock:
@@ -103,25 +105,22 @@ class TreeSampling:
                         worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
                 self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
             now_mono = time.monotonic()
-            grace_kill = self.last.on_sample(
+            self.last.on_sample(
                 worker.worker_id,
                 worker.handle,
                 rss_bytes=rss,
                 gpu_bytes=gpu,
                 mono_s=now_mono,
                 wall_s=now_wall,
-                trial=None if run is None or kill is not None else (run.index, run.attempt, run.started_mono),
             )
-            if run is None or kill is not None or worker.handle.enforces_limits:
+            if run is None or kill is not None:
                 continue
-            decision = check_limits(
-                self.policy,
-                rss_bytes=rss,
-                gpu_bytes=gpu,
-                elapsed_s=now_mono - run.started_mono,
-                memory=split,
-            )
-            decision = decision or grace_kill
+            trial = (run.index, run.attempt, run.started_mono)
+            if worker.handle.enforces_limits:
+                # the verdict is made next to the worker (its node's agent): its pressure kept here
+                self.last.adopt_pressure(worker.worker_id, worker.handle, trial=trial, now_s=now_mono)
+                continue
+            decision = self._verdict(worker, trial, rss=rss, gpu=gpu, split=split, now_s=now_mono)
             if decision is not None:
                 with pool.lock:
                     if worker.trial is not run:
@@ -139,6 +138,28 @@ class TreeSampling:
             with pool.lock:
                 if total > budget and (self._budget_over is None or total > self._budget_over[0]):
                     self._budget_over = (total, now_wall)
+
+    def _verdict(
+        self,
+        worker: WorkerRecord,
+        trial: tuple[int, int, float],
+        *,
+        rss: int,
+        gpu: int | None,
+        split: MemorySplit | None,
+        now_s: float,
+    ) -> KillDecision | None:
+        """The one limit verdict on this sample (:func:`~trainguard.runner.policy.limit_verdict`, as
+        the Ray and Slurm agents make it next to their workers): new pressure is signalled and kept;
+        the kill, if any, returned."""
+        wid = worker.worker_id
+        # the growth rate is read only where a soft limit can use it (a cost on the watchdog's path)
+        rate = growth_rate(self.last.rss_series(wid)) if self.policy.soft_limit is not None else None
+        reading = LimitReading(rss, gpu, now_s - trial[2], split, rate, now_s)
+        verdict = limit_verdict(self.policy, reading, pressure=self.last.pressure_on(wid, trial))
+        if verdict.pressure is not None:
+            self.last.raise_pressure(wid, worker.handle, verdict.pressure, trial=trial, now_s=now_s)
+        return verdict.kill
 
     def _split(self, worker: WorkerRecord, rss: int, sole: bool) -> MemorySplit | None:
         """The tree's memory by kind and in tmpfs, where it matters (a trial runs, and the RSS is
