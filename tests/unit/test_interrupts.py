@@ -106,3 +106,17 @@ def test_a_signal_ignored_when_the_session_starts_stays_ignored() -> None:
         os.kill(os.getpid(), signal.SIGHUP)
         signal.pthread_sigmask(signal.SIG_BLOCK, [])
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+
+
+def test_a_stop_requested_from_another_thread_raises_when_the_body_ends() -> None:
+    # a pool's caller was interrupted while the session runs in the pool's thread (joblib's abort)
+    interrupts = Interrupts()
+    with pytest.raises(KeyboardInterrupt) as caught:
+        with interrupts.body():
+            t = threading.Thread(target=interrupts.request)
+            t.start()
+            t.join()
+            done = True
+    assert done and caught.value.args == ()
+    with interrupts.body():  # raised once: the next pass runs
+        pass

@@ -175,18 +175,41 @@ class CallPool:
     def close(self, timeout_s: float = 30.0) -> None:
         """Tell waiting slots to stop, end the workers (killed after ``timeout_s``), remove the
         bridge; jobs still waiting fail (idempotent)."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._cond.notify_all()
-        if not self._started:
+        if not self._close_once():
             return
         driver = self._threads[1]
         driver.join(timeout_s)
         if driver.is_alive():  # a worker still in a job or starting: end it
             self._kill_workers()
             driver.join(10.0)
+        self._after_driver()
+
+    def abort(self) -> None:
+        """Stop now, as Ctrl-C stops a run (the caller was interrupted): the Runner's session ends
+        interrupted, its busy workers killed by its own shutdown and recorded so (workers shut
+        down, attempts interrupted, their trials pending), rather than killed under it, which it
+        would record as crashes and replace; then as :meth:`close` (idempotent)."""
+        if not self._close_once():
+            return
+        driver = self._threads[1]
+        if self._runner._interrupt():
+            driver.join(10.0)  # the session's poll, then its shutdown
+        if driver.is_alive():  # no session iterating yet, or one that did not end: end its workers
+            self._kill_workers()
+            driver.join(10.0)
+        self._after_driver()
+
+    def _close_once(self) -> bool:
+        """Mark the pool closed; True when it had started and was not closed before."""
+        with self._cond:
+            if self._closed:
+                return False
+            self._closed = True
+            self._cond.notify_all()
+        return self._started
+
+    def _after_driver(self) -> None:
+        """The bridge closed and removed; every job still waiting or assigned fails."""
         if self._listener is not None:
             # a thread blocked in accept() is not woken by close() on Linux: connect once (the
             # authkey challenge fails, and the loop sees the pool closed), then close
@@ -232,6 +255,9 @@ class CallPool:
                     results.close()
                 chunk += 1
         except BaseException as err:  # noqa: BLE001 - every waiting job must learn why
+            if isinstance(err, KeyboardInterrupt) and self._closed:
+                # abort()'s own stop (a signal never lands in this thread): the pool was closed
+                err = ConfigError("the pool was stopped while this job ran or waited for a worker")
             with self._cond:
                 self._fatal = err
                 jobs = list(self._pending) + list(self._assigned.values())

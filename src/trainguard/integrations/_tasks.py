@@ -206,3 +206,10 @@ class TaskPool(CallPool):
             super().close(timeout_s)
         finally:
             self._runner.close()
+
+    def abort(self) -> None:
+        """Stop now (the caller was interrupted): see :meth:`CallPool.abort`; the Runner closed."""
+        try:
+            super().abort()
+        finally:
+            self._runner.close()

@@ -389,9 +389,11 @@ class TrainguardBackend(ParallelBackendBase):
             pool.close()
 
     def abort_everything(self, ensure_ready: bool = True) -> None:
+        # joblib's call when a task raised or the caller was interrupted (Ctrl-C): the tasks still
+        # running are stopped as Ctrl-C stops a run, and recorded interrupted, not crashed
         pool, self._pool = self._pool, None
         if pool is not None:
-            pool.close(timeout_s=0.0)
+            pool.abort()
 
     def get_nested_backend(self) -> Any:
         from joblib._parallel_backends import SequentialBackend

@@ -819,6 +819,16 @@ class Runner:
         session = self._session
         return session.progress() if session is not None else None
 
+    def _interrupt(self) -> bool:
+        """Stop the running ``map``/``imap`` from another thread as Ctrl-C would (the iterating
+        thread gets ``KeyboardInterrupt`` within the loop's poll; the run is recorded interrupted).
+        False when nothing runs."""
+        session = self._session
+        if session is None:
+            return False
+        session.interrupt()
+        return True
+
     def report(self, path: str | os.PathLike[str] | None = None, *, run: str | None = None) -> str:
         """Write the self-contained HTML report of this runner's last run (or of ``run``).
 

@@ -133,14 +133,7 @@ class RunRows(StoreRows):
         old = conn.execute(
             "SELECT config_json, sessions, created_at FROM runs WHERE run_id=?", (run_id,)
         ).fetchone()
-        interrupted_workers = conn.execute(
-            "UPDATE workers SET ended_at=?, reason='interrupted' WHERE run_id=? AND ended_at IS NULL",
-            (now, run_id),
-        ).rowcount
-        interrupted_attempts = conn.execute(
-            "UPDATE attempts SET finished_at=?, status='interrupted' WHERE run_id=? AND finished_at IS NULL",
-            (now, run_id),
-        ).rowcount
+        interrupted_workers, interrupted_attempts = _close_open(conn, run_id, now)
         pending = conn.execute(
             "SELECT count(*) FROM trials WHERE run_id=? AND status='pending'", (run_id,)
         ).fetchone()[0]
@@ -177,7 +170,13 @@ class RunRows(StoreRows):
         """Record the end of a run (``status`` such as ``"completed"``, ``"failed"``, ``"interrupted"``).
 
         ``reason`` (one line, e.g. why the trial function could not be loaded) is kept in the
-        ``run_finished`` event that ``trainguard show`` lists.
+        ``run_finished`` event that ``trainguard show`` lists. Attempts still open are marked
+        ``interrupted``, as a resume would mark them: the run has ended, so they ended with it (a
+        trial Ctrl-C stopped stays pending; its attempt is not left ``running``).
+
+        Raises:
+            ConfigError: a bad ``status`` or ``reason``.
+            StoreError: no run ``run_id`` in this store.
         """
         _check_int(run_id, "run_id")
         if not isinstance(status, str) or not status or not status.replace("_", "").isalnum():
@@ -197,6 +196,7 @@ class RunRows(StoreRows):
             )
             if cur.rowcount == 0:
                 raise StoreError(f"no run with id {run_id} in store {self._shown}", path=self._shown)
+            _close_open_attempts(conn, run_id, now)
             self._event(conn, run_id, "run_finished", message, data, None, None, now)
 
     def lock_run(self, name: str, *, reserve_bytes: int = 0) -> RunLock:
@@ -403,6 +403,26 @@ class RunRows(StoreRows):
                     return {}
                 raise
         return {int(i): int(s) for i, s in rows}
+
+
+def _close_open(conn: sqlite3.Connection, run_id: int, now: float) -> tuple[int, int]:
+    """Mark the workers and attempts of ``run_id`` that no session recorded the end of
+    ``interrupted``; returns how many of each."""
+    workers = conn.execute(
+        "UPDATE workers SET ended_at=?, reason='interrupted' WHERE run_id=? AND ended_at IS NULL",
+        (now, run_id),
+    ).rowcount
+    return workers, _close_open_attempts(conn, run_id, now)
+
+
+def _close_open_attempts(conn: sqlite3.Connection, run_id: int, now: float) -> int:
+    """Mark the attempts of ``run_id`` whose end no session recorded ``interrupted``; how many."""
+    return int(
+        conn.execute(
+            "UPDATE attempts SET finished_at=?, status='interrupted' WHERE run_id=? AND finished_at IS NULL",
+            (now, run_id),
+        ).rowcount
+    )
 
 
 def _check_run_args(name: Any, fn_ref: Any, params: Any, config: Any) -> None:

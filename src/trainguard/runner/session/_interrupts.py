@@ -10,7 +10,9 @@ body has ended (within the loop's poll, 0.25 s); anywhere else (the caller's cod
 the session's start) it raises at once, as before.
 
 Only in the main thread, and only for signals at their default action (a handler the program set
-is left alone).
+is left alone). Another thread asks for the same stop with :meth:`Interrupts.request` (a pool whose
+caller was interrupted while this session runs in the pool's own thread): it is raised where a
+deferred signal is, when the loop's body ends.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ class Interrupts:
             self.pending = signum
             return
         raise _interrupt(signum)
+
+    def request(self) -> None:
+        """Stop the session as Ctrl-C does, from any thread: the loop raises ``KeyboardInterrupt``
+        when its body next ends (within its poll); a signal already pending is kept."""
+        if self.pending is None:
+            self.pending = signal.SIGINT
 
     @contextlib.contextmanager
     def body(self) -> Iterator[None]:

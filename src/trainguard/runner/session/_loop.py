@@ -102,6 +102,7 @@ class Session:
         self._last_done_mono: float | None = None
         self._stop_result: TrialResult | None = None
         self._closed = False
+        self._interrupts = Interrupts()
         self._tmpdir: str | None = None
         self._end_reason: str | None = None
         # shared data (trainguard.share): the run's handle, whether this session owns it (arrays
@@ -181,7 +182,7 @@ class Session:
     def run(self) -> Iterator[TrialResult]:
         """Yield every trial's result as it finishes (earlier sessions' results first)."""
         status, full = "interrupted", None
-        interrupts = Interrupts()
+        interrupts = self._interrupts
         with interrupts.installed():
             try:
                 yield from self._begin()
@@ -658,6 +659,12 @@ class Session:
 
     def close(self) -> None:
         self._shutdown("interrupted")
+
+    def interrupt(self) -> None:
+        """Stop the running loop as Ctrl-C would, from another thread: the thread iterating
+        :meth:`run` gets ``KeyboardInterrupt`` within one poll, and the session ends interrupted
+        (busy workers killed and recorded so, the stopped trials left pending)."""
+        self._interrupts.request()
 
 
 def _pressure_end(kill: Any) -> Any:
