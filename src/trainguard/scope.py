@@ -12,7 +12,8 @@ The Python analog of TF.js's ``tf.tidy``/``startScope``/``dispose``::
 
 On exit the scope runs the cleanups (each switchable): Keras ``clear_session()`` (if Keras is
 imported), the release of the traced graphs ``tf.custom_gradient`` pins in TensorFlow's gradient
-registry (if TensorFlow is imported), ``gc.collect()``, ``torch.cuda.empty_cache()`` (if torch has initialised CUDA) and
+registry (if TensorFlow is imported), ``jax.clear_caches()`` (if JAX is imported), ``gc.collect()``,
+``torch.cuda.empty_cache()`` (if torch has initialised CUDA) and
 glibc ``malloc_trim(0)``. Then it measures: this process's RSS before, after and at its peak
 (read by a light shared thread, 20 Hz by default, so nested scopes cost one thread), GPU bytes
 before and after (framework allocators when loaded, else NVML for this pid), and the objects
@@ -451,6 +452,8 @@ class Scope:
             while tracing out of TensorFlow's global registry onto their graphs, so that the
             graphs of finished fits are freed (the growth of Keras ``fit`` on TensorFlow); a graph
             still in use keeps its gradient.
+        jax_clear_caches: run ``jax.clear_caches()`` on exit (if JAX is imported): the compiled
+            train steps of Keras models on the JAX backend.
         gc_collect: run ``gc.collect()`` on exit.
         empty_cuda_cache: run ``torch.cuda.empty_cache()`` on exit (if torch has initialised CUDA).
         malloc_trim: run glibc ``malloc_trim(0)`` on exit.
@@ -480,6 +483,7 @@ class Scope:
         cleanup: bool = True,
         keras_clear_session: bool = True,
         tf_custom_gradients: bool = True,
+        jax_clear_caches: bool = True,
         gc_collect: bool = True,
         empty_cuda_cache: bool = True,
         malloc_trim: bool = True,
@@ -501,6 +505,7 @@ class Scope:
             ("cleanup", cleanup),
             ("keras_clear_session", keras_clear_session),
             ("tf_custom_gradients", tf_custom_gradients),
+            ("jax_clear_caches", jax_clear_caches),
             ("gc_collect", gc_collect),
             ("empty_cuda_cache", empty_cuda_cache),
             ("malloc_trim", malloc_trim),
@@ -513,6 +518,7 @@ class Scope:
         self.cleanup_steps = {
             "keras_clear_session": cleanup and keras_clear_session,
             "tf_custom_gradients": cleanup and tf_custom_gradients,
+            "jax_clear_caches": cleanup and jax_clear_caches,
             "gc_collect": cleanup and gc_collect,
             "empty_cuda_cache": cleanup and empty_cuda_cache,
             "malloc_trim": cleanup and malloc_trim,

@@ -12,6 +12,7 @@ Example::
     frameworks.keras_backend()          # 'tensorflow'
     frameworks.cleanup()                # {'keras_clear_session': 0.21, 'tf_custom_gradients': 0.001,
                                         #  'gc_collect': 0.05, 'malloc_trim': 0.01}
+                                        # ('jax_clear_caches' too where JAX is imported)
 """
 
 from __future__ import annotations
@@ -220,6 +221,7 @@ def cleanup(
     *,
     keras_clear_session: bool = True,
     tf_custom_gradients: bool = True,
+    jax_clear_caches: bool = True,
     gc_collect: bool = True,
     empty_cuda_cache: bool = True,
     malloc_trim: bool = True,
@@ -227,8 +229,8 @@ def cleanup(
     """Run the in-process cleanups, each only where it applies, in the order that frees most.
 
     ``keras.backend.clear_session()`` runs only if Keras is imported; the custom-gradient release
-    only if TensorFlow is; ``torch.cuda.empty_cache()`` only if torch is imported and CUDA
-    initialised; ``malloc_trim(0)`` last, after the frees.
+    only if TensorFlow is; ``jax.clear_caches()`` only if JAX is; ``torch.cuda.empty_cache()``
+    only if torch is imported and CUDA initialised; ``malloc_trim(0)`` last, after the frees.
 
     Args:
         keras_clear_session: drop Keras' global graph and name state.
@@ -237,6 +239,8 @@ def cleanup(
             the traced graphs of finished fits can be freed (Keras' optimizer registers one a
             trace: about 10 MiB a fit of the demo's model). Safe while a graph is in use: its
             gradient is still found through a weak proxy.
+        jax_clear_caches: drop JAX's compiled executables and tracing caches (each new Keras
+            model's train step on the JAX backend adds its own); a later call compiles again.
         gc_collect: run a full ``gc.collect()``.
         empty_cuda_cache: release torch's cached CUDA blocks to the driver.
         malloc_trim: return free glibc heap to the OS.
@@ -260,6 +264,8 @@ def cleanup(
         _step("keras_clear_session", _ADAPTERS["keras"].clear_session)  # type: ignore[attr-defined]
     if tf_custom_gradients:
         _step("tf_custom_gradients", _ADAPTERS["tensorflow"].release_custom_gradients)  # type: ignore[attr-defined]
+    if jax_clear_caches:
+        _step("jax_clear_caches", _ADAPTERS["jax"].clear_caches)  # type: ignore[attr-defined]
     if gc_collect:
         _step("gc_collect", gc.collect)
     if empty_cuda_cache:

@@ -1,4 +1,4 @@
-"""JAX adapter: OOM detection and ``device.memory_stats()``."""
+"""JAX adapter: OOM detection, ``device.memory_stats()`` and releasing JAX's caches."""
 
 from __future__ import annotations
 
@@ -19,6 +19,20 @@ class JaxAdapter(BaseAdapter):
             if cls_name in ("XlaRuntimeError", "JaxRuntimeError") and module.startswith(("jax", "jaxlib")):
                 return "RESOURCE_EXHAUSTED" in str(exc) or "out of memory" in str(exc).lower()
         return False
+
+    def clear_caches(self) -> bool:
+        """``jax.clear_caches()`` if JAX is already imported: the compiled executables and tracing
+        caches of every ``jit``, which a loop of fits of new models (Keras on JAX) adds to with
+        each model's train step. Safe while arrays are alive; a later call compiles again.
+
+        Returns:
+            Whether it ran.
+        """
+        jax = self.loaded_module()
+        if jax is None or not hasattr(jax, "clear_caches"):
+            return False
+        jax.clear_caches()
+        return True
 
     def allocator_stats(self, *, import_framework: bool = False) -> list[AllocatorStats]:
         """``device.memory_stats()`` for each local device; CPU devices usually return None and are skipped."""
