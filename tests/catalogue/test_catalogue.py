@@ -215,6 +215,10 @@ CLI_CASES: list[Cli] = [
     C("leakcheck-plot-planted-link", "leakcheck {t}:echo --plot {d}/planted.png", 2, r"cannot write the plot to .*planted\.png: it is a symbolic link", "unchanged:{d}/victim.txt"),
     C("show-store-folder-others-write", "show base --store {d}/shared/runs.db", 4, r"refusing store .*its folder .*shared is owned by uid 65534 .*folder only you can write", "unchanged:{d}/shared/runs.db"),
     C("run-slurm-folder-cannot-be-made", "run {t}:echo --params {p} --store {store} --name slurmproc --backend slurm --slurm folder=/proc/nope", 2, r"(slurm folder=/proc/nope cannot hold the pilot jobs: it cannot be made .*folder of your own|needs Slurm, and there is no sbatch)", U),
+    C("run-slurm-without-backend", R + " --slurm partition=gpu", 2, r"--slurm is for --backend slurm", "absent:{fresh}"),
+    C("run-address-without-ray", R + " --address auto", 2, r"--address and --resources are for --backend ray", "absent:{fresh}"),
+    C("run-ray-port-out-of-range", R + " --backend ray --address 127.0.0.1:99999", 2, r"the port 99999 is not a TCP port", "absent:{fresh}"),
+    C("run-slurm-option-set-by-trainguard", R + " --backend slurm --slurm job_name=x", 2, r"slurm job_name= is set by trainguard", "absent:{fresh}"),
     C("run-store-folder-others-write", "run {t}:echo --params {p} --store {d}/shared/runs.db --name base", 4, r"refusing store .*its folder .*shared", "unchanged:{d}/shared/runs.db"),
     C("show-store-world-writable", "show base --store {d}/ww.db", 4, r"refusing store .*ww\.db: the file has mode 0666, which lets every user write it", "unchanged:{d}/ww.db"),
     C("export-refused-port", "export base --store {store} --to mlflow --tracking-uri http://127.0.0.1:9", 2, r"cannot reach the MLflow tracking server at http://127\.0\.0\.1:9 \(connection refused\)", U),
@@ -235,6 +239,12 @@ class Api:
     call: Callable[[Any], Any]
     exc: type[BaseException]
     pattern: str
+
+
+def _typed(kind, **kw):
+    import trainguard
+
+    return getattr(trainguard, kind)(**kw)
 
 
 def _runner(**kw):
@@ -276,6 +286,15 @@ def _share(arrays):
     import trainguard
 
     return trainguard.share(arrays)
+
+
+def _hp_search(**kw):
+    """trainguard.transformers.hyperparameter_search with one bad argument (checked before any
+    study or worker starts, and without importing transformers)."""
+    import trainguard.transformers
+
+    args = {"trainer_factory": f"{TRIALS}:echo", "hp_space": f"{TRIALS}:echo", "n_trials": 2, **kw}
+    return trainguard.transformers.hyperparameter_search(**args)
 
 
 def _leakcheck(step, **kw):
@@ -337,6 +356,20 @@ API_CASES: list[Api] = [
     Api("map-predict-from-predictions-off", lambda e: _map_seeded(e, "base", predict_peaks=False), ConfigError, r"predict_from='base' seeds the peak model and Policy\(predict_peaks=False\) turns it off"),
     Api("map-predict-from-not-a-name", lambda e: _map_seeded(e, 7), ConfigError, r"predict_from must name a run of the store, such as 'sweep1', not 7"),
     Api("magic-unknown-option", lambda e: __import__("trainguard.notebook").notebook.parse_options("--outs model"), ConfigError, r"has no option '--outs'.*--out"),
+    Api("hp-search-n-trials-zero", lambda e: _hp_search(n_trials=0), ConfigError, r"n_trials=0 must be a whole number >= 1, such as 20"),
+    Api("hp-search-direction", lambda e: _hp_search(direction="down"), ConfigError, r"direction='down' must be 'minimize' or 'maximize'"),
+    Api("hp-search-guard-not-dict", lambda e: _hp_search(guard="4GB"), ConfigError, r"guard must be a dict of options such as \{'memory_limit': '4GB'\}"),
+    Api("hp-search-factory-not-callable", lambda e: _hp_search(trainer_factory=42), ConfigError, r"trainer_factory must be a callable params -> transformers.Trainer or a 'file.py:function' reference, not int"),
+    Api("hp-search-hp-space-missing-file", lambda e: _hp_search(hp_space=str(e.d / "no_such_space.py") + ":hp_space"), ConfigError, r"no_such_space.py' does not exist"),
+    Api("ray-backend-port", lambda e: _typed("RayBackend", address="127.0.0.1:99999"), ConfigError, r"the port 99999 is not a TCP port \(1-65535\)"),
+    Api("ray-backend-resources", lambda e: _typed("RayBackend", resources={"GPU": "one"}), ConfigError, r"resources: GPU='one' must be a number >= 0"),
+    Api("ray-backend-connect-timeout", lambda e: _typed("RayBackend", connect_timeout=-1), ConfigError, r"RayBackend\(connect_timeout=-1\) must be a number of seconds above 0"),
+    Api("slurm-backend-not-a-string", lambda e: _typed("SlurmBackend", partition=5), ConfigError, r"SlurmBackend\(partition=5\) must be a string, such as partition='gpu'"),
+    Api("slurm-backend-option-twice", lambda e: _typed("SlurmBackend", options={"mem": "4G"}), ConfigError, r"mem is a parameter of its own: write SlurmBackend\(mem=...\)"),
+    Api("slurm-backend-workers-per-pilot", lambda e: _typed("SlurmBackend", workers_per_pilot=0), ConfigError, r"workers_per_pilot=0 must be a whole number >= 1"),
+    Api("slurm-backend-fixed-option", lambda e: _typed("SlurmBackend", options={"nodes": 2}), ConfigError, r"slurm nodes= is set by trainguard"),
+    Api("runner-keyword-beside-typed-backend", lambda e: _runner(backend=_typed("RayBackend"), resources={"CPU": 2}), ConfigError, r"resources= is given beside backend=RayBackend\(...\): give it inside RayBackend"),
+    Api("runner-backend-unknown", lambda e: _runner(backend="kubernetes"), ConfigError, r"backend='kubernetes' is not a backend: use 'local'"),
 ]
 # fmt: on
 

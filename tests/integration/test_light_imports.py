@@ -9,7 +9,22 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "tensorflow", "jax", "keras", "optuna", "ray", "pynvml", "IPython", "ipykernel", "sklearn", "mlflow")
+HEAVY = (
+    "torch",
+    "tensorflow",
+    "jax",
+    "keras",
+    "optuna",
+    "ray",
+    "pynvml",
+    "IPython",
+    "ipykernel",
+    "sklearn",
+    "mlflow",
+    "transformers",
+    "lightning",
+    "pytorch_lightning",
+)
 
 _CHECK = """
 import sys
@@ -27,10 +42,20 @@ print("HEAVY=" + ",".join(heavy))
         "import trainguard.integrations.pytest_plugin",
         "import trainguard; trainguard.optuna.optimize; trainguard.optuna.isolated; trainguard.keras",
         "import trainguard; trainguard.frameworks.cleanup()",
+        "import trainguard.transformers as t, trainguard.lightning\nt.hyperparameter_search; t.TrainerTrial(str)",
         "import trainguard, trainguard.notebook, trainguard.process; trainguard.isolated(len)",
         "from trainguard.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
     ],
-    ids=["import", "public-names", "pytest-plugin", "integrations", "cleanup", "isolated-notebook", "cli-help"],
+    ids=[
+        "import",
+        "public-names",
+        "pytest-plugin",
+        "integrations",
+        "cleanup",
+        "transformers-lightning",
+        "isolated-notebook",
+        "cli-help",
+    ],
 )
 def test_no_framework_is_imported(code):
     out = subprocess.run(
