@@ -8,9 +8,12 @@
         GridSearchCV(model, grid, cv=5).fit(X, y)
 
 How it works (see docs/explanation/architecture.md, "Integrations"): joblib hands the backend one
-batch at a time (batch size 1: the backend does no auto-batching, so one fold's fit-and-score is
-one task); the batch is cloudpickled in the caller (a batch that cannot be sent fails there, in
-one line naming the object, before any worker starts) and run by a
+batch at a time, and a batch is one guarded trial (memory sampled, killable, the limits enforced).
+joblib's auto-batching applies, as on loky: tasks that take under 0.2 s (a millisecond fit) are
+grouped until a batch takes about that long, so the per-trial cost is paid once a batch; a task of
+0.2 s or more (any fit worth guarding for memory) stays a batch of one. A batch killed at a limit
+fails every task in it. The batch is cloudpickled in the caller (a batch that cannot be sent fails
+there, in one line naming the object, before any worker starts) and run by a
 :class:`~trainguard.integrations._tasks.TaskPool` in a Runner's supervised workers. Also with
 ``n_jobs=1``: joblib would run a one-job call in the caller, so the backend tells joblib it has
 two slots and runs the tasks in its one worker (isolation is the point, not parallelism).
@@ -31,7 +34,7 @@ import reprlib
 import warnings
 from typing import Any
 
-from joblib._parallel_backends import ParallelBackendBase
+from joblib._parallel_backends import AutoBatchingMixin, ParallelBackendBase
 
 from trainguard.exceptions import ConfigError, TrainguardError, TrainguardWarning
 from trainguard.integrations._tasks import TaskFuture, TaskPool, dumps_task, make_policy
@@ -223,7 +226,8 @@ def describe_unsendable(items: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]
 
 
 def _what(items: list[tuple[Any, tuple[Any, ...], dict[str, Any]]], number: int) -> str:
-    """A task's name in errors: "Ridge fit, split 2/5, candidate 3/4" or "task 7 (f)"."""
+    """A task's name in errors: "Ridge fit, split 2/5, candidate 3/4", "task 7 (f)" or, for a
+    batch of several, "batch 7 (16 tasks: f, g)"."""
     if items and _is_fit_and_score(items[0][0]):
         _, args, kwargs = items[0]
         name = type(args[0]).__name__ if args else "estimator"
@@ -232,16 +236,20 @@ def _what(items: list[tuple[Any, tuple[Any, ...], dict[str, Any]]], number: int)
             progress = kwargs.get(key)
             if progress:
                 parts.append(f"{label} {progress[0] + 1}/{progress[1]}")
+        if len(items) > 1:
+            parts.append(f"and the {len(items) - 1} other fits of its batch")
         return ", ".join(parts)
-    func = items[0][0] if items else None
-    return f"task {number} ({getattr(getattr(func, 'function', func), '__name__', 'call')})"
+    names = sorted({getattr(getattr(f, "function", f), "__name__", "call") for f, _, _ in items}) or ["call"]
+    if len(items) > 1:
+        return f"batch {number} ({len(items)} tasks: {', '.join(names)})"
+    return f"task {number} ({names[0]})"
 
 
 # --------------------------------------------------------------------------------------------------
 # the backend
 
 
-class TrainguardBackend(ParallelBackendBase):
+class TrainguardBackend(AutoBatchingMixin, ParallelBackendBase):
     """joblib's ``"trainguard"`` backend (see :func:`trainguard.joblib.register` for the arguments)."""
 
     supports_retrieve_callback = True
