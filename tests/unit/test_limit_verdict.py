@@ -127,15 +127,16 @@ KILL_WORDS = (
     "killed under memory pressure",
     "no checkpoint within pressure_grace",
 )
-#: modules that read a kill's words (not build them): the session tells a grace kill by them
-READERS = {"runner/session/_loop.py": {"killed under memory pressure"}}
+#: modules that read a kill's words (not build them): none; a grace kill is told by the kill's
+#: ``grace_expired`` field, never by its message
+READERS: dict[str, set[str]] = {}
 #: the pure decisions the verdict is made of: called only inside the policy package, so no backend
 #: composes its own
 PARTS = {"check_limits", "decide_pressure", "grace_expired"}
 #: where the verdict is asked: the local sampler, the Ray/Slurm agent, the tracker (its soft part)
 CALLERS = {
     "limit_verdict": {"runner/session/_sampling.py", "runner/backends/ray.py"},
-    "pressure_verdict": {"runner/session/_pressure_tracker.py", VERDICT_MODULE},
+    "pressure_verdict": {"runner/session/soft_limit_and_flight/_pressure_tracker.py", VERDICT_MODULE},
 }
 
 

@@ -16,8 +16,8 @@ from trainguard.probes.cgroup_peak import memory_cgroup_dir, own_memory_cgroup, 
 from trainguard.runner import Policy
 from trainguard.runner.policy import KillDecision, decide_pressure, grace_expired, growth_rate
 from trainguard.runner.policy._pressure import resolve_soft_limit
-from trainguard.runner.session._flight_recorder import FlightRecorder
-from trainguard.runner.session._pressure_tracker import PressureTracker
+from trainguard.runner.session.soft_limit_and_flight._flight_recorder import FlightRecorder
+from trainguard.runner.session.soft_limit_and_flight._pressure_tracker import PressureTracker
 
 MiB = 2**20
 

@@ -183,6 +183,7 @@ def pressure_verdict(
             float(reading.rss_bytes),
             f"killed under memory pressure: no checkpoint within pressure_grace="
             f"{format_duration(grace)} after {pressure.message}",
+            grace_expired=True,
         )
     raised = decide_pressure(
         rss_bytes=reading.rss_bytes,

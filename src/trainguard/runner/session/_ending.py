@@ -7,6 +7,10 @@ lock keeps beside the store is given back so that the end can be recorded (statu
 and the caller gets one :class:`~trainguard.exceptions.DiskFullError` line that says what filled
 up and what to do. Store writes that still fail for lack of space while the session ends are
 said once, in that line, never as tracebacks.
+
+:func:`plan_ending` is the decision, pure (which workers are killed first, which attempts end
+``disk_full``); :func:`shutdown` carries it out with the parts the loop hands it and the loop's
+own state passed as values (its end's reason, its temporary folder, the shared data it owns).
 """
 
 from __future__ import annotations
@@ -14,15 +18,19 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import DiskFullError
 
 if TYPE_CHECKING:
     from trainguard.runner.session._loop import Session
+    from trainguard.runner.session._recorder import Recorder
     from trainguard.runner.session._records import Attempt, WorkerRecord
+    from trainguard.runner.session._stages import Stages
 
-__all__ = ["shutdown", "trial_filled_the_disk", "stopped_for_disk", "DISK_FULL"]
+__all__ = ["EndingPlan", "plan_ending", "shutdown", "trial_filled_the_disk", "stopped_for_disk", "DISK_FULL"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +38,40 @@ logger = logging.getLogger(__name__)
 DISK_FULL = "disk_full"
 
 
+@dataclass(frozen=True, slots=True)
+class EndingPlan:
+    """How a session ends: ``status`` as recorded; ``kill_first`` the busy workers killed before
+    anything else (a full disk: each next write would fail too); ``stopped`` the attempts they ran,
+    recorded ``disk_full`` once the room is made; ``make_room`` whether the half-written checkpoints
+    are removed and the store's reserve given back first."""
+
+    status: str
+    kill_first: tuple[WorkerRecord, ...] = ()
+    stopped: tuple[tuple[WorkerRecord, Attempt], ...] = ()
+    make_room: bool = False
+
+
+def plan_ending(status: str, workers: Sequence[WorkerRecord]) -> EndingPlan:
+    """What ending with ``status`` does before the pool's ordinary shutdown.
+
+    Args:
+        status: the run's end (``completed``, ``stopped``, ``interrupted``, ``failed``, ``disk_full``).
+        workers: the pool's worker records.
+
+    Returns:
+        The plan: for a full disk the busy workers killed first and their attempts recorded
+        ``disk_full``; for any other end nothing before the shutdown.
+    """
+    if status != DISK_FULL:
+        return EndingPlan(status)
+    busy = tuple(w for w in workers if w.state == "busy")
+    stopped = tuple((w, w.trial) for w in busy if w.trial is not None)
+    return EndingPlan(status, kill_first=busy, stopped=stopped, make_room=True)
+
+
 def trial_filled_the_disk(
-    session: Session,
+    stages: Stages,
+    recorder: Recorder,
     worker: WorkerRecord,
     run: Attempt,
     error: dict[str, Any],
@@ -48,15 +88,15 @@ def trial_filled_the_disk(
     from trainguard._diskfull import describe
 
     note = error["disk_full"]
-    session.stages.attempt_ended(run.index)
-    folders = session.stages.folders
+    stages.attempt_ended(run.index)
+    folders = stages.folders
     what = describe(
         folders.base if folders is not None else note["path"],
         "the run's checkpoints",
         free=note.get("free_bytes"),
         event=f"filled up while trial {run.index} wrote its checkpoint",
     )
-    session.recorder.finish_attempt(
+    recorder.finish_attempt(
         run.index,
         run.attempt,
         status=DISK_FULL,
@@ -70,47 +110,54 @@ def trial_filled_the_disk(
     )
 
 
-def stopped_for_disk(session: Session, err: DiskFullError) -> DiskFullError:
+def stopped_for_disk(recorder: Recorder, name: str, err: DiskFullError) -> DiskFullError:
     """The one line the caller gets: what filled up, what was kept, what to do (the store's own
-    line when the run could not even begin)."""
-    recorder = session.recorder
+    line when the run could not even begin).
+
+    Args:
+        recorder: the run's store writes (whether the run began, and its end was recorded).
+        name: the run's name.
+        err: the error the disk raised.
+
+    Returns:
+        The error the caller gets.
+    """
     if recorder.persistent and recorder.run_id is None:
         return err
     what = getattr(err, "what", None) or str(err)
     kept = " (its committed checkpoints are kept)" if getattr(err, "checkpoints", False) else ""
     resume = (
         f"then run it again to resume from where it stopped{kept}"
-        if session.recorder.persistent
+        if recorder.persistent
         else "then run it again"
     )
     unrecorded = (
         " (the store could not record the stop)" if recorder.persistent and not recorder.end_recorded else ""
     )
     return DiskFullError(
-        f"run {session.name} stopped{unrecorded}: {what}: free space there (or put the store on a "
+        f"run {name} stopped{unrecorded}: {what}: free space there (or put the store on a "
         f"larger disk with --store), {resume}",
         path=getattr(err, "path", None),
         free_bytes=getattr(err, "free_bytes", None),
     )
 
 
-def _before_shutdown_for_disk(session: Session) -> None:
+def _before_shutdown(session: Session, plan: EndingPlan) -> None:
     """Room first: kill what still writes, remove every half-written checkpoint, free the reserve;
     then the attempts those workers were running end ``disk_full`` (they run again on resume)."""
-    busy = [(w, w.trial) for w in session.pool.workers if w.state == "busy" and w.trial is not None]
-    for worker in session.pool.workers:
-        if worker.state == "busy":
-            worker.handle.kill()
-    session.stages.remove_partial()
-    session.recorder.disk_full()
-    for worker, run in busy:
-        _record_stopped_attempt(session, worker, run)
+    for worker in plan.kill_first:
+        worker.handle.kill()
+    if plan.make_room:
+        session.stages.remove_partial()
+        session.recorder.disk_full()
+    for worker, run in plan.stopped:
+        _record_stopped_attempt(session.recorder, worker, run)
 
 
-def _record_stopped_attempt(session: Session, worker: WorkerRecord, run: Attempt) -> None:
+def _record_stopped_attempt(recorder: Recorder, worker: WorkerRecord, run: Attempt) -> None:
     """A trial the full disk stopped (the store's write failed first, not its checkpoint)."""
     try:
-        session.recorder.finish_attempt(
+        recorder.finish_attempt(
             run.index,
             run.attempt,
             status=DISK_FULL,
@@ -125,15 +172,25 @@ def _record_stopped_attempt(session: Session, worker: WorkerRecord, run: Attempt
         logger.debug("could not record trial %d's stop for the full disk", run.index, exc_info=True)
 
 
-def shutdown(session: Session, status: str) -> None:
-    """End the session (idempotent): workers, the run's end, the backend, the lock, the files."""
-    if status == DISK_FULL:
-        _before_shutdown_for_disk(session)
+def shutdown(
+    session: Session, status: str, *, reason: str | None, tmpdir: str | None, owned_data: Any = None
+) -> None:
+    """End the session: workers, the run's end, the backend, the lock, the files.
+
+    Args:
+        session: the session, for its parts (pool, sampling, recorder, backend, stages).
+        status: the run's end.
+        reason: why it ended, in words (None: nothing to add).
+        tmpdir: the session's temporary folder, removed (None: none made).
+        owned_data: shared data the session made itself, closed (None: none).
+    """
+    plan = plan_ending(status, session.pool.workers)
+    _before_shutdown(session, plan)
     session.pool.shutdown(status)
     session.sampling.stop()
     try:
         session.sampling.flush(force=True)
-        session.recorder.finish_run(status, session._end_reason)
+        session.recorder.finish_run(status, reason)
     except Exception:  # noqa: BLE001 - never mask the error that brought us here
         logger.exception("could not record the end of run %s", session.name)
     finally:
@@ -142,8 +199,8 @@ def shutdown(session: Session, status: str) -> None:
         except Exception:  # noqa: BLE001 - the rest of the clean-up must still run
             logger.exception("could not close the %s backend", session.backend.name)
         session.recorder.release()
-        if session._tmpdir is not None:
-            shutil.rmtree(session._tmpdir, ignore_errors=True)
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
         session.stages.close()
-        if session._owns_data and session._data is not None:
-            session._data.close()
+        if owned_data is not None:
+            owned_data.close()

@@ -17,9 +17,8 @@ parses what workers send as data.
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -28,25 +27,22 @@ from typing import TYPE_CHECKING, Any, cast
 
 from trainguard.exceptions import FAILURE_ERRORS, ConfigError, DiskFullError, TrialError, WorkerCrashedError
 from trainguard.runner._protocol import MessageReader, ProtocolError
-from trainguard.runner.policy import EndCause, RecycleDecision, decide_recycle
-from trainguard.runner.session._eta import eta_seconds
+from trainguard.runner.session._deaths import after_death, protocol_error
+from trainguard.runner.session._dispatch import start_trial
+from trainguard.runner.session._ending import shutdown, stopped_for_disk
 from trainguard.runner.session._interrupts import Interrupts
-from trainguard.runner.session._last_seconds import LastSeconds
+from trainguard.runner.session._outcomes import Outcomes
 from trainguard.runner.session._pool import Pool
 from trainguard.runner.session._predict import Predictions
 from trainguard.runner.session._recorder import Recorder
-from trainguard.runner.session._records import Attempt, WorkerRecord
+from trainguard.runner.session._records import Attempt, Finish, Rerun, WorkerRecord
 from trainguard.runner.session._recovery import Recovery, device_key
-from trainguard.runner.session._results import (
-    RunProgress,
-    TrialResult,
-    WorkerProgress,
-    default_run_name,
-    stats_message,
-)
+from trainguard.runner.session._results import RunProgress, TrialResult, WorkerProgress, default_run_name
 from trainguard.runner.session._sampling import TreeSampling
 from trainguard.runner.session._stages import Stages
+from trainguard.runner.session._trial_end import decide_worker_next, read_result
 from trainguard.runner.session._trim import on_trimmed
+from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -93,14 +89,6 @@ class Session:
         self.recorder = Recorder(store, name)
         self._environment = environment
         self._queue: deque[Attempt] = deque()
-        self._out: deque[TrialResult] = deque()
-        self._count_lock = threading.Lock()
-        self._done = 0
-        self._failed = 0
-        self._done_this_session = 0
-        self._started_mono = time.monotonic()
-        self._last_done_mono: float | None = None
-        self._stop_result: TrialResult | None = None
         self._closed = False
         self._interrupts = Interrupts()
         self._tmpdir: str | None = None
@@ -150,6 +138,14 @@ class Session:
             staged_kind=fn.kind not in ("command", "node"),
             last=self.last,
         )
+        self.outcomes = Outcomes(
+            policy=policy,
+            recorder=self.recorder,
+            recovery=self.recovery,
+            stages=self.stages,
+            predictions=self.predictions,
+            seed_of=functools.partial(_seed, config.seed),
+        )
 
     @property
     def run_id(self) -> int | None:
@@ -159,30 +155,14 @@ class Session:
 
     def progress(self) -> RunProgress:
         workers, recycles = self.pool.progress()
-        with self._count_lock:
-            done, failed, this_session = self._done, self._failed, self._done_this_session
-            last_done = self._last_done_mono
-        now, started = time.monotonic(), self._started_mono
-        left = len(self.params) - done
-        eta = eta_seconds(started=started, last_done=last_done, done=this_session, remaining=left, now=now)
-        return RunProgress(
-            self.name,
-            len(self.params),
-            done,
-            failed,
-            sum(1 for w in workers if w.state == "busy"),
-            now - started,
-            eta,
-            workers,
-            recycles,
-        )
+        return self.outcomes.progress(self.name, len(self.params), workers, recycles)
 
     # -- the loop ---------------------------------------------------------------------------------
 
     def run(self) -> Iterator[TrialResult]:
         """Yield every trial's result as it finishes (earlier sessions' results first)."""
         status, full = "interrupted", None
-        interrupts = self._interrupts
+        interrupts, out = self._interrupts, self.outcomes.out
         with interrupts.installed():
             try:
                 yield from self._begin()
@@ -193,16 +173,16 @@ class Session:
                         sample_interval_s=self.config.sample_interval_s,
                         uss=self.config.uss or self.pool.private,
                     )
-                    self.pool.say_initial()
+                    self.pool.budget.say_initial()
                     self.sampling.start()
                 while self._queue or self.pool.busy():
                     with interrupts.body():  # a signal raises at its end, not inside (_interrupts)
                         self._step()
-                    while self._out:
-                        yield self._out.popleft()
-                while self._out:
-                    yield self._out.popleft()
-                status = "stopped" if self._stop_result is not None else "completed"
+                    while out:
+                        yield out.popleft()
+                while out:
+                    yield out.popleft()
+                status = "stopped" if self.outcomes.stop_result is not None else "completed"
             except (ConfigError, WorkerCrashedError) as err:
                 # the function did not load, or a worker could not start: keep the reason
                 status, self._end_reason = "failed", str(err)
@@ -212,15 +192,13 @@ class Session:
             finally:
                 self._shutdown(status)
         if full is not None:
-            from trainguard.runner.session._ending import stopped_for_disk
-
-            raise stopped_for_disk(self, full) from None
-        if self._stop_result is not None:
-            _raise_stopped(self._stop_result)
+            raise stopped_for_disk(self.recorder, self.name, full) from None
+        if self.outcomes.stop_result is not None:
+            _raise_stopped(self.outcomes.stop_result)
 
     def _step(self) -> None:
         """One pass of the loop: workers kept, trials sent, a poll of their messages (0.25 s)."""
-        if self._stop_result is None:
+        if self.outcomes.stop_result is None:
             self.pool.maintain(len(self._queue) + sum(1 for w in self.pool.workers if w.state == "busy"))
         self._dispatch()
         self.predictions.refit()
@@ -254,7 +232,7 @@ class Session:
         if info is not None and info.resumed and old is not None:
             recorder.warn_settings_changed(old.config, settings, info.sessions)
         if info is not None:
-            self._record_session_start()
+            _record_session_start(self)
             records = recorder.trials()
             finished = [rec for rec in records if rec.status in ("ok", "failed")]
             if finished and stored_version and self.fn.version and stored_version != self.fn.version:
@@ -262,84 +240,43 @@ class Session:
             for rec in records:
                 attempts_by_index[rec.index] = rec.attempts
                 if rec.status in ("ok", "failed"):
-                    with self._count_lock:
-                        self._done += 1
-                        self._failed += rec.status == "failed"
-                    yield TrialResult.from_record(rec)
+                    yield self.outcomes.resumed(rec)
             self.pool.next_worker_id = recorder.next_worker_id()
         for index, params in recorder.unfinished(self.params):
             self._queue.append(Attempt(index, params, attempts_by_index.get(index, 0) + 1, 1))
         self.stages.open()
         self.predictions.open(budgeted=self.pool.planner.budgeted)
 
-    def _record_session_start(self) -> None:
-        seeds = None
-        if self.config.seed is not None:
-            from trainguard.runner.worker.seeding import derive_seed
-
-            seeds = {i: derive_seed(self.config.seed, i) for i in range(len(self.params))}
-        self.recorder.session_start(
-            environment=self._environment() if self._environment is not None else None,
-            shared=(self._data.path if self._data is not None else None) if self.pool.private else False,
-            seeds=seeds,
-        )
-
-    def _seed_of(self, index: int) -> int | None:
-        if self.config.seed is None:
-            return None
-        from trainguard.runner.worker.seeding import derive_seed
-
-        return derive_seed(self.config.seed, index)
-
     def _dispatch(self) -> None:
         pool = self.pool
         for worker in list(pool.workers):
-            if not self._queue or self._stop_result is not None:
+            if not self._queue or self.outcomes.stop_result is not None:
                 return
             if worker.state != "idle" or worker.spare:
                 continue
             run = self._next_run(worker)
-            if run is None or self._stop_result is not None:
+            if run is None or self.outcomes.stop_result is not None:
                 return
-            if not pool.budget_check(worker, self.predictions.budget_bytes(run), run):
+            if not pool.budget.check(worker, self.predictions.budget_bytes(run), run):
                 continue
             with pool.lock:
                 if worker.kill is not None:  # killed at the budget while idle: its death is coming
                     continue
             self._queue.remove(run)
-            self.recovery.apply_fitted_size(run)
-            self.predictions.apply_size(run)
-            run.started_mono = time.monotonic()
-            with pool.lock:
-                if worker.kill is not None:  # killed in between: the trial waits for another worker
-                    self._queue.appendleft(run)
-                    continue
-                worker.trial = run
-                worker.state = "busy"
-                worker.trial_peak_rss = worker.cur_rss or 0
-                worker.trial_peak_gpu = None
-                worker.kill = None
-            worker.handle.trial_started()
-            self.recorder.start_attempt(run.index, run.attempt, worker.worker_id)
-            self.predictions.started(run)
-            staged = self.stages.message(worker, run, self._data)
-            try:
-                worker.handle.send(
-                    {
-                        "op": "trial",
-                        "index": run.index,
-                        "attempt": run.attempt,
-                        "key": 0,
-                        "params": run.sent_params,
-                        "mixed_precision": run.mixed_precision,
-                        "seed": self._seed_of(run.index),
-                        **staged,
-                        "cleanup": self.config.cleanup,
-                        "census": self.config.census,
-                    }
-                )
-            except OSError:
-                pass  # it died; the EOF on its pipe reports the death with this trial attached
+            took = start_trial(
+                pool=pool,
+                recorder=self.recorder,
+                recovery=self.recovery,
+                predictions=self.predictions,
+                stages=self.stages,
+                config=self.config,
+                data=self._data,
+                worker=worker,
+                run=run,
+                seed=_seed(self.config.seed, run.index),
+            )
+            if not took:
+                self._queue.appendleft(run)
 
     def _next_run(self, worker: WorkerRecord) -> Attempt | None:
         """The pending trial ``worker`` takes (left in the queue; see :meth:`Predictions.next_run`)."""
@@ -351,8 +288,11 @@ class Session:
 
     def _not_started(self, run: Attempt, error: dict[str, Any]) -> bool:
         """A trial ended unstarted (predicted over the limit); False once the run stops."""
-        self._finish_trial(run, "failed", None, error, None, None, None)
-        return self._stop_result is None
+        going = self.outcomes.stop_result is None
+        self.outcomes.finish_trial(run, "failed", None, error, None, None, None)
+        if going and self.outcomes.stop_result is not None:
+            self._queue.clear()
+        return self.outcomes.stop_result is None
 
     def _poll(self, timeout: float) -> None:
         conns = {w.handle.inbox: w for w in self.pool.workers if w.state != "dead"}
@@ -371,25 +311,14 @@ class Session:
             except EOFError:
                 self._on_death(worker)
                 continue
-            except ProtocolError as err:
-                self._on_protocol_error(worker, str(err))
+            except ProtocolError as err:  # its trial wrote onto the channel: it ends, the run goes on
+                protocol_error(self.pool, worker, str(err))
+                self._on_death(worker)
                 continue
             for msg in messages:
                 if worker.state == "dead":
                     break
                 self._on_message(worker, msg)
-
-    def _on_protocol_error(self, worker: WorkerRecord, cause: str) -> None:
-        """A worker sent bytes that are not a message (its trial wrote onto the channel): end that
-        worker and fail its trial with the cause; the run goes on with a fresh worker."""
-        with self.pool.lock:
-            worker.protocol_error = (
-                f"worker {worker.worker_id} sent {cause}: something in the trial wrote onto trainguard's "
-                "message channel, so the worker was ended"
-            )
-        logger.warning("worker %d: protocol error: %s", worker.worker_id, cause)
-        worker.handle.kill()
-        self._on_death(worker)
 
     # -- messages ---------------------------------------------------------------------------------
 
@@ -408,19 +337,22 @@ class Session:
                 worker.state = "idle"
             if worker.spare:
                 self.pool.planner.spare_ready(worker.cur_rss)
-        elif op == "fn_error":
-            if msg.get("nested"):
-                raise ConfigError(msg["nested"], traceback=msg.get("traceback"))
-            raise ConfigError(
-                f"fn {self.fn.ref} cannot be loaded in the worker: {msg['message']}",
-                traceback=msg.get("traceback"),
-            )
-        elif op == "fatal":
-            raise ConfigError(f"worker {worker.worker_id} could not start: {msg['message']}")
+        elif op in ("fn_error", "fatal"):
+            raise _load_error(self.fn.ref, worker, msg)
         elif op == "result":
             self._on_result(worker, msg)
         elif op == "trimmed":
-            on_trimmed(self, worker, msg)
+            more = bool(self._queue) and self.outcomes.stop_result is None
+            recycle = on_trimmed(
+                pool=self.pool,
+                recorder=self.recorder,
+                policy=self.policy,
+                worker=worker,
+                msg=msg,
+                more_to_run=more,
+            )
+            if recycle is not None:
+                self.pool.retire(worker, recycle)
 
     def _on_ready(self, worker: WorkerRecord, msg: dict[str, Any]) -> None:
         worker.handle.on_ready(msg)
@@ -441,144 +373,44 @@ class Session:
             self._queue.appendleft(resumed)
             self.pool.retire(worker, decision)
             return
-        self.recorder.tmpfs_removed(worker, run, worker.handle.trial_ended())
-        reading = self.pool.read_tree(worker, rediscover=True)
-        own_rss = int(msg.get("rss_bytes") or 0)
-        rss_after = reading[0] if reading else own_rss
-        children = max(0, rss_after - own_rss)
-        # the worker's own high-water mark counts shared data's pages: not used when it is charged
-        # private memory only
-        hwm = 0 if self.pool.private else (msg.get("hwm_bytes") or 0) + children
-        with self.pool.lock:
-            worker.trial = None
-            worker.state = "idle"
-            worker.cur_rss = rss_after
-            peak = max(worker.trial_peak_rss, rss_after, hwm)
-            worker.trial_ended(rss_after, peak, (msg.get("stats") or {}).get("bytes_in_use"))
-        status = msg["status"]
-        try:
-            value = json.loads(msg["value_json"]) if status == "ok" else None
-        except (TypeError, ValueError) as err:
-            status, value = "protocol_error", None
-            msg = {
-                **msg,
-                "error": {"status": status, "message": f"the worker sent a result that is not JSON: {err}"},
-            }
-        stats = msg.get("stats") or {}
-        duration = float(msg["duration_s"])
-        if status != "ok" and (msg.get("error") or {}).get("disk_full"):
-            # before any other write to the store: on the same disk it would fail first
-            from trainguard.runner.session._ending import trial_filled_the_disk
-
-            trial_filled_the_disk(self, worker, run, msg["error"], peak, duration)  # raises
-        if any(k in stats for k in ("census", "tfjs", "node", "fragmentation")) or stats.get("cleanup_s"):
-            self.recorder.trial_stats(worker.worker_id, run.index, stats_message(run.index, stats), stats)
-        self.recorder.bytes_in_use(worker.worker_id, run.index, run.attempt, stats)
-        flight = self.last.result(self.recorder, worker, msg, status, stats, rss_after)
-        self._finish_attempt(worker, run, status, msg.get("error"), value, peak, duration, flight=flight)
+        end = read_result(
+            pool=self.pool,
+            recorder=self.recorder,
+            stages=self.stages,
+            last=self.last,
+            worker=worker,
+            run=run,
+            msg=msg,
+        )
+        self._apply(worker, end.finish)
         worker.reserved_bytes = None
+        status = end.finish.status
         if status == "ok":
-            self.pool.plan_after_trial(worker, peak, rss_after, duration, run=run, stats=stats)
-        self._after_trial(worker, run, status, stats)
-
-    def _after_trial(self, worker: WorkerRecord, run: Attempt, status: str, stats: dict[str, Any]) -> None:
-        """Whether the worker that ran ``run`` is recycled now, or a replacement is started early."""
-        if status == "framework_oom":
-            # what the failed allocation held, and the fragmentation it left, stay in this process
-            # (empty_cache() does not give it back): never run another trial in it
-            self.pool.retire(
-                worker,
-                RecycleDecision(
-                    "out_of_memory",
-                    {"index": run.index, "attempt": run.attempt},
-                    f"trial {run.index} ran out of memory in it: a worker is never reused after an OOM",
-                ),
+            self.pool.plan_after_trial(
+                worker, end.peak, end.rss_after, float(msg["duration_s"]), run=run, stats=end.stats
             )
-            return
-        if not self._queue or self._stop_result is not None:
-            return
-        decision = decide_recycle(self.policy, self.pool.history(worker))
-        if decision is not None and decision.trim_first:
-            self.pool.trim(worker)  # decided again on its answer (_on_trimmed)
-        elif decision is not None:
-            self.pool.retire(worker, decision)
-        elif self._queue:
-            self.pool.maybe_prestart(worker, stats)
+        more = bool(self._queue) and self.outcomes.stop_result is None
+        history = self.pool.history(worker) if more and status != "framework_oom" else None
+        following = decide_worker_next(self.policy, history, run, status, more_to_run=more)
+        if following.action == "trim":
+            self.pool.trim(worker)  # decided again on its answer (_trim.on_trimmed)
+        elif following.action == "retire" and following.decision is not None:
+            self.pool.retire(worker, following.decision)
+        elif following.action == "prestart" and self._queue:
+            self.pool.maybe_prestart(worker, end.stats)
 
-    def _finish_attempt(
-        self,
-        worker: WorkerRecord | None,
-        run: Attempt,
-        status: str,
-        error: dict[str, Any] | None,
-        value: Any,
-        peak: int | None,
-        duration_s: float | None,
-        *,
-        flight: dict[str, Any] | None = None,
-    ) -> None:
-        """Record an attempt's end (a flight recorder on the attempt only); queue what follows, or finish."""
-        worker_id = worker.worker_id if worker else None
-        run.peak_gpu_bytes = worker.trial_peak_gpu if worker else None
-        error = self.recovery.failure(run, status, error, worker_id)
-        stored = error if flight is None else {**(error or {}), "flight_recorder": flight}
-        if status != "ok":
-            self.stages.attempt_ended(run.index)  # a half-written checkpoint is never resumed
-        self.recorder.finish_attempt(
-            run.index, run.attempt, status=status, error=stored, peak_rss_bytes=peak, duration_s=duration_s
-        )
-        self.predictions.observe(run, status, peak, worker)
-        following, error = self.recovery.next_attempt(worker, run, status, error, peak)
-        if following is not None:
-            self._queue.appendleft(following)
-            return
-        self._finish_trial(run, status, value, error, peak, worker_id, duration_s)
-
-    def _finish_trial(
-        self,
-        run: Attempt,
-        status: str,
-        value: Any,
-        error: dict[str, Any] | None,
-        peak: int | None,
-        worker_id: int | None,
-        duration_s: float | None,
-    ) -> None:
-        """Store a trial's outcome and hand its result out (also for a trial never started: its
-        ``attempts`` are then the ones before this session's)."""
-        started = error is None or error.get("status") != "predicted_over_limit"
-        if started:
-            peak, duration_s = self.stages.whole_trial(run, peak, duration_s)
-        fields: dict[str, Any] = {
-            "status": "ok" if status == "ok" else "failed",
-            "value": value,
-            "error": error,
-            "attempts": run.attempt if started else run.attempt - 1,
-            "peak_rss_bytes": peak,
-            "worker_id": worker_id,
-            "duration_s": duration_s,
-        }
-        if self.recorder.finish_trial(run.index, **fields) is False:
-            return  # already finished by an earlier session: never report it twice
-        self.stages.trial_done(run.index)
-        result = TrialResult(
-            index=run.index,
-            params=run.params,
-            **fields,
-            ran_with=run.attempt_params,
-            seed=self._seed_of(run.index),
-            predicted_peak_bytes=self.predictions.predicted_peak_bytes(run.index),
-            peak_gpu_bytes=run.peak_gpu_bytes if started else None,
-        )
-        with self._count_lock:
-            self._done += 1
-            self._done_this_session += 1
-            self._last_done_mono = time.monotonic()
-            self._failed += not result.ok
-        self._out.append(result)
-        if not result.ok and self.policy.on_error == "stop" and self._stop_result is None:
-            self._stop_result = result
-            self._queue.clear()
+    def _apply(self, worker: WorkerRecord | None, action: Rerun | Finish | None) -> None:
+        """Carry out a part's decision on an attempt: queue its rerun, or end it (and queue what the
+        recovery says follows; the queue is emptied when the end stops the run)."""
+        if isinstance(action, Rerun):
+            self._queue.appendleft(action.attempt)
+        elif action is not None:
+            going = self.outcomes.stop_result is None
+            following = self.outcomes.finish_attempt(worker, action)
+            if following is not None:
+                self._queue.appendleft(following)
+            elif going and self.outcomes.stop_result is not None:
+                self._queue.clear()
 
     # -- deaths -----------------------------------------------------------------------------------
 
@@ -590,62 +422,16 @@ class Session:
         rc = self.pool.reap(worker, grace_s=5.0)
         if previous == "exiting":
             return
-        with self.pool.lock:
-            run, kill = worker.trial, worker.kill or worker.handle.kill_decision
-            worker.trial = None
-        if run is not None:  # the files its trial left in /dev/shm: their memory outlives it
-            self.recorder.tmpfs_removed(worker, run, worker.handle.trial_ended())
-        if kill is not None:  # the sampler thread killed it; the loop records it (one store writer)
-            self.recorder.kill(worker, run, kill)
-        if worker.protocol_error is not None:
-            cause = EndCause(
-                "protocol_error" if run is not None else None,
-                "protocol_error",
-                {"exitcode": rc},
-                worker.protocol_error,
-            )
-        else:
-            cause = worker.handle.classify(rc, in_trial=run is not None, kill=kill)
-        self.recorder.end_worker(
-            worker,
-            cause.worker_reason,
-            {**cause.detail, "message": cause.message, "trials": worker.trials_done},
+        action = after_death(
+            pool=self.pool,
+            recorder=self.recorder,
+            recovery=self.recovery,
+            last=self.last,
+            worker=worker,
+            previous=previous,
+            rc=rc,
         )
-        if worker.budget_kill is not None:
-            self._after_budget_kill(worker, run, cause)
-            return
-        if previous in ("starting", "loading") and cause.worker_reason not in ("node_lost", "pilot_lost"):
-            # a worker that cannot start is a configuration problem; one whose node was lost is not
-            raise WorkerCrashedError(
-                f"worker {worker.worker_id} died before it was ready: {cause.message}; see its output above",
-                pid=worker.handle.pid,
-                exitcode=rc,
-            )
-        if run is None or cause.attempt_status is None:
-            return
-        peak = (
-            max(worker.trial_peak_rss, int(kill.value) if kill and kill.status == "killed_memory" else 0)
-            or None
-        )
-        error = {"status": cause.attempt_status, "message": cause.message, **cause.detail}
-        logger.info("trial %d attempt %d: %s", run.index, run.attempt, cause.message)
-        flight = self.last.flight_record(worker.worker_id, cause.attempt_status)
-        self.last.record_end(self.recorder, worker, _pressure_end(kill), rss_bytes=peak)
-        duration = time.monotonic() - run.started_mono
-        again = (
-            self.recovery.rerun_after_loss(worker, run, error, peak, duration)
-            if cause.detail.get("rerun")
-            else None
-        )
-        if again is not None:
-            self._queue.appendleft(again)
-            return
-        self._finish_attempt(worker, run, cause.attempt_status, error, None, peak, duration, flight=flight)
-
-    def _after_budget_kill(self, worker: WorkerRecord, run: Attempt | None, cause: EndCause) -> None:
-        from trainguard.runner.session._budget_kill import after_budget_kill
-
-        after_budget_kill(self, worker, run, cause)
+        self._apply(worker, action)
 
     # -- shutdown ---------------------------------------------------------------------------------
 
@@ -653,9 +439,8 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        from trainguard.runner.session._ending import shutdown
-
-        shutdown(self, status)
+        owned = self._data if self._owns_data else None
+        shutdown(self, status, reason=self._end_reason, tmpdir=self._tmpdir, owned_data=owned)
 
     def close(self) -> None:
         self._shutdown("interrupted")
@@ -667,10 +452,40 @@ class Session:
         self._interrupts.request()
 
 
-def _pressure_end(kill: Any) -> Any:
-    """How a pressure ended when its worker died: its grace ran out, or it was ignored."""
-    grace = kill is not None and kill.message.startswith("killed under memory pressure")
-    return "grace_expired" if grace else "ignored"
+def _seed(seed: int | None, index: int) -> int | None:
+    """Trial ``index``'s seed under the run's ``seed`` (None: none)."""
+    if seed is None:
+        return None
+    from trainguard.runner.worker.seeding import derive_seed
+
+    return derive_seed(seed, index)
+
+
+def _record_session_start(session: Session) -> None:
+    """The session's start in the store: its environment, its shared data and its trials' seeds."""
+    seed = session.config.seed
+    seeds = None
+    if seed is not None:
+        from trainguard.runner.worker.seeding import derive_seed
+
+        seeds = {i: derive_seed(seed, i) for i in range(len(session.params))}
+    data = session._data
+    session.recorder.session_start(
+        environment=session._environment() if session._environment is not None else None,
+        shared=(data.path if data is not None else None) if session.pool.private else False,
+        seeds=seeds,
+    )
+
+
+def _load_error(ref: str, worker: WorkerRecord, msg: dict[str, Any]) -> ConfigError:
+    """A worker could not load the function (``fn_error``) or start at all (``fatal``)."""
+    if msg["op"] == "fatal":
+        return ConfigError(f"worker {worker.worker_id} could not start: {msg['message']}")
+    if msg.get("nested"):
+        return ConfigError(msg["nested"], traceback=msg.get("traceback"))
+    return ConfigError(
+        f"fn {ref} cannot be loaded in the worker: {msg['message']}", traceback=msg.get("traceback")
+    )
 
 
 def _raise_stopped(r: TrialResult) -> None:

@@ -19,32 +19,28 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainguard import process
-from trainguard.exceptions import ConfigError, WorkerCrashedError
+from trainguard.exceptions import WorkerCrashedError
 from trainguard.runner._protocol import MESSAGE_OVERHEAD_BYTES
 from trainguard.runner.backends.base import WorkerSpec
 from trainguard.runner.policy import (
     BudgetDecision,
-    KillDecision,
     RecycleDecision,
     WorkerHistory,
     budget_workers,
-    choose_budget_kill,
     choose_threads,
-    decide_budget,
-    next_peak_estimate,
     recycle_expected_soon,
     should_prestart,
     worker_history,
 )
 from trainguard.runner.session._gpu_pool import GpuPool
+from trainguard.runner.session._pool_budget import PoolBudget
 from trainguard.runner.session._records import WorkerRecord
 from trainguard.runner.session._results import WorkerProgress
-from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
     from trainguard.runner._config import RunConfig
     from trainguard.runner.backends.base import BaseBackend
-    from trainguard.runner.policy import BudgetKill, Policy
+    from trainguard.runner.policy import Policy
     from trainguard.runner.session._recorder import Recorder
 
 __all__ = ["Pool", "PoolPlanner", "ThreadChoice"]
@@ -249,6 +245,8 @@ class Pool:
             if config.gpu_budget is not None
             else None
         )
+        #: the memory and GPU budgets: admission, kills and fewer workers after a kill
+        self.budget = PoolBudget(self)
 
     # -- views ------------------------------------------------------------------------------------
 
@@ -437,150 +435,6 @@ class Pool:
                     pid=worker.handle.pid,
                 )
 
-    # -- the memory budget ------------------------------------------------------------------------
-
-    def say_initial(self) -> None:
-        """Record the concurrency the run starts with under its memory and GPU budgets."""
-        start = self.planner.initial()
-        if start is not None:
-            self.recorder.event("workers", start.message, data=start.values)
-        if self.gpu is not None:
-            plan = self.gpu.plan
-            self.recorder.event("workers", f"GPU budget: {plan.message}", data=plan.to_dict())
-
-    def budget_check(self, worker: WorkerRecord, predicted_bytes: float | None = None, run: Any = None) -> bool:
-        """Under a memory budget, whether ``worker`` may start its next trial now (sized by
-        ``predicted_bytes``, the peak model's figure for that trial, when known, else by the
-        worker's own history); it may be recycled, retired or kept waiting instead (each recorded
-        with its reason). Under a GPU budget, ``run`` must fit the worker's GPU too."""
-        if self.planner.budgeted and not self._host_budget_check(worker, predicted_bytes):
-            return False
-        if self.gpu is not None and run is not None and worker.gpu_index is not None:
-            return self._gpu_budget_check(worker, run)
-        return True
-
-    def _gpu_budget_check(self, worker: WorkerRecord, run: Any) -> bool:
-        assert self.gpu is not None
-        decision = self.gpu.admit(worker, run, self.workers)
-        if decision.action == "run":
-            worker.gpu_waited = False
-            return True
-        if decision.action in ("wait", "other_device"):
-            if not worker.gpu_waited:
-                worker.gpu_waited = True
-                self._say_wait(worker, decision)
-            return False
-        rule = "gpu_share" if decision.action == "recycle" else "gpu_budget_fewer_workers"
-        self.retire(worker, RecycleDecision(rule, decision.values, decision.message))
-        return False
-
-    def _say_wait(self, worker: WorkerRecord, decision: Any) -> None:
-        """The event a worker held back by a budget gets, once a wait (the host's or a GPU's)."""
-        self.recorder.event(
-            "budget_wait",
-            f"worker {worker.worker_id} waits: {decision.message}",
-            data=decision.values,
-            worker=worker,
-        )
-
-    def _host_budget_check(self, worker: WorkerRecord, predicted_bytes: float | None) -> bool:
-        predicted = predicted_bytes
-        if predicted is None:
-            predicted = next_peak_estimate(self.policy, self.history(worker, with_supervisor=False))
-        decision = decide_budget(
-            self.planner.budget_bytes or 0,
-            predicted_peak_bytes=predicted,
-            others_reserved_bytes=self.reserved(exclude=worker),
-            fresh_peak_bytes=self.planner.fresh_peak_bytes,
-            others_busy=any(w.state == "busy" for w in self.workers if w is not worker),
-        )
-        if decision.action == "run":
-            worker.reserved_bytes = decision.values["predicted_peak_bytes"]
-            worker.waited = False
-            return True
-        if decision.action == "wait":
-            if not worker.waited:
-                worker.waited = True
-                self._say_wait(worker, decision)
-            return False
-        if decision.action == "over_budget":
-            self.recorder.event("budget_too_small", decision.message, data=decision.values, worker=worker)
-            raise ConfigError(decision.message)
-        rule = "budget" if decision.action == "recycle" else "budget_fewer_workers"
-        self.retire(worker, RecycleDecision(rule, decision.values, decision.message))
-        return False
-
-    def kill_over_budget(self, budget: int) -> int:
-        """The memory budget as a hard bound (sampler thread): when this sample of every worker tree
-        sums over it, kill the worker :func:`choose_budget_kill` names at once; the loop records it,
-        lowers the concurrency and runs its trial again. Returns the sum."""
-        now = time.monotonic()
-        with self.lock:
-            total = sum(w.cur_rss or 0 for w in self.workers if w.state != "dead")
-            # a worker already killed, or told to exit and being reaped, frees its memory anyway
-            counted = [w for w in self.workers if w.state not in ("dead", "exiting") and w.kill is None]
-            candidates = [
-                (w.worker_id, w.cur_rss or 0, None if w.trial is None else now - w.trial.started_mono)
-                for w in counted
-            ]
-        choice = choose_budget_kill(budget, candidates)
-        if choice is None:
-            return total
-        with self.lock:
-            worker = next(w for w in counted if w.worker_id == choice.worker_id)
-            if worker.state in ("dead", "exiting") or worker.kill is not None:
-                return total
-            worker.kill = KillDecision("killed_budget", budget, choice.values["sum_bytes"], choice.message)
-            worker.budget_kill = choice
-        worker.handle.kill()
-        logger.info("worker %d: %s", worker.worker_id, choice.message)
-        return total
-
-    def kill_over_gpu_budget(self) -> None:
-        """The GPU budget as a hard bound (sampler thread): on each GPU whose workers' GPU memory
-        sums over its budget in this sample, kill the worker :func:`choose_budget_kill` names."""
-        assert self.gpu is not None
-        with self.lock:
-            chosen = self.gpu.kill_over([w for w in self.workers if w.state not in ("dead", "exiting")])
-        for worker, choice in chosen:
-            worker.handle.kill()
-            logger.info("worker %d: %s", worker.worker_id, choice.message)
-
-    def after_budget_kill(self, worker: WorkerRecord, choice: BudgetKill) -> None:
-        """Fewer workers from now on after ``worker`` was killed at the budget (or, for a spare,
-        no more replacements started early); each change recorded with its reason."""
-        if self.gpu is not None and "gpu" in choice.values:
-            index = choice.values["gpu"]
-            others = sum(1 for w in self.live() if w is not worker and w.gpu_index == index and w.kill is None)
-            change = self.gpu.lower_after_kill(
-                index,
-                others,
-                f"worker {worker.worker_id} was killed at GPU {index}'s memory budget (the workers' GPU memory "
-                f"there summed {format_bytes(choice.values['sum_bytes'])}, budget {format_bytes(choice.values['budget_bytes'])})",
-            )
-            if change is not None:
-                self.recorder.event("workers", change.message, data=change.values, worker=worker)
-            return
-        budget = self.planner.budget_bytes or 0
-        if worker.spare:
-            self.no_prestart = True
-            self.recorder.event(
-                "workers",
-                f"no replacement is started early from now on: worker {worker.worker_id}, started early, "
-                "was killed at the memory budget",
-                data=choice.values,
-                worker=worker,
-            )
-            return
-        others = sum(1 for w in self.live() if w is not worker and not w.spare and w.kill is None)
-        change = self.planner.lower_after_kill(
-            others,
-            f"worker {worker.worker_id} was killed at the memory budget (the workers' trees summed "
-            f"{format_bytes(choice.values['sum_bytes'])}, budget {format_bytes(budget)})",
-        )
-        if change is not None:
-            self.recorder.event("workers", change.message, data=change.values, worker=worker)
-
     # -- after a trial ----------------------------------------------------------------------------
 
     def plan_after_trial(
@@ -599,7 +453,9 @@ class Pool:
         if self.gpu is not None and run is not None:
             plan = self.gpu.trial_ended(worker, run.sent_params, stats or {})
             if plan is not None:
-                self.recorder.event("workers", f"GPU budget: {plan.message}", data=plan.to_dict(), worker=worker)
+                self.recorder.event(
+                    "workers", f"GPU budget: {plan.message}", data=plan.to_dict(), worker=worker
+                )
         if worker.trials_done == 1:
             change = self.planner.first_trial_done(peak, rss_after)
             if change is not None:

@@ -317,7 +317,10 @@ class Predictions:
             error = self.refuse(run)
             if error is not None:
                 self.recorder.event(
-                    "peak_skip", f"trial {run.index} {error['message']}", data=error.get("prediction"), index=run.index
+                    "peak_skip",
+                    f"trial {run.index} {error['message']}",
+                    data=error.get("prediction"),
+                    index=run.index,
                 )
                 out.append((run, error))
         return out

@@ -1,4 +1,6 @@
-"""The session's mutable records: an attempt of a trial, and a worker as the pool tracks it.
+"""The session's records: an attempt of a trial and a worker as the pool tracks it (mutable), and
+the decisions the session's parts hand the loop (:class:`Rerun`, :class:`Finish`; frozen): a part
+never touches the loop's queue, it says what the loop does with the attempt.
 
 They never leave the supervisor process (what crosses processes or goes to the store is frozen:
 :class:`~trainguard.runner.backends.base.WorkerSpec`, the store's records).
@@ -7,12 +9,20 @@ They never leave the supervisor process (what crosses processes or goes to the s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from trainguard.runner.backends.base import BaseWorker
 from trainguard.runner.policy import BudgetKill, KillDecision, RecycleDecision
 
-__all__ = ["Attempt", "WorkerRecord", "BUDGET_KILLS_PER_TRIAL", "LOST_RERUNS_PER_TRIAL"]
+__all__ = [
+    "Attempt",
+    "WorkerRecord",
+    "Rerun",
+    "Finish",
+    "LoopAction",
+    "BUDGET_KILLS_PER_TRIAL",
+    "LOST_RERUNS_PER_TRIAL",
+]
 
 #: Times one trial may be killed at the memory budget beside other work and run again without using
 #: ``Policy.retries`` (each kill lowers the concurrency, so this is reached only by a trial that grows
@@ -98,3 +108,29 @@ class WorkerRecord:
         self.rss_after.append(rss_after)
         self.peaks.append(peak)
         self.bytes_in_use.append(bytes_in_use if isinstance(bytes_in_use, int) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """A part's decision: the loop puts ``attempt`` at the head of its queue (it runs next)."""
+
+    attempt: Attempt
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A part's decision: the loop ends ``run``'s attempt with ``status`` (recorded, with the flight
+    recorder on the attempt only); what follows (a retry, a smaller rerun, the trial's end) is the
+    recovery's to decide."""
+
+    run: Attempt
+    status: str
+    error: dict[str, Any] | None = None
+    value: Any = None
+    peak: int | None = None
+    duration_s: float | None = None
+    flight: dict[str, Any] | None = None
+
+
+#: what a part hands the loop after a worker's end or a trial's: nothing to do, a rerun, or an end
+LoopAction: TypeAlias = Rerun | Finish | None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from trainguard.process.watch import Watchdog
 from trainguard.runner.policy import LimitReading, growth_rate, limit_verdict
-from trainguard.runner.session._last_seconds import LastSeconds
+from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
@@ -131,10 +131,10 @@ class TreeSampling:
                 logger.info("worker %d: %s", worker.worker_id, decision.message)
         self.last.prune(time.monotonic())
         if pool.gpu is not None:
-            pool.kill_over_gpu_budget()
+            pool.budget.kill_over_gpu()
         budget = pool.planner.budget_bytes
         if budget is not None:
-            total = pool.kill_over_budget(budget)
+            total = pool.budget.kill_over(budget)
             with pool.lock:
                 if total > budget and (self._budget_over is None or total > self._budget_over[0]):
                     self._budget_over = (total, now_wall)

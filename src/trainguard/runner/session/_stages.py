@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from trainguard.exceptions import CheckpointError
 from trainguard.runner._checkpoint_safety import open_private_dirs, remove_private
 from trainguard.runner.policy import RecycleDecision, decide_stage, worker_history
-from trainguard.runner.session._last_seconds import LastSeconds
 from trainguard.runner.session._records import Attempt
+from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 from trainguard.runner.worker.context import latest_stage, verify_stage
 
 if TYPE_CHECKING:

@@ -8,6 +8,9 @@ decides again with the tree's RSS read now as the latest reading. A trim that ga
 keeps the worker; one that did not (or no ``malloc_trim`` in the worker: not glibc) recycles it,
 for retention. The worker's series keeps the reading from before the trim, so that the next trials'
 growth (the allocator keeps memory again) reads as it is.
+
+:func:`decide_after_trim` is the decision, pure; :func:`on_trimmed` records the trim and hands the
+loop the recycle to carry out (or None: the worker is kept).
 """
 
 from __future__ import annotations
@@ -16,23 +19,76 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from trainguard.runner.policy import decide_recycle
+from trainguard.runner.policy import RecycleDecision, decide_recycle
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
-    from trainguard.runner.session._loop import Session
+    from trainguard.runner.policy import Policy, WorkerHistory
+    from trainguard.runner.session._pool import Pool
+    from trainguard.runner.session._recorder import Recorder
     from trainguard.runner.session._records import WorkerRecord
 
-__all__ = ["on_trimmed"]
+__all__ = ["decide_after_trim", "on_trimmed"]
 
 logger = logging.getLogger(__name__)
 
 
-def on_trimmed(session: Session, worker: WorkerRecord, msg: dict[str, Any]) -> None:
-    """The worker's answer to ``trim``: record what the trim gave back, then keep or recycle it."""
-    pool = session.pool
+def decide_after_trim(
+    policy: Policy, history: WorkerHistory, *, before: int, after: int, trimmed: bool, said: str
+) -> RecycleDecision | None:
+    """Keep or recycle a worker after its ``malloc_trim(0)``: the recycle policy decides again
+    with the RSS read after the trim as the latest reading.
+
+    Args:
+        policy: the recycle rules.
+        history: the worker's series (its latest reading the one before the trim).
+        before: the worker tree's RSS before the trim.
+        after: its RSS after.
+        trimmed: whether the worker had a ``malloc_trim`` to call (glibc).
+        said: the trim in words, for the decision's message.
+
+    Returns:
+        The recycle (its message and values saying what the trim gave back), or None to keep it.
+    """
+    history = replace(history, rss_after_bytes=(*history.rss_after_bytes[:-1], after), trimmed=True)
+    decision = decide_recycle(policy, history)
+    if decision is None:
+        return None
+    gave = format_bytes(max(0, before - after))
+    return replace(
+        decision,
+        values={**decision.values, "trim_rss_before_bytes": before, "trim_rss_after_bytes": after},
+        message=f"{decision.message}; malloc_trim(0) gave back only {gave}"
+        if trimmed
+        else f"{decision.message}; {said}",
+    )
+
+
+def on_trimmed(
+    *,
+    pool: Pool,
+    recorder: Recorder,
+    policy: Policy,
+    worker: WorkerRecord,
+    msg: dict[str, Any],
+    more_to_run: bool,
+) -> RecycleDecision | None:
+    """The worker's answer to ``trim``: record what the trim gave back; the recycle the loop then
+    carries out, if any.
+
+    Args:
+        pool: the pool (the worker's tree read, its state set idle).
+        recorder: the store writes.
+        policy: the recycle rules.
+        worker: the worker that answered.
+        msg: its answer (``trimmed``, ``rss_before_bytes``, ``rss_bytes``).
+        more_to_run: whether trials wait and the run goes on (else the worker is kept as it is).
+
+    Returns:
+        The recycle to carry out, or None to keep the worker.
+    """
     if worker.state != "trimming" or not worker.rss_after:
-        return
+        return None
     reading = pool.read_tree(worker)
     before = worker.rss_after[-1]
     after = reading[0] if reading else max(0, before - (msg["rss_before_bytes"] - msg["rss_bytes"]))
@@ -45,21 +101,12 @@ def on_trimmed(session: Session, worker: WorkerRecord, msg: dict[str, Any]) -> N
         said = f"malloc_trim(0) after trial {n}: RSS {format_bytes(before)} -> {format_bytes(after)}"
     else:
         said = f"no malloc_trim(0) in it after trial {n} (its allocator is not glibc's)"
-    session.recorder.event("trim", f"worker {worker.worker_id}: {said}", data=values, worker=worker)
-    if not session._queue or session._stop_result is not None:
-        return
-    history = pool.history(worker)
-    history = replace(history, rss_after_bytes=(*history.rss_after_bytes[:-1], after), trimmed=True)
-    decision = decide_recycle(session.policy, history)
+    recorder.event("trim", f"worker {worker.worker_id}: {said}", data=values, worker=worker)
+    if not more_to_run:
+        return None
+    decision = decide_after_trim(
+        policy, pool.history(worker), before=before, after=after, trimmed=bool(msg["trimmed"]), said=said
+    )
     if decision is None:
         logger.info("worker %d kept: %s", worker.worker_id, said)
-        return
-    gave = format_bytes(max(0, before - after))
-    decision = replace(
-        decision,
-        values={**decision.values, "trim_rss_before_bytes": before, "trim_rss_after_bytes": after},
-        message=f"{decision.message}; malloc_trim(0) gave back only {gave}"
-        if msg["trimmed"]
-        else f"{decision.message}; {said}",
-    )
-    pool.retire(worker, decision)
+    return decision

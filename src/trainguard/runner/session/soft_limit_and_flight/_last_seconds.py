@@ -6,7 +6,7 @@ The session calls these at a few points: every sample (sampler thread), before a
 thread), a worker's result or stage message, its death (loop thread). Decisions are the pure
 :func:`~trainguard.runner.policy.limit_verdict` (made by the sampler, or next to a remote worker by
 its agent) and the functions of :mod:`trainguard.runner.policy._pressure`; the bookkeeping is
-:class:`~trainguard.runner.session._pressure_tracker.PressureTracker`; this module only joins them to a
+:class:`~trainguard.runner.session.soft_limit_and_flight._pressure_tracker.PressureTracker`; this module only joins them to a
 worker's handle.
 """
 
@@ -22,8 +22,12 @@ from typing import Any
 from trainguard import process
 from trainguard.runner.backends import BaseWorker
 from trainguard.runner.policy import Policy, PressureDecision, PressureSince, RecycleDecision
-from trainguard.runner.session._flight_recorder import FlightRecorder
-from trainguard.runner.session._pressure_tracker import Action, PressureEvent, PressureTracker
+from trainguard.runner.session.soft_limit_and_flight._flight_recorder import FlightRecorder
+from trainguard.runner.session.soft_limit_and_flight._pressure_tracker import (
+    Action,
+    PressureEvent,
+    PressureTracker,
+)
 
 __all__ = ["LastSeconds", "tree_processes"]
 
