@@ -128,7 +128,7 @@ KILL_WORDS = (
     "no checkpoint within pressure_grace",
 )
 #: modules that read a kill's words (not build them): none; a grace kill is told by the kill's
-#: ``grace_expired`` field, never by its message
+#: status and limit (policy.is_grace_kill), never by its message
 READERS: dict[str, set[str]] = {}
 #: the pure decisions the verdict is made of: called only inside the policy package, so no backend
 #: composes its own

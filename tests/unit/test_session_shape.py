@@ -17,7 +17,14 @@ import pytest
 import trainguard.runner.session as session_package
 import trainguard.runner.session.soft_limit_and_flight as room
 from trainguard.runner import Policy
-from trainguard.runner.policy import BudgetKill, KillDecision, LimitReading, PressureSince, limit_verdict
+from trainguard.runner.policy import (
+    BudgetKill,
+    KillDecision,
+    LimitReading,
+    PressureSince,
+    is_grace_kill,
+    limit_verdict,
+)
 from trainguard.runner.policy import worker_history as make_history
 from trainguard.runner.session._budget_kill import BudgetKillVerdict, decide_after_budget_kill
 from trainguard.runner.session._deaths import pressure_end
@@ -220,14 +227,18 @@ def test_a_worker_is_never_reused_after_an_oom_and_kept_when_nothing_waits():
     )
 
 
-def test_a_grace_kill_is_told_by_the_verdicts_field_not_its_words():
+def test_a_grace_kill_is_told_by_the_kills_fields_not_its_words():
     policy = Policy(memory_limit=700 * MiB, soft_limit=450 * MiB, pressure_grace="1s")
     since = PressureSince(10.0, "tree RSS crossed soft_limit")
     grace = limit_verdict(policy, LimitReading(610 * MiB, now_s=11.2), pressure=since).kill
-    assert grace is not None and grace.grace_expired
-    assert pressure_end(grace) == "grace_expired"
+    assert grace is not None and is_grace_kill(policy, grace)
+    assert pressure_end(policy, grace) == "grace_expired"
     hard = limit_verdict(policy, LimitReading(800 * MiB, now_s=11.2), pressure=since).kill
-    assert hard is not None and not hard.grace_expired and pressure_end(hard) == "ignored"
-    # the same words without the field (a message is for people) do not make it a grace kill
-    worded = KillDecision("killed_memory", 450 * MiB, 610 * MiB, grace.message)
-    assert pressure_end(worded) == "ignored" and pressure_end(None) == "ignored"
+    assert hard is not None and not is_grace_kill(policy, hard) and pressure_end(policy, hard) == "ignored"
+    # as a Ray or Slurm agent's kill reaches the driver (status, limit, value, message): the same
+    remote = KillDecision(grace.status, grace.limit, grace.value, "killed (words of another version)")
+    assert pressure_end(policy, remote) == "grace_expired"
+    # the grace's words on another kill (a message is for people) do not make it a grace kill
+    worded = KillDecision("killed_budget", 450 * MiB, 610 * MiB, grace.message)
+    assert pressure_end(policy, worded) == "ignored" and pressure_end(policy, None) == "ignored"
+    assert pressure_end(Policy(memory_limit=700 * MiB), grace) == "ignored"  # no soft limit: no grace

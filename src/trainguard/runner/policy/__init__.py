@@ -55,6 +55,7 @@ from trainguard.runner.policy._limit_verdict import (
     LimitVerdict,
     PressureSince,
     check_limits,
+    is_grace_kill,
     limit_verdict,
     pressure_verdict,
 )
@@ -116,6 +117,7 @@ __all__ = [
     "LimitVerdict",
     "PressureSince",
     "limit_verdict",
+    "is_grace_kill",
     "pressure_verdict",
     "growth_per_trial",
     "predict_next_peak",

@@ -42,6 +42,7 @@ __all__ = [
     "pressure_verdict",
     "check_limits",
     "split_words",
+    "is_grace_kill",
 ]
 
 
@@ -183,7 +184,6 @@ def pressure_verdict(
             float(reading.rss_bytes),
             f"killed under memory pressure: no checkpoint within pressure_grace="
             f"{format_duration(grace)} after {pressure.message}",
-            grace_expired=True,
         )
     raised = decide_pressure(
         rss_bytes=reading.rss_bytes,
@@ -225,3 +225,23 @@ def limit_verdict(
     else:
         counted_bytes, counted = reading.rss_bytes, "tree RSS counted (not split by kind)"
     return LimitVerdict(hard or grace_kill, raised, counted_bytes, counted)
+
+
+def is_grace_kill(policy: Policy, kill: KillDecision | None) -> bool:
+    """Whether ``kill`` is the soft limit's: pressure was raised and ``pressure_grace`` ran out.
+
+    Read from the kill's fields, never its words, so that it holds wherever the verdict was made
+    (the local sampler, or a Ray or Slurm node's agent, whose kill reaches the driver as status,
+    limit, value and message): :func:`pressure_verdict` kills with ``killed_memory`` at the soft
+    limit, and a ``memory_limit`` kill is at the hard limit, which ``soft_limit`` must be under.
+
+    Args:
+        policy: its ``soft_limit`` (None: no soft limit, so no grace kill).
+        kill: the kill, or None (the worker died of something else).
+
+    Returns:
+        True for a kill at the end of the grace.
+    """
+    if kill is None or policy.soft_limit is None or kill.status != "killed_memory":
+        return False
+    return int(kill.limit) == int(policy.soft_limit)

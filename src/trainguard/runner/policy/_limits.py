@@ -18,16 +18,13 @@ __all__ = ["KillDecision", "EndCause", "classify_end"]
 @dataclass(frozen=True, slots=True)
 class KillDecision:
     """Kill the trial's process tree now. ``status`` is the attempt status to record; ``memory``
-    the tree's memory by kind at a ``memory_limit`` kill, where the backend read it;
-    ``grace_expired`` True for the soft limit's kill (pressure raised, no checkpoint within
-    ``pressure_grace``), False for a hard limit's or the budget's."""
+    the tree's memory by kind at a ``memory_limit`` kill, where the backend read it."""
 
     status: Literal["killed_memory", "killed_gpu_memory", "killed_budget", "timeout"]
     limit: float
     value: float
     message: str
     memory: MemorySplit | None = None
-    grace_expired: bool = False
 
 
 # --------------------------------------------------------------------------------------------------

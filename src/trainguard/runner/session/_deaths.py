@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from trainguard.exceptions import WorkerCrashedError
-from trainguard.runner.policy import EndCause, KillDecision
+from trainguard.runner.policy import EndCause, KillDecision, Policy, is_grace_kill
 from trainguard.runner.session._budget_kill import after_budget_kill
 from trainguard.runner.session._records import Finish, Rerun
 
@@ -31,10 +31,11 @@ __all__ = ["after_death", "pressure_end", "protocol_error"]
 logger = logging.getLogger(__name__)
 
 
-def pressure_end(kill: KillDecision | None) -> Literal["grace_expired", "ignored"]:
-    """How a pressure ended when its worker died: its grace ran out (the kill says so), or it was
-    ignored (the worker died of anything else)."""
-    return "grace_expired" if kill is not None and kill.grace_expired else "ignored"
+def pressure_end(policy: Policy, kill: KillDecision | None) -> Literal["grace_expired", "ignored"]:
+    """How a pressure ended when its worker died: its grace ran out (the kill's status and limit
+    say so: :func:`~trainguard.runner.policy.is_grace_kill`), or it was ignored (the worker died
+    of anything else)."""
+    return "grace_expired" if is_grace_kill(policy, kill) else "ignored"
 
 
 def protocol_error(pool: Pool, worker: WorkerRecord, cause: str) -> None:
@@ -125,7 +126,7 @@ def after_death(
     error = {"status": cause.attempt_status, "message": cause.message, **cause.detail}
     logger.info("trial %d attempt %d: %s", run.index, run.attempt, cause.message)
     flight = last.flight_record(worker.worker_id, cause.attempt_status)
-    last.record_end(recorder, worker, pressure_end(kill), rss_bytes=peak)
+    last.record_end(recorder, worker, pressure_end(pool.policy, kill), rss_bytes=peak)
     duration = time.monotonic() - run.started_mono
     if cause.detail.get("rerun"):
         again = recovery.rerun_after_loss(worker, run, error, peak, duration)

@@ -9,6 +9,15 @@ acts on it). Both share the worker records of the :class:`~trainguard.runner.ses
 under its lock. What follows a failed attempt is :class:`~trainguard.runner.session._recovery.Recovery`'s
 to decide; staged trials are :class:`~trainguard.runner.session._stages.Stages`'.
 
+The loop alone holds the queue and the session's private state. The parts it calls after a
+worker's end (:mod:`~trainguard.runner.session._deaths`, :mod:`~trainguard.runner.session._budget_kill`),
+a trial's result (:mod:`~trainguard.runner.session._trial_end`) or a trim
+(:mod:`~trainguard.runner.session._trim`) return a decision (a
+:class:`~trainguard.runner.session._records.Rerun`, a
+:class:`~trainguard.runner.session._records.Finish`, a recycle) that :meth:`Session._apply` and
+its callers carry out; :class:`~trainguard.runner.session._outcomes.Outcomes` records the ends and
+says what follows, and the loop queues it.
+
 A session holds its run's lock for as long as it runs (``Store.lock_run``), keeps its temporary
 files in a private folder made for it, treats SIGTERM and SIGHUP like Ctrl-C and raises all three
 between passes of the loop, never inside one (:mod:`~trainguard.runner.session._interrupts`), and

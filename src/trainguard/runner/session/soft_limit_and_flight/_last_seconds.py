@@ -6,7 +6,7 @@ The session calls these at a few points: every sample (sampler thread), before a
 thread), a worker's result or stage message, its death (loop thread). Decisions are the pure
 :func:`~trainguard.runner.policy.limit_verdict` (made by the sampler, or next to a remote worker by
 its agent) and the functions of :mod:`trainguard.runner.policy._pressure`; the bookkeeping is
-:class:`~trainguard.runner.session.soft_limit_and_flight._pressure_tracker.PressureTracker`; this module only joins them to a
+:class:`~trainguard.runner.session.soft_limit_and_flight.PressureTracker`; this module only joins them to a
 worker's handle.
 """
 
