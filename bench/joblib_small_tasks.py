@@ -11,7 +11,9 @@ millisecond) and ``GridSearchCV(RandomForestClassifier(n_estimators=5), 40 point
 and the sequential backend (``n_jobs=1``); the scores are checked equal to loky's. Each figure is
 the median of ``--repeats`` runs of the whole search, each in its own ``Parallel`` call (loky
 keeps its workers between calls; trainguard starts its workers for each call, and that start is
-counted). ``--profile`` prints the caller's cProfile of one trainguard search, by cumulative
+counted once, in the first call; later calls find them warm, kept between calls as loky keeps
+its own). ``--cold`` also times each backend's first search in a fresh process (workers started
+and scikit-learn imported in them, for loky as for trainguard). ``--profile`` prints the caller's cProfile of one trainguard search, by cumulative
 time, and the tasks' own time as the workers measured it.
 """
 
@@ -21,6 +23,7 @@ import argparse
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any
@@ -68,15 +71,32 @@ def profile(estimator: Any, grid: dict[str, list[Any]], X: Any, y: Any) -> None:
     pstats.Stats(prof).sort_stats("cumulative").print_stats(35)
 
 
+def cold(label: str, backend: str) -> float:
+    """The wall of ``backend``'s first search of case ``label`` in a fresh process."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--first", backend, "--case", label],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(out.stdout.split()[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--backends", default="loky,trainguard,sequential")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--first", help=argparse.SUPPRESS)
+    parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     trainguard.joblib.register()
     found = cases()
+    if args.first:
+        print(search(*found[args.case], args.first)[0])
+        return 0
     if args.profile:
         for estimator, grid, X, y in found.values():
             profile(estimator, grid, X, y)
@@ -100,6 +120,13 @@ def main() -> int:
         if "loky" in rows[label] and "trainguard" in rows[label]:
             line += f"; trainguard/loky {rows[label]['trainguard'] / rows[label]['loky']:.2f} x"
         print(f"{label}: {line}", flush=True)
+        if args.cold:
+            first = {b: cold(label, b) for b in backends}
+            rows[label + ", first search in a fresh process"] = first
+            line = ", ".join(f"{b} {s:.2f} s" for b, s in first.items())
+            if "loky" in first and "trainguard" in first:
+                line += f"; trainguard/loky {first['trainguard'] / first['loky']:.2f} x"
+            print(f"{label}, first search in a fresh process: {line}", flush=True)
     if args.json:
         report = {
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

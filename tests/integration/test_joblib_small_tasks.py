@@ -18,7 +18,9 @@ from sklearn.model_selection import GridSearchCV  # noqa: E402
 from sklearn_tasks import hoard, which_trial  # noqa: E402
 
 import trainguard.joblib  # noqa: E402
+from _waits import process_starts, wait_gone  # noqa: E402
 from trainguard.exceptions import MemoryLimitError  # noqa: E402
+from trainguard.integrations import _warm_pools  # noqa: E402
 
 trainguard.joblib.register()
 
@@ -84,3 +86,31 @@ def test_the_caller_stays_flat_over_many_parallel_calls():
     # within 64 KiB a call of loky's own slope (a leak of one task's future per task would be
     # 100 objects a call; a pool or its threads left behind a call, megabytes)
     assert guarded <= max(loky, 0.0) + 64 * 1024, (guarded, loky)
+
+
+def _pids(n: int = 6) -> set[int]:
+    return {pid for pid, _ in joblib.Parallel()(joblib.delayed(which_trial)(i) for i in range(n))}
+
+
+@pytest.mark.slow
+def test_a_second_call_with_the_same_options_runs_in_the_warm_workers(tmp_path):
+    _warm_pools.close_kept()
+    with joblib.parallel_backend("trainguard", n_jobs=2, memory_limit="1GB"):
+        first = _pids()
+    with joblib.parallel_backend("trainguard", n_jobs=2, memory_limit="1GB"):
+        with process_starts() as started:
+            second = _pids()
+    assert started == [] and second <= first
+    # other options: a pool of its own; once it is kept, the one it replaces has its workers ended
+    with joblib.parallel_backend("trainguard", n_jobs=1, memory_limit="900MB"):
+        third = _pids()
+    assert not third & first
+    wait_gone(first, 30.0, "the replaced pool's workers")
+    # a pool that keeps a history starts and ends its own workers in each call
+    for _ in range(2):
+        with joblib.parallel_backend("trainguard", n_jobs=1, store=str(tmp_path / "runs.db")):
+            with process_starts() as started:
+                _pids(2)
+        assert started
+    _warm_pools.close_kept()
+    wait_gone(third, 30.0, "the kept pool's workers, closed")

@@ -199,6 +199,15 @@ class CallPool:
             driver.join(10.0)
         self._after_driver()
 
+    def reusable(self) -> bool:
+        """Whether the pool can take more jobs: not closed, and its driver has not failed.
+
+        Returns:
+            True when a job submitted now would be run.
+        """
+        with self._cond:
+            return not self._closed and self._fatal is None
+
     def _close_once(self) -> bool:
         """Mark the pool closed; True when it had started and was not closed before."""
         with self._cond:

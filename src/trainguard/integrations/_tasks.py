@@ -30,7 +30,6 @@ from trainguard.runner.policy import Policy
 __all__ = ["TaskPool", "TaskFuture", "TaskFailure", "dumps_task", "make_policy"]
 
 
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class TaskFailure:
     """Why a task did not come back: the Runner's failure status and message, and the peak."""

@@ -14,7 +14,9 @@ grouped until a batch takes about that long, so the per-trial cost is paid once 
 0.2 s or more (any fit worth guarding for memory) stays a batch of one. A batch killed at a limit
 fails every task in it. The batch is cloudpickled in the caller (a batch that cannot be sent fails
 there, in one line naming the object, before any worker starts) and run by a
-:class:`~trainguard.integrations._tasks.TaskPool` in a Runner's supervised workers. Also with
+:class:`~trainguard.integrations._tasks.TaskPool` in a Runner's supervised workers, kept warm
+between calls of the same configuration as loky keeps its workers
+(:mod:`trainguard.integrations._warm_pools`). Also with
 ``n_jobs=1``: joblib would run a one-job call in the caller, so the backend tells joblib it has
 two slots and runs the tasks in its one worker (isolation is the point, not parallelism).
 
@@ -38,6 +40,7 @@ from joblib._parallel_backends import AutoBatchingMixin, ParallelBackendBase
 
 from trainguard.exceptions import ConfigError, TrainguardError, TrainguardWarning
 from trainguard.integrations._tasks import TaskFuture, TaskPool, dumps_task, make_policy
+from trainguard.integrations._warm_pools import keep, pool_key, take
 from trainguard.units import format_bytes, parse_size
 
 __all__ = ["TrainguardBackend", "register", "plan_workers", "BACKEND_NAME"]
@@ -288,6 +291,7 @@ class TrainguardBackend(AutoBatchingMixin, ParallelBackendBase):
         if "threads" not in runner_options and inner_max_num_threads is not None:
             self.runner_options["threads"] = inner_max_num_threads
         self._pool: TaskPool | None = None
+        self._key: bytes | None = None
         self._said = False
         self._submitted = 0
         self._plan = None
@@ -333,8 +337,18 @@ class TrainguardBackend(AutoBatchingMixin, ParallelBackendBase):
         workers, told = self._planned(n_jobs)
         self.parallel = parallel
         if self._pool is None:
-            self._pool = self._open_pool(workers)
+            # the pool the last call with this configuration left warm, else a new one
+            self._key = self._pool_key(workers)
+            self._pool = take(self._key) or self._open_pool(workers)
         return told
+
+    def _pool_key(self, workers: int | str) -> bytes | None:
+        """What a pool built for this call is kept under between calls (None: not kept, as a
+        pool that keeps a history under ``store=``/``name=`` is not: one run a call)."""
+        if self.store is not None or self.name is not None:
+            return None
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return pool_key(self.policy, self.memory_budget, workers, self.gpus, visible, self.runner_options)
 
     def _open_pool(self, workers: int | str) -> TaskPool:
         import dataclasses
@@ -356,6 +370,7 @@ class TrainguardBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def submit(self, func: Any, callback: Any = None) -> TaskFuture:
         if self._pool is None:
+            self._key = None
             self._pool = self._open_pool(self._planned(getattr(self.parallel, "n_jobs", 1))[0])
         items = list(getattr(func, "items", []))
         self._submitted += 1
@@ -392,9 +407,11 @@ class TrainguardBackend(AutoBatchingMixin, ParallelBackendBase):
     # -- life cycle -------------------------------------------------------------------------------
 
     def terminate(self) -> None:
+        # the end of a call: the pool is kept warm for the next call with this configuration (its
+        # workers ended after 300 s without one, or at exit), as loky keeps its workers
         pool, self._pool = self._pool, None
         if pool is not None:
-            pool.close()
+            keep(self._key, pool)
 
     def abort_everything(self, ensure_ready: bool = True) -> None:
         # joblib's call when a task raised or the caller was interrupted (Ctrl-C): the tasks still
