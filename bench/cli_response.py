@@ -81,12 +81,12 @@ def _census_fallback() -> float:
 
 def _ray_silent_address() -> float:
     from trainguard.exceptions import ConfigError
-    from trainguard.runner.backends.ray import RayBackend
+    from trainguard.runner.backends.ray import RayClusterBackend
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(8)
-        backend = RayBackend(address=f"127.0.0.1:{server.getsockname()[1]}", connect_timeout=2.0)
+        backend = RayClusterBackend(address=f"127.0.0.1:{server.getsockname()[1]}", connect_timeout=2.0)
         start = time.perf_counter()
         try:
             backend._tcp_check()

@@ -50,6 +50,8 @@ _LAZY = {
     "Shrink": "trainguard.runner",
     "Command": "trainguard.runner",
     "Device": "trainguard.runner",
+    "RayBackend": "trainguard.runner",
+    "SlurmBackend": "trainguard.runner",
     "compare": "trainguard.comparison",
     "Comparison": "trainguard.comparison",
     "find_batch_size": "trainguard.fitting",
@@ -146,4 +148,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed 
     from trainguard.probes.census import Census, census  # noqa: F401
     from trainguard.process import tree_memory  # noqa: F401
     from trainguard.process.sampler import Sampler, Timeline  # noqa: F401
-    from trainguard.runner import Command, Device, Policy, Runner, Shrink, TrialResult  # noqa: F401
+    from trainguard.runner import (  # noqa: F401
+        Command,
+        Device,
+        Policy,
+        RayBackend,
+        Runner,
+        Shrink,
+        SlurmBackend,
+        TrialResult,
+    )

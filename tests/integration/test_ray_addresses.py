@@ -13,20 +13,20 @@ import pytest
 pytest.importorskip("ray")
 
 from trainguard.exceptions import ConfigError  # noqa: E402
-from trainguard.runner.backends.ray import RayBackend  # noqa: E402
+from trainguard.runner.backends.ray import RayClusterBackend  # noqa: E402
 
 
 def test_a_port_outside_the_tcp_range_is_refused_before_any_work():
     with pytest.raises(ConfigError, match=r"the port 99999 is not a TCP port \(1-65535\)"):
-        RayBackend(address="127.0.0.1:99999")
+        RayClusterBackend(address="127.0.0.1:99999")
     with pytest.raises(ConfigError, match="the port 0 is not a TCP port"):
-        RayBackend(address="ray://head:0")
+        RayClusterBackend(address="ray://head:0")
 
 
 def _refused_within(address: str, timeout_s: float) -> str:
     """The one-line refusal; that it comes within ``timeout_s`` is bench/cli_response.py's to measure
     (a check that never gave up would hang here until pytest's timeout)."""
-    backend = RayBackend(address=address, connect_timeout=timeout_s)
+    backend = RayClusterBackend(address=address, connect_timeout=timeout_s)
     with pytest.raises(ConfigError) as info:
         backend._tcp_check()
         backend._answers_as_a_head()

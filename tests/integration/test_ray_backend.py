@@ -27,7 +27,7 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from trainguard.exceptions import ConfigError, MissingDependencyError  # noqa: E402
-from trainguard.runner import Policy, Runner  # noqa: E402
+from trainguard.runner import Policy, RayBackend, Runner  # noqa: E402
 from trainguard.store import Store  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -210,12 +210,12 @@ def _yaml_params(path: Path) -> list[dict]:
 
 
 def test_bad_input_resources_no_node_has(cluster, tmp_path):
-    with Runner(backend="ray", store=tmp_path / "r.db", resources={"CPU": 1, "GPU": 1}) as runner:
+    with Runner(backend=RayBackend(resources={"CPU": 1, "GPU": 1}), store=tmp_path / "r.db") as runner:
         with pytest.raises(
             ConfigError, match=r"no node of the Ray cluster .*GPU=1 \(the most any node has is 0\)"
         ):
             runner.map(ref("where"), [{"x": 0}])
-    with Runner(backend="ray", store=tmp_path / "r.db", resources="CPU=3") as runner:
+    with Runner(backend=RayBackend(resources="CPU=3"), store=tmp_path / "r.db") as runner:
         with pytest.raises(ConfigError, match=r"CPU=3 \(the most any node has is 2\)"):
             runner.map(ref("where"), [{"x": 0}])
     assert Store(tmp_path / "r.db").list_runs() == []  # refused before any run was recorded
@@ -388,13 +388,21 @@ def test_bad_input_an_address_other_than_the_connected_cluster(cluster, tmp_path
     # would be ignored, so it is refused; the connected cluster's own address, or a loopback name
     # for it, is fine
     with pytest.raises(ConfigError, match=r"already connected to the Ray cluster at .*ray.shutdown\(\)"):
-        with Runner(backend="ray", address="127.0.0.1:9", store=None) as runner:
+        with Runner(backend=RayBackend(address="127.0.0.1:9"), store=None) as runner:
             runner.map(ref("where"), [{"x": 0}])
     port = cluster.address.rpartition(":")[2]
     for address in (cluster.address, f"127.0.0.1:{port}"):
-        with Runner(backend="ray", address=address, store=None) as runner:
+        with Runner(backend=RayBackend(address=address), store=None) as runner:
             (result,) = runner.map(ref("where"), [{"x": 0}])
         assert result.ok, result.error
+    # the older keywords reach the same cluster, and say to write RayBackend(...)
+    with pytest.warns(
+        DeprecationWarning, match=r"trainguard\.RayBackend\(address=\.\.\., resources=\.\.\.\)"
+    ):
+        runner = Runner(backend="ray", address=cluster.address, resources={"CPU": 1}, store=None)
+    with runner:
+        (result,) = runner.map(ref("where"), [{"x": 0}])
+    assert result.ok, result.error
 
 
 # -- node loss (last: it changes the cluster) -------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("submitit")
 
 from trainguard.exceptions import ConfigError  # noqa: E402
-from trainguard.runner import Policy, Runner  # noqa: E402
+from trainguard.runner import Policy, Runner, SlurmBackend  # noqa: E402
 from trainguard.store import Store  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -42,6 +42,11 @@ def queue(name: str | None = None) -> list[str]:
 
 def options(tmp_path: Path, **extra) -> dict:
     return {"folder": str(tmp_path / "slurm"), "time": 10, **extra}
+
+
+def slurm_backend(tmp_path: Path, **extra) -> SlurmBackend:
+    """The tests' settings as the typed backend (the form ``options`` is the older dict of)."""
+    return SlurmBackend.from_options(options(tmp_path, **extra))
 
 
 def _run_in_thread(fn):
@@ -73,9 +78,7 @@ def _wait_for(predicate, timeout_s: float = 60.0):
 
 def test_sixteen_trials_over_two_pilots_equal_the_local_backend(slurm, tmp_path):
     params = [{"x": i, "sleep_s": 0.1} for i in range(16)]
-    with Runner(
-        workers=2, backend="slurm", slurm=options(tmp_path), store=tmp_path / "s.db", seed=7
-    ) as runner:
+    with Runner(workers=2, backend=slurm_backend(tmp_path), store=tmp_path / "s.db", seed=7) as runner:
         on_slurm = runner.map(ref("draw"), params, name="sweep")
         jobs = runner.map(ref("job"), [{"x": i, "sleep_s": 0.3} for i in range(4)], name="jobs")
         store = runner.store
@@ -97,9 +100,7 @@ def test_sixteen_trials_over_two_pilots_equal_the_local_backend(slurm, tmp_path)
 
 def test_memory_limit_kills_the_trial_in_its_pilot_with_the_cause(slurm, tmp_path):
     policy = Policy(memory_limit="200MB")
-    with Runner(
-        workers=1, backend="slurm", slurm=options(tmp_path), store=tmp_path / "s.db", policy=policy
-    ) as r:
+    with Runner(workers=1, backend=slurm_backend(tmp_path), store=tmp_path / "s.db", policy=policy) as r:
         killed, after = r.map(ref("alloc"), [{"x": 1}], name="alloc")[0], None
         after = r.map(ref("job"), [{"x": 2}], name="after")[0]
         store = r.store
@@ -119,7 +120,7 @@ def test_pilot_scancelled_mid_run_its_trials_rerun_elsewhere(slurm, tmp_path):
     folder = tmp_path / "marks"
     folder.mkdir()
     params = [{"x": i, "sleep_s": 1.5, "folder": str(folder)} for i in range(6)]
-    runner = Runner(workers=2, backend="slurm", slurm=options(tmp_path), store=tmp_path / "s.db")
+    runner = Runner(workers=2, backend=slurm_backend(tmp_path), store=tmp_path / "s.db")
     thread, out = _run_in_thread(lambda: runner.map(ref("job"), params, name="cancel"))
     marks = _wait_for(lambda: list(folder.glob("started-*")), 120)
     victim = marks[0].read_text()
@@ -169,7 +170,7 @@ def test_sigkilled_driver_resumes_and_cancels_the_pilots_it_no_longer_knows(slur
         driver.kill()
         driver.wait()
     assert pending
-    with Runner(workers=2, backend="slurm", slurm=options(tmp_path), store=db) as runner:
+    with Runner(workers=2, backend=slurm_backend(tmp_path), store=db) as runner:
         results = runner.map(ref("job"), _params(grid), name="resumed")
         cancelled = runner._backend.cancelled_orphans
     assert [r.status for r in results] == ["ok"] * 4
@@ -196,7 +197,7 @@ def test_pre_timeout_signal_moves_a_staged_trial_to_another_pilot(slurm, tmp_pat
     folder = tmp_path / "marks"
     folder.mkdir()
     params = [{"stages": 4, "sleep_s": 1.0, "folder": str(folder)}]
-    runner = Runner(workers=1, backend="slurm", slurm=options(tmp_path), store=tmp_path / "s.db")
+    runner = Runner(workers=1, backend=slurm_backend(tmp_path), store=tmp_path / "s.db")
     thread, out = _run_in_thread(lambda: runner.map(ref("staged"), params, name="staged"))
     first = _wait_for(lambda: [p.read_text() for p in folder.glob("stage-0")], 120)[0]
     subprocess.run(["scancel", "--signal=USR2", first], check=True)
@@ -252,7 +253,7 @@ def test_slurms_cgroup_oom_kill_of_a_worker_is_a_memory_kill(slurm, tmp_path):
     """A worker SIGKILLed while its pilot's output holds slurmstepd's oom-kill line is recorded as
     a memory kill, not a crash. This Slurm has no cgroup plugin (a container), so the trial writes
     Slurm's line itself and is SIGKILLed; the classification path is the real one."""
-    with Runner(workers=1, backend="slurm", slurm=options(tmp_path), store=tmp_path / "s.db") as runner:
+    with Runner(workers=1, backend=slurm_backend(tmp_path), store=tmp_path / "s.db") as runner:
         result = runner.map(ref("slurm_oom"), [{"x": 1}], name="oom")[0]
         store = runner.store
         worker = store.workers(store.get_run("oom").run_id)[0]
@@ -283,7 +284,7 @@ def test_bad_input_no_slurm_on_the_machine(tmp_path, monkeypatch):
     ],
 )
 def test_bad_input_sbatch_refuses_with_slurms_reason_before_any_trial(slurm, tmp_path, extra, reason):
-    runner = Runner(backend="slurm", slurm=options(tmp_path, **extra), store=tmp_path / "s.db")
+    runner = Runner(backend=slurm_backend(tmp_path, **extra), store=tmp_path / "s.db")
     with pytest.raises(ConfigError, match="Slurm refuses the pilot job's options") as err:
         runner.map(ref("draw"), [{"x": 1}], name="refused")
     runner.close()
@@ -303,7 +304,7 @@ def test_bad_input_pilot_cannot_import_the_function_names_the_node(slurm, tmp_pa
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     opts = options(tmp_path, additional_parameters={"chdir": str(elsewhere)})
-    runner = Runner(backend="slurm", slurm=opts, store=tmp_path / "s.db")
+    runner = Runner(backend=SlurmBackend.from_options(opts), store=tmp_path / "s.db")
     with pytest.raises(ConfigError, match="cannot be loaded in Slurm pilot job") as err:
         runner.map("only_here_trials:train", [{"x": 1}], name="noimport")
     runner.close()
@@ -314,13 +315,19 @@ def test_bad_input_pilot_cannot_import_the_function_names_the_node(slurm, tmp_pa
 
 def test_bad_input_options_that_are_not_slurms(tmp_path):
     with pytest.raises(ConfigError, match="workers_per_pilot=0 must be a whole number >= 1"):
-        Runner(backend="slurm", slurm={"workers_per_pilot": 0})
+        SlurmBackend(workers_per_pilot=0)
     with pytest.raises(ConfigError, match="job_name= is set by trainguard"):
-        Runner(backend="slurm", slurm={"job_name": "x"})
+        SlurmBackend(options={"job_name": "x"})
+    # the older dict says the same, with a DeprecationWarning naming SlurmBackend
+    with (
+        pytest.warns(DeprecationWarning, match=r"trainguard\.SlurmBackend"),
+        pytest.raises(ConfigError, match="workers_per_pilot=0"),
+    ):
+        Runner(backend="slurm", slurm={"workers_per_pilot": 0})
     with pytest.raises(ConfigError, match="slurm= is for backend='slurm'"):
         Runner(slurm={"partition": "x"})
     if shutil.which("sbatch"):
-        runner = Runner(backend="slurm", slurm={"partiton": "gpu"}, store=tmp_path / "s.db")
+        runner = Runner(backend=SlurmBackend(options={"partiton": "gpu"}), store=tmp_path / "s.db")
         with pytest.raises(ConfigError, match="partiton= is not an option of submitit's Slurm executor"):
             runner.map(ref("draw"), [{"x": 1}], name="typo")
         runner.close()

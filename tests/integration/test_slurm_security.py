@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("submitit")
 
 from trainguard.exceptions import ConfigError  # noqa: E402
-from trainguard.runner import Runner  # noqa: E402
+from trainguard.runner import Runner, SlurmBackend  # noqa: E402
 from trainguard.store import Store  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -98,9 +98,7 @@ def test_another_user_cannot_read_the_run_nor_make_the_driver_unpickle(slurm, sh
     marks.mkdir()
     marks.chmod(0o777)
     root = shared_tmp / "slurm"
-    runner = Runner(
-        workers=1, backend="slurm", slurm={"folder": str(root), "time": 10}, store=tmp_path / "s.db"
-    )
+    runner = Runner(workers=1, backend=SlurmBackend(folder=str(root), time=10), store=tmp_path / "s.db")
     thread, out = _live_run(runner, marks, "private")
     backend = runner._backend
     pickles = list(root.rglob("*_submitted.pkl"))
@@ -157,7 +155,7 @@ def test_a_planted_slurm_folder_is_refused_in_one_line(shared_tmp, tmp_path):
         pytest.skip("needs sbatch on PATH")
     planted = shared_tmp / "trainguard-slurm"
     assert as_nobody("mkdir", "-m", "0777", str(planted)).returncode == 0
-    runner = Runner(backend="slurm", slurm={"folder": str(planted)}, store=tmp_path / "s.db")
+    runner = Runner(backend=SlurmBackend(folder=str(planted)), store=tmp_path / "s.db")
     with pytest.raises(ConfigError) as err:
         runner.map(ref("draw"), [{"x": 1}], name="planted")
     runner.close()
@@ -169,7 +167,7 @@ def test_a_planted_slurm_folder_is_refused_in_one_line(shared_tmp, tmp_path):
     open_folder = tmp_path / "open"
     open_folder.mkdir()
     open_folder.chmod(0o777)
-    runner = Runner(backend="slurm", slurm={"folder": str(open_folder)}, store=tmp_path / "s.db")
+    runner = Runner(backend=SlurmBackend(folder=str(open_folder)), store=tmp_path / "s.db")
     with pytest.raises(ConfigError, match=r"its mode 0777 lets every user write it"):
         runner.map(ref("draw"), [{"x": 1}], name="open")
     runner.close()
@@ -178,7 +176,7 @@ def test_a_planted_slurm_folder_is_refused_in_one_line(shared_tmp, tmp_path):
 def test_a_folder_that_cannot_be_made_is_one_line_before_work(tmp_path):
     if shutil.which("sbatch") is None:
         pytest.skip("needs sbatch on PATH")
-    runner = Runner(backend="slurm", slurm={"folder": "/proc/nope"}, store=tmp_path / "s.db")
+    runner = Runner(backend=SlurmBackend(folder="/proc/nope"), store=tmp_path / "s.db")
     with pytest.raises(
         ConfigError, match=r"slurm folder=/proc/nope cannot hold the pilot jobs: it cannot be made"
     ):
@@ -191,11 +189,11 @@ def test_same_run_name_in_another_store_leaves_the_first_runs_pilots(slurm, tmp_
     marks = tmp_path / "marks"
     marks.mkdir()
     first = Runner(
-        workers=1, backend="slurm", slurm={"folder": str(tmp_path / "a"), "time": 10}, store=tmp_path / "a.db"
+        workers=1, backend=SlurmBackend(folder=str(tmp_path / "a"), time=10), store=tmp_path / "a.db"
     )
     thread, out = _live_run(first, marks, "twin", count=1)
     with Runner(
-        workers=1, backend="slurm", slurm={"folder": str(tmp_path / "b"), "time": 10}, store=tmp_path / "b.db"
+        workers=1, backend=SlurmBackend(folder=str(tmp_path / "b"), time=10), store=tmp_path / "b.db"
     ) as second:
         other = second.map(ref("draw"), [{"x": 1}], name="twin")
         cancelled = second._backend.cancelled_orphans
@@ -216,7 +214,7 @@ def test_a_pickled_function_reaches_the_pilot_from_its_private_pickle_alone(slur
         return params["x"] + offset
 
     with Runner(
-        workers=1, backend="slurm", slurm={"folder": str(tmp_path / "s"), "time": 10}, store=tmp_path / "s.db"
+        workers=1, backend=SlurmBackend(folder=str(tmp_path / "s"), time=10), store=tmp_path / "s.db"
     ) as r:
         results = r.map(closure, [{"x": 1}, {"x": 2}], name="closure")
     assert [(res.status, res.value) for res in results] == [("ok", 6), ("ok", 7)]

@@ -123,7 +123,10 @@ def test_host_memory_is_a_deprecated_name_of_tree_memory():
 #: Functions allowed past 80 lines of code (docstrings not counted): none. The check covers every
 #: package and root module of src/trainguard; a function that grows past it is split, not listed.
 LONG_FUNCTIONS: set[str] = set()
-#: Classes allowed past 600 lines: none (the store is split by table into mixins).
+#: Classes allowed past 400 lines. The store is split by table into mixins (its file checks in
+#: store/_file.py), the Runner's store side is runner/_runner_store.py, the Slurm backend's door
+#: for pilots runner/backends/slurm_listen.py; the session by the state its parts own
+#: (runner/session/). None is listed.
 LONG_CLASSES: set[str] = set()
 
 
@@ -135,7 +138,7 @@ def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 def _long_definitions(
-    src: Path = SRC, limit: int = 80, class_limit: int = 600
+    src: Path = SRC, limit: int = 80, class_limit: int = 400
 ) -> tuple[list[str], list[str]]:
     functions, classes = [], []
     for path in sorted(src.rglob("*.py")):
@@ -155,7 +158,7 @@ def _long_definitions(
 def test_no_long_functions_or_classes_but_the_listed_ones():
     functions, classes = _long_definitions()
     assert set(functions) <= LONG_FUNCTIONS, "split these (no function over 80 lines of code)"
-    assert set(classes) <= LONG_CLASSES, "split these (no class over 600 lines)"
+    assert set(classes) <= LONG_CLASSES, "split these (no class over 400 lines)"
     # a listed one that was split comes off the list
     assert LONG_FUNCTIONS <= set(functions), LONG_FUNCTIONS - set(functions)
     assert LONG_CLASSES <= set(classes), LONG_CLASSES - set(classes)

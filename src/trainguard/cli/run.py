@@ -478,6 +478,34 @@ def _gpu_budget_arg(text: str) -> str | dict[str, str]:
     return out
 
 
+def _backend(args: argparse.Namespace) -> Any:
+    """``--backend`` with ``--address``/``--resources`` or ``--slurm``, as the typed backend
+    (``trainguard.RayBackend``, ``trainguard.SlurmBackend``) or ``"local"``.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        What ``Runner(backend=...)`` takes.
+
+    Raises:
+        ConfigError: a Ray option without ``--backend ray``, ``--slurm`` without ``--backend slurm``,
+            or a bad value (as the typed backend says it).
+    """
+    from trainguard.exceptions import ConfigError
+    from trainguard.runner import RayBackend, SlurmBackend
+
+    if args.backend != "slurm" and args.slurm:
+        raise ConfigError("--slurm is for --backend slurm (pilot jobs on a Slurm cluster)")
+    if args.backend != "ray" and (args.address is not None or args.resources is not None):
+        raise ConfigError("--address and --resources are for --backend ray (a Ray cluster)")
+    if args.backend == "ray":
+        return RayBackend(address=args.address, resources=args.resources)
+    if args.backend == "slurm":
+        return SlurmBackend.from_options(args.slurm)
+    return args.backend
+
+
 def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
     from trainguard.cli._device import device_from_args
     from trainguard.runner import Runner
@@ -496,10 +524,7 @@ def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
         device=device_from_args(args),
         memory_budget=args.memory_budget,
         gpu_memory_budget=args.gpu_memory_budget,
-        backend=args.backend,
-        address=args.address,
-        resources=args.resources,
-        slurm=args.slurm,
+        backend=_backend(args),
         tf_custom_gradients=not args.keep_tf_gradients,
         tree_tracking=args.tree_tracking,
     )

@@ -20,10 +20,10 @@ from trainguard._flight import flight_summary
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._fnref import load as load_fn
 from trainguard.runner._fnref import prepare as prepare_fn
+from trainguard.runner._params import check_params
 from trainguard.runner._runner import KERAS_BACKENDS, Runner, find_allocator
-from trainguard.runner._runner import _check_params as check_params
 from trainguard.runner._shared import SharedData, share
-from trainguard.runner.backends import BaseBackend, BaseWorker
+from trainguard.runner.backends import BaseBackend, BaseWorker, RayBackend, SlurmBackend
 from trainguard.runner.device import Device
 from trainguard.runner.policy import Policy, Shrink
 from trainguard.runner.policy._peaks import PeakPrediction
@@ -40,6 +40,8 @@ from trainguard.runner.worker.context import TrialContext, current_context
 
 __all__ = [
     "Runner",
+    "RayBackend",
+    "SlurmBackend",
     "BaseBackend",
     "BaseWorker",
     "Policy",

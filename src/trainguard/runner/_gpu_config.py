@@ -106,7 +106,8 @@ def _refuse_conflicts(gpus: Any, device: Device | None, frameworks: tuple[str, .
     if backend != "local":
         raise ConfigError(
             f"gpu_memory_budget= sizes a run to this machine's GPUs; with backend={backend!r} give each "
-            "slot its GPU (resources=/slurm=) and Policy(gpu_memory_limit=...) per trial"
+            "slot its GPU (RayBackend(resources=...), SlurmBackend(gpus_per_worker=...)) and "
+            "Policy(gpu_memory_limit=...) per trial"
         )
     if device is None:
         return

@@ -19,13 +19,12 @@ from trainguard._text import require_utf8
 from trainguard.exceptions import ConfigError, TrialError
 from trainguard.runner._config import RunConfig
 from trainguard.runner._fnref import prepare
+from trainguard.runner._params import check_params
+from trainguard.runner._runner_store import RunnerStore
 from trainguard.runner.backends.base import BaseBackend
-from trainguard.runner.backends.local import LocalBackend
+from trainguard.runner.backends.typed import RayBackend, SlurmBackend, backend_name, resolve_backend
 from trainguard.runner.policy import Policy
-from trainguard.runner.policy._peaks import PeakPrediction
-from trainguard.runner.policy._prediction_scope import PredictionScope, prediction_scope
 from trainguard.runner.session import RunProgress, Session, TrialResult, default_run_name
-from trainguard.runner.session._predict import PeakForecaster
 from trainguard.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -155,60 +154,6 @@ def _warn_budget_above_memory(budget: int) -> None:
     )
 
 
-def _check_params(params_list: Any) -> list[dict[str, Any]]:
-    """The trials' params checked before any work: a list of dicts whose values the store can hold.
-
-    Args:
-        params_list: the params, one dict per trial.
-
-    Returns:
-        The params as a list of dicts.
-
-    Raises:
-        ConfigError: not a list of dicts, or a value that is not JSON (named with its trial).
-    """
-    if isinstance(params_list, (str, bytes, Mapping)) or not isinstance(params_list, Iterable):
-        raise ConfigError(
-            f"params must be a list of dicts (one per trial), not a {type(params_list).__name__}; "
-            "for a grid, expand it first (trainguard run expands a YAML/JSON mapping of lists)"
-        )
-    out = list(params_list)
-    from trainguard.store import encode_json  # the store's encoder names the offending value
-
-    for i, params in enumerate(out):
-        if not isinstance(params, Mapping):
-            raise ConfigError(
-                f"params[{i}] is a {type(params).__name__}, not a dict: each trial's params must be a dict"
-            )
-        bad = [k for k in params if not isinstance(k, str)]
-        if bad:
-            raise ConfigError(f"params[{i}] has the non-string key {bad[0]!r}: JSON objects have string keys")
-        encode_json(dict(params), f"params[{i}]")
-    return [dict(p) for p in out]
-
-
-def _resolve_backend(
-    backend: Any, *, address: str | None = None, resources: Any = None, slurm: Any = None
-) -> BaseBackend:
-    if backend == "slurm":
-        from trainguard.runner.backends.slurm import SlurmBackend
-
-        return SlurmBackend(slurm)
-    if slurm is not None:
-        raise ConfigError("slurm= is for backend='slurm' (pilot jobs on a Slurm cluster)")
-    if backend == "ray":
-        from trainguard.runner.backends.ray import RayBackend
-
-        return RayBackend(address, resources=resources)
-    if address is not None or resources is not None:
-        raise ConfigError("address= and resources= are for backend='ray' (a Ray cluster)")
-    if isinstance(backend, BaseBackend):
-        return backend
-    if backend == "local":
-        return LocalBackend()
-    raise ConfigError(f"backend={backend!r} is not a backend: use 'local' (the default), 'ray' or 'slurm'")
-
-
 def _check_flags(**flags: object) -> None:
     """Keyword arguments that must be True or False."""
     for name, value in flags.items():
@@ -217,7 +162,11 @@ def _check_flags(**flags: object) -> None:
 
 
 def _check_sizing(
-    workers: int | str, policy: Policy, memory_budget: str | int | None, backend: Any, gpu_budgeted: bool = False
+    workers: int | str,
+    policy: Policy,
+    memory_budget: str | int | None,
+    backend: str,
+    gpu_budgeted: bool = False,
 ) -> tuple[bool, int | None, int]:
     """``workers`` and ``memory_budget`` checked: ``(workers == "auto", the budget in bytes or None,
     the most workers at once)``; a GPU budget sizes ``workers="auto"`` as well."""
@@ -349,9 +298,9 @@ def _check_limits(
     return float(interval), float(start_timeout_s), int(result_cap)
 
 
-def _warn_gpu_options(device: Device | None, gpus: Sequence[str | int] | str | None, backend: Any) -> None:
+def _warn_gpu_options(device: Device | None, gpus: Sequence[str | int] | str | None, backend: str) -> None:
     """GPU-only options where no GPU is seen: one warning (locally; elsewhere the nodes' GPUs count)."""
-    if backend == "local" or isinstance(backend, LocalBackend):
+    if backend == "local":
         from trainguard.runner.gpu_presence import warn_gpu_options_without_gpu
 
         warn_gpu_options_without_gpu(device, gpus, stacklevel=4)
@@ -408,7 +357,7 @@ def run_environment() -> dict[str, Any] | None:
     return env
 
 
-class Runner:
+class Runner(RunnerStore):
     """Runs a function over many params in supervised worker processes that are recycled by policy.
 
     Each worker is a fresh ``python -m trainguard.runner.worker.process`` process (never a fork) whose
@@ -470,11 +419,12 @@ class Runner:
             every attempt and in any worker, and the worker seeds Python's ``random``, numpy, and
             torch, TensorFlow and Keras (those the trial imports) with it before the trial. None
             seeds nothing. The seed is stored with each trial and shown by ``trainguard show``.
-        backend: where workers run: ``"local"`` (default: child processes of this one), ``"ray"``
-            (on the nodes of a Ray cluster, one node-local supervisor actor per worker slot; needs
-            ``pip install -e '.[ray]'``), ``"slurm"`` (in pilot jobs on a Slurm cluster, each a
-            node-local supervisor of its workers; needs ``pip install -e '.[slurm]'``), or an object
-            implementing ``trainguard.runner.backends.base.BaseBackend``.
+        backend: where workers run: ``"local"`` (default: child processes of this one), a
+            :class:`~trainguard.RayBackend` (on the nodes of a Ray cluster, one node-local supervisor
+            actor per worker slot; ``pip install -e '.[ray]'``), a :class:`~trainguard.SlurmBackend`
+            (in pilot jobs on a Slurm cluster, each a node-local supervisor of its workers;
+            ``pip install -e '.[slurm]'``), the names ``"ray"`` and ``"slurm"`` for those with their
+            defaults, or an object implementing ``trainguard.runner.backends.base.BaseBackend``.
         memory_budget: the memory of the whole run: the sum of every worker's process tree
             (``"8GB"``). With ``workers="auto"`` it sizes the pool from a fresh worker's measured
             peak; each trial is admitted only when its predicted peak fits beside the others, and
@@ -488,16 +438,10 @@ class Runner:
             memory fraction). A trial starts only when its expected GPU peak fits beside the other
             workers on its GPU; the sampler kills a worker when a GPU's workers sum over its budget,
             and a trial predicted over every GPU's budget is not started. Needs NVML.
-        address: with ``backend="ray"``: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, or
-            ``"ray://HOST:PORT"``); None uses Ray's default (``RAY_ADDRESS``, else a Ray started here).
-        resources: with ``backend="ray"``: what each worker slot reserves on its node, as Ray names
-            it: ``{"CPU": 2, "GPU": 1, "my_resource": 1}`` (default one CPU); threads per worker
-            default to the slot's CPUs.
-        slurm: with ``backend="slurm"``: submitit's Slurm options, passed through as its
-            ``slurm_*`` (``{"partition": "gpu", "time": "02:00:00", "mem": "16G", "gres": "gpu:1",
-            "account": ..., "setup": ["module load cuda"]}``), and trainguard's own ``pilots``,
-            ``workers_per_pilot``, ``gpus_per_worker``, ``folder``, ``queue_timeout`` and
-            ``driver_host`` (see :class:`~trainguard.runner.backends.slurm.SlurmBackend`).
+        address: deprecated: ``backend=RayBackend(address=...)`` (a DeprecationWarning says so).
+        resources: deprecated: ``backend=RayBackend(resources=...)``.
+        slurm: deprecated: ``backend=SlurmBackend(...)`` (``SlurmBackend.from_options(slurm)`` reads
+            the old dict).
 
     Raises:
         ConfigError: any argument out of range, an unknown Keras backend or one not installed, an
@@ -528,12 +472,12 @@ class Runner:
         tree_tracking: str = "auto",
         seed: int | None = None,
         device: Device | None = None,
-        backend: Any = "local",
+        backend: str | RayBackend | SlurmBackend | BaseBackend = "local",
         memory_budget: str | int | None = None,
         gpu_memory_budget: str | int | Mapping[int, str | int] | None = None,
         address: str | None = None,
-        resources: Any = None,
-        slurm: Any = None,
+        resources: Mapping[str, float] | str | None = None,
+        slurm: Mapping[str, object] | Sequence[str] | None = None,
     ) -> None:
         from trainguard._nesting import refuse_nested
 
@@ -543,8 +487,9 @@ class Runner:
             policy = Policy()
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a trainguard.Policy, not {type(policy).__name__}")
+        kind = backend_name(backend)
         auto, budget, max_workers = _check_sizing(
-            workers, policy, memory_budget, backend, gpu_budgeted=gpu_memory_budget is not None
+            workers, policy, memory_budget, kind, gpu_budgeted=gpu_memory_budget is not None
         )
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(
@@ -556,17 +501,22 @@ class Runner:
         from trainguard.runner._gpu_config import check_gpu_budget
 
         gpu_budget = check_gpu_budget(
-            gpu_memory_budget, gpus=gpus, device=device, backend=backend, keras_backend=keras_backend, preload=preload
+            gpu_memory_budget,
+            gpus=gpus,
+            device=device,
+            backend=kind,
+            keras_backend=keras_backend,
+            preload=preload,
         )
         interval, start_timeout_s, result_cap = _check_limits(
             sample_interval, start_timeout, max_result_bytes, tree_tracking, policy
         )
-        _warn_gpu_options(device, gpus, backend)
+        _warn_gpu_options(device, gpus, kind)
         from trainguard.runner.worker.seeding import check_seed
 
         seed = check_seed(seed)
 
-        self._backend = _resolve_backend(backend, address=address, resources=resources, slurm=slurm)
+        self._backend = resolve_backend(backend, address=address, resources=resources, slurm=slurm)
         # with a budget the number of workers changes during the run: threads follow it (at each start);
         # on a cluster a worker gets the CPUs its slot reserves on its node
         first_workers = 1 if budget is not None else max_workers
@@ -580,12 +530,7 @@ class Runner:
         self.memory_budget = budget
         self.gpu_memory_budget = gpu_budget.budgets if gpu_budget is not None else None
         self.policy = policy
-        self._store_arg = store
-        self._store: Store | None = None
-        self._owns_store = False
-        self._session: Session | None = None
-        self._forecasts: dict[str, PeakForecaster] = {}  # the last session's peak model, by function
-        self._last_run: str | None = None
+        self._init_store(store)
         self._config = RunConfig(
             workers=max_workers,
             threads=per_worker,
@@ -614,24 +559,6 @@ class Runner:
             tf_custom_gradients=tf_custom_gradients,
             device=device.worker_settings() if device is not None else None,
         )
-
-    # -- store ------------------------------------------------------------------------------------
-
-    def _open_store(self) -> Store | None:
-        if self._store is not None or self._store_arg is None:
-            return self._store
-        from trainguard.store import Store
-
-        if isinstance(self._store_arg, Store):
-            self._store = self._store_arg
-        elif isinstance(self._store_arg, (str, os.PathLike)):
-            self._store = Store(self._store_arg)
-            self._owns_store = True
-        else:
-            raise ConfigError(
-                f"store must be a file path such as 'runs.db', a trainguard.store.Store, or None, not {self._store_arg!r}"
-            )
-        return self._store
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -678,7 +605,7 @@ class Runner:
         """
         spec = prepare(fn)
         require_utf8(spec.ref, "function", "rename the file or folder to UTF-8 (the store keeps its path)")
-        params = _check_params(params_list)
+        params = check_params(params_list)
         if data is not None:
             from trainguard.runner._shared import SharedData, _check_arrays
 
@@ -718,24 +645,6 @@ class Runner:
         )
         return self._drive(session)
 
-    def _prediction_scope(self, name: str, predict_from: Any) -> PredictionScope:
-        """Which runs' history ``name``'s peak model reads (a ConfigError before anything starts
-        for a ``predict_from`` that names no run of the store). A store file that does not exist
-        yet is not created to be asked: it has no runs."""
-        names: list[str] = []
-        store_words: str | None = None
-        if self._store_arg is not None:
-            store_words = str(getattr(self._store_arg, "path", self._store_arg))
-            asks = isinstance(predict_from, str) and self.policy.predict_peaks
-            is_path = self._store is None and isinstance(self._store_arg, (str, os.PathLike))
-            if asks and (not is_path or os.path.exists(store_words)):
-                store = self._open_store()
-                assert store is not None
-                names = store.run_names()
-        return prediction_scope(
-            name, predict_from, predict_peaks=self.policy.predict_peaks, store=store_words, stored_runs=names
-        )
-
     def _drive(self, session: Session) -> Iterator[TrialResult]:
         self._session = session
         try:
@@ -746,35 +655,6 @@ class Runner:
                 self._forecasts[session.fn.ref] = session.predictions.forecaster
             if self._session is session:
                 self._session = None
-
-    def predict_peak(self, fn: Callable[[dict[str, Any]], Any] | str, params: Mapping[str, Any]) -> PeakPrediction:
-        """The peak memory ``fn(params)`` is predicted to reach, before it runs: the peak model
-        fitted on the finished trials of this runner's runs of ``fn`` and, with a store, of every
-        stored run of the same function's code.
-
-        Returns:
-            A :class:`~trainguard.runner.PeakPrediction`: ``peak_bytes`` with its 95 % interval
-            (``low_bytes``, ``high_bytes``) and the model in words (``reason``), or, while the trials
-            do not tell (too few, or params that do not explain the peaks), ``known`` False and why.
-
-        Raises:
-            ConfigError: a bad fn or params.
-
-        Args:
-            fn: the trial function, as :meth:`map` takes it.
-            params: the trial's params.
-        """
-        spec = prepare(fn)
-        checked = _check_params([params])[0]
-        prior: list[tuple[Any, int]] = []
-        if self._store_arg is not None:
-            store = self._open_store()
-            assert store is not None
-            prior = store.peak_observations(spec.ref, spec.version)
-        forecaster = self._forecasts.get(spec.ref)
-        if forecaster is None or forecaster.observations < len(prior):
-            forecaster = PeakForecaster(prior)
-        return forecaster.predict(checked)
 
     def map(
         self,
@@ -828,52 +708,3 @@ class Runner:
             return False
         session.interrupt()
         return True
-
-    def report(self, path: str | os.PathLike[str] | None = None, *, run: str | None = None) -> str:
-        """Write the self-contained HTML report of this runner's last run (or of ``run``).
-
-        Args:
-            path: the file to write; default ``<run name>.html`` in the current folder.
-            run: another run of this runner's store, by name.
-
-        Returns:
-            The path written (see :func:`trainguard.report`).
-
-        Raises:
-            ConfigError: no store (``store=None``), no run yet, or a path that cannot be written.
-        """
-        from trainguard.report import report
-
-        if self._store_arg is None:
-            raise ConfigError(
-                "this Runner keeps no store (store=None): nothing to report; pass store='runs.db'"
-            )
-        name = run if run is not None else self._last_run
-        if name is None:
-            raise ConfigError(
-                "this Runner has not run anything yet: call map() or imap() first, or pass run=NAME"
-            )
-        store = self._open_store()
-        assert store is not None  # a Runner with a store argument opens one
-        return report(name, store=store, path=path)
-
-    @property
-    def store(self) -> Store | None:
-        """The open store (None before the first run or with ``store=None``)."""
-        return self._store
-
-    def close(self) -> None:
-        """Stop any running session (its workers are killed) and close the store if this runner opened it."""
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
-        if self._owns_store and self._store is not None:
-            self._store.close()
-            self._store = None
-            self._owns_store = False
-
-    def __enter__(self) -> Runner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,5 +1,8 @@
 """Where workers run: the public backend contract and the backends that implement it.
 
+- :mod:`~trainguard.runner.backends.typed`: :class:`RayBackend` and :class:`SlurmBackend`, the
+  typed settings ``Runner(backend=...)`` takes (frozen, checked when made), and the resolution of
+  ``backend=`` into the running backend.
 - :mod:`~trainguard.runner.backends.base`: :class:`BaseBackend` / :class:`BaseWorker`, the
   contract (its docstring) a new backend implements.
 - :mod:`~trainguard.runner.backends.local`: workers as child processes of the supervisor.
@@ -13,5 +16,6 @@
 from __future__ import annotations
 
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
+from trainguard.runner.backends.typed import RayBackend, SlurmBackend
 
-__all__ = ["BaseBackend", "BaseWorker", "Inbox", "WorkerSpec"]
+__all__ = ["BaseBackend", "BaseWorker", "Inbox", "WorkerSpec", "RayBackend", "SlurmBackend"]

@@ -61,7 +61,7 @@ from trainguard.runner.policy import (
     limit_verdict,
 )
 
-__all__ = ["RayBackend", "RayWorker", "SlotAgent", "parse_resources"]
+__all__ = ["RayClusterBackend", "RayWorker", "SlotAgent", "parse_resources"]
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class _Hosted:
 
 
 class SlotAgent:
-    """The node-local supervisor of one worker slot (made a Ray actor by :class:`RayBackend`).
+    """The node-local supervisor of one worker slot (made a Ray actor by :class:`RayClusterBackend`).
 
     Its methods are called by the driver; one thread of its own reads the workers' pipes and
     samples their trees. Events for the driver wait in a list that :meth:`poll` hands over.
@@ -664,7 +664,7 @@ class RayWorker(BaseWorker):
 class _Slot:
     """The driver's side of one slot's actor: the actor, its pump thread, its workers."""
 
-    def __init__(self, backend: RayBackend, slot: int, actor: Any) -> None:
+    def __init__(self, backend: RayClusterBackend, slot: int, actor: Any) -> None:
         self.backend = backend
         self.slot = slot
         self.actor = actor
@@ -719,8 +719,9 @@ class _Slot:
             worker._lose(cause)
 
 
-class RayBackend(BaseBackend):
-    """Workers on a Ray cluster, one node-local :class:`SlotAgent` actor per worker slot.
+class RayClusterBackend(BaseBackend):
+    """Workers on a Ray cluster, one node-local :class:`SlotAgent` actor per worker slot: the running
+    backend a :class:`~trainguard.runner.backends.typed.RayBackend` builds.
 
     Args:
         address: the cluster (``"auto"``, ``"HOST:PORT"`` of its head, ``"ray://HOST:PORT"``), or None

@@ -44,6 +44,7 @@ from trainguard.exceptions import ConfigError, WorkerCrashedError, missing
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner.backends.ray import RayWorker
 from trainguard.runner.backends.slurm_folder import make_private, make_session_folder, prepare_root
+from trainguard.runner.backends.slurm_listen import MAX_HANDSHAKES, PilotDoor, bind_listener
 from trainguard.runner.backends.slurm_rules import (
     PilotEnd,
     SlurmOptions,
@@ -66,7 +67,7 @@ from trainguard.runner.backends.slurm_wire import (
 )
 from trainguard.runner.policy import EndCause, KillDecision, Policy
 
-__all__ = ["SlurmBackend", "SlurmWorker"]
+__all__ = ["SlurmPilotBackend", "SlurmWorker"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +80,6 @@ _FINAL_STATES_WAIT_S = 10.0
 _SIGNAL_DEATHS = (-15, -9, 137, 143)
 #: what a pilot may send, first message (hello) apart
 _FROM_PILOT = frozenset({"started", "start_failed", "events", "ending"})
-#: how long a connecting pilot has to pass the token challenge and say hello
-_HANDSHAKE_S = 30.0
-#: connections in their handshake at once (more are closed at once)
-_MAX_HANDSHAKES = 16
 
 
 def _import_submitit() -> Any:
@@ -203,7 +200,7 @@ class SlurmWorker(RayWorker):
 class _PilotLink:
     """The driver's side of one pilot job: its connection, its reader thread, its workers."""
 
-    def __init__(self, backend: SlurmBackend, index: int, job: Any) -> None:
+    def __init__(self, backend: SlurmPilotBackend, index: int, job: Any) -> None:
         self.backend = backend
         self.index = index
         self.job = job
@@ -307,11 +304,13 @@ class _PilotLink:
                 worker._exit(*event[2:])
 
 
-class SlurmBackend(BaseBackend):
-    """Workers in pilot jobs on a Slurm cluster (``Runner(backend="slurm", slurm={...})``).
+class SlurmPilotBackend(PilotDoor, BaseBackend):
+    """Workers in pilot jobs on a Slurm cluster: the running backend a
+    :class:`~trainguard.runner.backends.typed.SlurmBackend` builds (``Runner(backend=SlurmBackend(...))``).
 
     Args:
-        options: ``slurm={...}``: submitit's Slurm options (``partition``, ``time``, ``mem``,
+        options: the settings as one dict (``SlurmBackend.as_options()``): submitit's Slurm
+            options (``partition``, ``time``, ``mem``,
             ``gres``, ``account``, ``qos``, ``cpus_per_task``, ``setup``, ...) and trainguard's own:
             ``pilots`` (jobs per run; default ``ceil(workers / workers_per_pilot)``),
             ``workers_per_pilot`` (default 1), ``gpus_per_worker`` (default 0), ``folder`` (the
@@ -333,7 +332,7 @@ class SlurmBackend(BaseBackend):
         self._root: Path | None = None
         self._session_folder: Path | None = None
         self._address: tuple[str, int] | None = None
-        self._handshakes = threading.BoundedSemaphore(_MAX_HANDSHAKES)
+        self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
         self._fn: tuple[str, Any] | None = None
         self._links: list[_PilotLink] = []
         self._cond = threading.Condition()
@@ -424,7 +423,7 @@ class SlurmBackend(BaseBackend):
         self._closing = False
         self._cancel_orphans()
         self._token = secrets.token_bytes(32)
-        self._listener = _bind(self._driver_ip())
+        self._listener = bind_listener(self._driver_ip())
         self._address = self._listener.getsockname()[:2]
         root = self._root or prepare_root(self.options.folder)
         self._session_folder = make_session_folder(root, self._job_name())
@@ -484,62 +483,6 @@ class SlurmBackend(BaseBackend):
         logger.info("submitted Slurm pilot job %s (%d workers)", link.job_id, self.options.workers_per_pilot)
         return link
 
-    def _accept(self) -> None:
-        while not self._closing:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                if self._closing:
-                    return
-                continue
-            if self._closing:
-                sock.close()
-                return
-            if not self._handshakes.acquire(blocking=False):
-                sock.close()  # a flood of connections: the pilots retry nothing, they come once
-                continue
-            threading.Thread(
-                target=self._handshake, args=(sock,), name="trainguard-slurm-handshake", daemon=True
-            ).start()
-
-    def _handshake(self, sock: socket.socket) -> None:
-        """The token challenge both ways, then the pilot's hello (JSON): a peer without the token
-        is closed before a byte of its is parsed; one that stalls is cut off after a while."""
-        from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
-
-        conn = Connection(sock.detach())
-        timer = threading.Timer(_HANDSHAKE_S, _shut, args=(conn,))
-        timer.daemon = True
-        timer.start()
-        try:
-            deliver_challenge(conn, self._token)
-            answer_challenge(conn, self._token)
-            hello = decode(conn.recv_bytes(1 << 16), frozenset({"hello"}))
-        except Exception as err:  # noqa: BLE001 - a wrong token, a bad hello, a peer gone
-            logger.info("refused a connection to the Slurm driver: %s", err)
-            conn.close()
-            return
-        finally:
-            timer.cancel()
-            self._handshakes.release()
-        self._attach(conn, hello)
-
-    def _attach(self, conn: Any, hello: dict[str, Any]) -> None:
-        index = hello["pilot"]
-        with self._cond:
-            link = self._links[index] if 0 <= index < len(self._links) else None
-        if link is None or link.conn is not None or str(link.job_id) != str(hello.get("job_id")):
-            conn.close()
-            return
-        if hello.get("problem"):
-            self._problem = ConfigError(
-                f"the trial function cannot be loaded in Slurm pilot job {link.job_id} on node "
-                f"{hello.get('host')} (Python {hello.get('python')} at {hello.get('executable')}): "
-                f"{hello['problem']}; install it on the compute nodes (the same Python and packages)"
-            )
-        link.attach(conn, hello)
-        self._changed()
-
     def _driver_ip(self) -> str:
         """The address pilots connect to, and the only one the driver listens on: ``driver_host``'s,
         else this host name's.
@@ -552,17 +495,13 @@ class SlurmBackend(BaseBackend):
             ip = socket.gethostbyname(host)
             if not self.options.driver_host and ip.startswith("127."):
                 ip = _route_to_ctld() or ip  # a login node whose name is its loopback (127.0.1.1)
-            _bind(ip).close()
+            bind_listener(ip).close()
         except OSError as err:
             raise ConfigError(
                 f"slurm driver_host={host!r} cannot be listened on here ({err.strerror or err}): give "
                 "this machine's name or address that the compute nodes reach, such as driver_host=10.0.0.5"
             ) from None
         return ip
-
-    def _changed(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
 
     def start(self, spec: WorkerSpec) -> BaseWorker:
         deadline = time.monotonic() + self.options.queue_timeout_s
@@ -699,15 +638,6 @@ class SlurmBackend(BaseBackend):
                 link.conn.close()
         self._changed()
 
-    def _wake_accept(self) -> None:
-        """A connection that fails the handshake: the accept thread wakes, sees closing, returns."""
-        if self._listener is None:
-            return
-        if self._address is None:
-            return
-        with contextlib.suppress(OSError), socket.create_connection(self._address, 2.0):
-            pass
-
     def close(self) -> None:
         """Stop every pilot (asked first, then ``scancel``), and wait until none is in the queue."""
         self._closing = True
@@ -746,27 +676,6 @@ class SlurmBackend(BaseBackend):
                     link.conn.close()
         with self._cond:
             self._links = []
-
-
-def _bind(ip: str) -> socket.socket:
-    """A listening TCP socket on ``ip`` alone (never every interface), any free port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((ip, 0))
-        sock.listen(64)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def _shut(conn: Any) -> None:
-    """Shut a connection's socket both ways: a read blocked on it returns."""
-    with contextlib.suppress(OSError, ValueError):
-        sock = socket.socket(fileno=os.dup(conn.fileno()))
-        sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
 
 
 def _route_to_ctld() -> str | None:

@@ -1,6 +1,6 @@
 """The node side of the Slurm backend: a pilot job that hosts guarded workers.
 
-A pilot is one Slurm job (submitted by :class:`~trainguard.runner.backends.slurm.SlurmBackend` through
+A pilot is one Slurm job (submitted by :class:`~trainguard.runner.backends.slurm.SlurmPilotBackend` through
 submitit). It connects back to the driver over TCP (``multiprocessing.connection``: an HMAC
 challenge with the run's random token before any byte is unpickled), says where it runs and whether
 the trial function loads there, and then is a node-local supervisor of up to ``slots`` workers:
