@@ -227,11 +227,9 @@ def test_a_tmpfs_write_over_the_limit_is_killed_in_its_pilot_with_the_local_mess
     errors = {}
     for backend in ("local", "slurm"):
         path = f"/dev/shm/slurm-verdict-{uuid.uuid4().hex}"
-        extra = {"slurm": options(tmp_path)} if backend == "slurm" else {}
+        where = slurm_backend(tmp_path) if backend == "slurm" else "local"
         try:
-            with Runner(
-                workers=1, backend=backend, store=tmp_path / f"{backend}.db", policy=policy, **extra
-            ) as runner:
+            with Runner(workers=1, backend=where, store=tmp_path / f"{backend}.db", policy=policy) as runner:
                 (result,) = runner.map(fill, [{"path": path, "mb": 600, "hold_s": 15}], name="shm")
         finally:
             if os.path.exists(path):
