@@ -67,7 +67,7 @@ def test_no_module_but_the_loop_reads_or_writes_the_sessions_private_state():
             # session._x anywhere, or any object's ._x that is one of the loop's private names
             if owner == "session" or (owner not in ("self", "cls") and node.attr in private):
                 reaching.append(f"{path.relative_to(SESSION)}:{node.lineno}: {ast.unparse(node)}")
-    assert reaching == []
+    assert reaching == [], reaching
 
 
 def test_the_parts_never_import_the_loop_to_run():
