@@ -165,3 +165,17 @@ def test_a_real_local_run_with_the_backend_named(tmp_path):
     with sqlite3.connect(db) as conn:
         (count,) = conn.execute("SELECT COUNT(*) FROM runs WHERE name = 'local-named'").fetchone()
     assert count == 1
+
+
+def test_runners_signature_is_typed_without_any():
+    import inspect
+
+    signature = inspect.signature(Runner.__init__)
+    loose = {
+        name: str(p.annotation)
+        for name, p in signature.parameters.items()
+        if name != "self" and (p.annotation is inspect.Parameter.empty or "Any" in str(p.annotation))
+    }
+    assert loose == {}
+    assert "RayBackend" in str(signature.parameters["backend"].annotation)
+    assert "SlurmBackend" in str(signature.parameters["backend"].annotation)
