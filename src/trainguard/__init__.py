@@ -99,10 +99,21 @@ __all__ = [
 ]
 
 
-# integrations and the framework cleanup reached as attributes (``trainguard.optuna.optimize``,
-# ``trainguard.frameworks.cleanup()``): the modules import their
-# framework only when used
-_SUBMODULES = ("optuna", "keras", "frameworks")
+# the integrations (each a thin public face over trainguard.integrations) and the framework
+# cleanup, reached as attributes after ``import trainguard`` alone (``trainguard.optuna.optimize``,
+# ``trainguard.lightning.MemoryCallback``, ``trainguard.frameworks.cleanup()``): each is imported on
+# first use and imports its framework only when used
+_SUBMODULES = (
+    "optuna",
+    "keras",
+    "frameworks",
+    "torch",
+    "joblib",
+    "keras_tuner",
+    "mlflow",
+    "lightning",
+    "transformers",
+)
 
 
 def __getattr__(name: str) -> Any:
