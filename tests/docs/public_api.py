@@ -36,6 +36,8 @@ PUBLIC_MODULES = (
     "trainguard.runner",
     "trainguard.frameworks",
     "trainguard.keras",
+    "trainguard.transformers",
+    "trainguard.lightning",
     "trainguard.torch",
     "trainguard.optuna",
     "trainguard.joblib",
