@@ -196,7 +196,9 @@ class MemoryCallback(_transformers.TrainerCallback):
         added = self.watch.log_values(values, self.prefix)
         # Trainer.log stored a copy of these logs in log_history before calling the callbacks
         stored = state.log_history[-1] if state.log_history else None
-        if stored is not None and all(stored.get(key) == value for key, value in logs.items()):
+        if stored is not None and all(
+            stored.get(key) is value or stored.get(key) == value for key, value in logs.items()
+        ):
             stored.update(added)
         logs.update(added)
 
