@@ -442,3 +442,15 @@ def test_a_commented_opt_out_silences_its_own_line_only(tmp_path: Path) -> None:
         "    assert report.elapsed_s < 3.5\n"
     )
     assert _scan_text(tmp_path, code) == ["timing"]
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    # the suite imports test modules by their base name (rootdir import mode): a second module of
+    # the same name stops the whole run at collection
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in TESTS.rglob("test_*.py"):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(TESTS)} and {path.relative_to(TESTS)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "rename one of each pair: " + "; ".join(clashes)
