@@ -61,9 +61,18 @@ def hoard(mb: int) -> int:
     return int(block.sum())
 
 
-def which_trial(_: int) -> tuple[int, int]:
-    """(this worker's pid, the number of the worker's trial running the task): tasks that share a
-    pair ran in one trial, one batch."""
-    from trainguard.runner.worker import process
+def which_trial(_: int) -> tuple[int, int | None]:
+    """(this worker's pid, the slot running the task): tasks that share a pair ran in one trial,
+    one batch."""
+    from trainguard.integrations._task_worker import current_slot
 
-    return os.getpid(), process._TRIALS_RUN[0]
+    return os.getpid(), current_slot()
+
+
+def hoard_once(marker: str, mb: int) -> tuple[int, int | None]:
+    """Hoard ``mb`` MiB (and wait to be killed) the first time, when ``marker`` does not exist yet;
+    when run again, :func:`which_trial`."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        hoard(mb)
+    return which_trial(0)

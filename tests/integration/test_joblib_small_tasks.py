@@ -15,7 +15,7 @@ import joblib  # noqa: E402
 from sklearn.datasets import make_regression  # noqa: E402
 from sklearn.linear_model import Ridge  # noqa: E402
 from sklearn.model_selection import GridSearchCV  # noqa: E402
-from sklearn_tasks import hoard, which_trial  # noqa: E402
+from sklearn_tasks import hoard, hoard_once, which_trial  # noqa: E402
 
 import trainguard.joblib  # noqa: E402
 from _waits import process_starts, wait_gone  # noqa: E402
@@ -55,10 +55,26 @@ def test_a_task_over_the_limit_in_a_batch_is_killed_with_the_limit_message():
     with joblib.parallel_backend("trainguard", n_jobs=1, memory_limit="500MB"):
         with pytest.raises(MemoryLimitError) as err:
             joblib.Parallel(batch_size=8)(tasks)
-    # the batch of eight that held it is the trial that was killed
-    assert "8 tasks: hoard, which_trial" in str(err.value)
+    # the batch's trial was killed; its tasks were rerun one a trial, and only the hoard's failed
+    assert "(hoard)" in str(err.value) and "which_trial" not in str(err.value)
     assert "memory" in str(err.value)
     assert err.value.peak_rss_bytes and err.value.peak_rss_bytes > 500 * 10**6
+
+
+@pytest.mark.slow
+def test_the_other_tasks_of_a_killed_batch_come_back_as_if_run_alone(tmp_path):
+    tasks = [joblib.delayed(which_trial)(i) for i in range(20)]
+    tasks[13] = joblib.delayed(hoard_once)(str(tmp_path / "hoarded"), 900)
+    with joblib.parallel_backend("trainguard", n_jobs=1, memory_limit="500MB"):
+        out = joblib.Parallel(batch_size=8)(tasks)
+    # the batch that held the hoard was killed; its tasks were rerun one a trial: every result came
+    # back, the hoard (run again, it found its marker) in a trial of its own
+    assert (tmp_path / "hoarded").exists()
+    assert os.getpid() not in {pid for pid, _ in out}
+    assert out.count(out[13]) == 1
+    # tasks of the other batches shared their trials (without the rerun, the kill of the batch
+    # would have raised MemoryLimitError from this call)
+    assert len(set(out)) < len(out)
 
 
 def _rss_bytes() -> int:

@@ -23,7 +23,19 @@ from typing import Any
 
 from trainguard.guarded import bridge_family, recv_json, send_json
 
-__all__ = ["TaskSlot", "load_task"]
+__all__ = ["TaskSlot", "load_task", "current_slot"]
+
+#: the slot (one Runner trial) whose task this worker is running; None between tasks
+_SLOT: list[int | None] = [None]
+
+
+def current_slot() -> int | None:
+    """The slot this worker runs a task in: one guarded trial, shared by the tasks of one batch.
+
+    Returns:
+        The slot's number, unique in its pool; None outside a task.
+    """
+    return _SLOT[0]
 
 
 def load_task(payload: bytes) -> Any:
@@ -73,6 +85,7 @@ class TaskSlot:
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
         slot = int(params["slot"])
         conn = Client(self.address, family=bridge_family(), authkey=self.authkey)
+        _SLOT[0] = slot
         try:
             send_json(conn, {"op": "hello", "slot": slot, "pid": os.getpid()})
             message = recv_json(conn)
@@ -97,4 +110,5 @@ class TaskSlot:
                 "task_s": round(time.perf_counter() - start, 6),
             }
         finally:
+            _SLOT[0] = None
             conn.close()

@@ -11,8 +11,9 @@ How it works (see docs/explanation/architecture.md, "Integrations"): joblib hand
 batch at a time, and a batch is one guarded trial (memory sampled, killable, the limits enforced).
 joblib's auto-batching applies, as on loky: tasks that take under 0.2 s (a millisecond fit) are
 grouped until a batch takes about that long, so the per-trial cost is paid once a batch; a task of
-0.2 s or more (any fit worth guarding for memory) stays a batch of one. A batch killed at a limit
-fails every task in it. The batch is cloudpickled in the caller (a batch that cannot be sent fails
+0.2 s or more (any fit worth guarding for memory) stays a batch of one. A batch of several whose
+trial is killed has its tasks rerun one a trial, so that only the task over the limit fails
+(:mod:`trainguard.integrations._batch_split`). The batch is cloudpickled in the caller (a batch that cannot be sent fails
 there, in one line naming the object, before any worker starts) and run by a
 :class:`~trainguard.integrations._tasks.TaskPool` in a Runner's supervised workers, kept warm
 between calls of the same configuration as loky keeps its workers
@@ -38,7 +39,8 @@ from typing import Any
 
 from joblib._parallel_backends import AutoBatchingMixin, ParallelBackendBase
 
-from trainguard.exceptions import ConfigError, TrainguardError, TrainguardWarning
+from trainguard.exceptions import ConfigError, TrainguardWarning
+from trainguard.integrations._batch_split import OneTask, SplitFuture
 from trainguard.integrations._tasks import TaskFuture, TaskPool, dumps_task, make_policy
 from trainguard.integrations._warm_pools import keep, pool_key, take
 from trainguard.units import format_bytes, parse_size
@@ -368,11 +370,21 @@ class TrainguardBackend(AutoBatchingMixin, ParallelBackendBase):
 
     # -- tasks ------------------------------------------------------------------------------------
 
-    def submit(self, func: Any, callback: Any = None) -> TaskFuture:
+    def submit(self, func: Any, callback: Any = None) -> SplitFuture:
         if self._pool is None:
             self._key = None
             self._pool = self._open_pool(self._planned(getattr(self.parallel, "n_jobs", 1))[0])
         items = list(getattr(func, "items", []))
+        pool = self._pool
+        future = SplitFuture(
+            self._send(func, items), items, lambda i: self._send(OneTask(func, i), [items[i]], pool)
+        )
+        if callback is not None:
+            future.add_done_callback(callback)
+        return future
+
+    def _send(self, func: Any, items: list[Any], pool: TaskPool | None = None) -> TaskFuture:
+        """``func`` (a batch, or one task of it) pickled and queued on the pool."""
         self._submitted += 1
         what = _what(items, self._submitted)
         try:
@@ -385,24 +397,12 @@ class TrainguardBackend(AutoBatchingMixin, ParallelBackendBase):
         where = describe_unsendable_gpu(items)
         if where is not None:
             raise ConfigError(where)
-        future = self._pool.submit_payload(payload, what)
-        future.items = items  # type: ignore[attr-defined]
-        if callback is not None:
-            future.add_done_callback(callback)
-        return future
+        target = pool if pool is not None else self._pool
+        assert target is not None
+        return target.submit_payload(payload, what)
 
-    def retrieve_result_callback(self, future: TaskFuture) -> Any:
-        try:
-            return future.result()
-        except TrainguardError as err:
-            failure = future.failure
-            if failure is None:
-                raise
-            logger.warning("%s", err)
-            rebuilt = failed_fits(getattr(future, "items", []), err)
-            if rebuilt is None:
-                raise
-            return rebuilt
+    def retrieve_result_callback(self, future: SplitFuture) -> Any:
+        return future.result(failed_fits)
 
     # -- life cycle -------------------------------------------------------------------------------
 
