@@ -31,3 +31,24 @@ def test_the_first_tasks_imports_are_frozen_and_the_task_is_not():
     assert int(after_second) == int(frozen)
     # the task itself stays visible to the collector (and to a census), and runs
     assert task_visible == "True" and tag == "a"
+
+
+RUN_CHILD = r"""
+import functools, gc, importlib, pickle, sys
+from trainguard.integrations._task_worker import _run
+assert "xml.dom.pulldom" not in sys.modules
+before = gc.get_freeze_count()
+outcome, _ = _run(pickle.dumps(functools.partial(importlib.import_module, "xml.dom.pulldom")))
+frozen = gc.get_freeze_count()
+again, _ = _run(pickle.dumps(functools.partial(len, [1, 2])))
+print(outcome, again, before, frozen, gc.get_freeze_count())
+"""
+
+
+def test_what_a_task_imports_while_it_runs_is_frozen_once():
+    out = subprocess.run([sys.executable, "-c", RUN_CHILD], capture_output=True, text=True, check=True)
+    outcome, again, before, frozen, after_second = out.stdout.split()
+    assert outcome == again == "ok"
+    # the module the task imported (as scikit-learn imports on a first fit) left the scanned heap
+    assert int(frozen) > int(before)
+    assert int(after_second) == int(frozen)

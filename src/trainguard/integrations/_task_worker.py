@@ -75,6 +75,25 @@ def _reply(outcome: str, value: Any) -> bytes:
         return _dumps(("raised", problem))
 
 
+def _run(payload: bytes) -> tuple[str, bytes]:
+    """Run the pickled task: ``("ok" or "raised", the reply's bytes)``. What the task imported
+    while it ran (a module scikit-learn loads on its first fit) is frozen as :func:`load_task`
+    freezes what its unpickling imported, once the task and its value are dropped."""
+    try:
+        task = load_task(payload)
+        del payload
+        known = len(sys.modules)
+        value = task()
+        reply, outcome = _reply("ok", value), "ok"
+        del task, value
+    except Exception as exc:  # noqa: BLE001 - the caller gets the task's own exception
+        return "raised", _reply("raised", exc)
+    if len(sys.modules) != known:
+        gc.collect()
+        gc.freeze()
+    return outcome, reply
+
+
 class TaskSlot:
     """The Runner's trial function for a task pool: one call runs at most one task."""
 
@@ -91,17 +110,8 @@ class TaskSlot:
             message = recv_json(conn)
             if message.get("op") != "task":
                 return {"kind": "stop"}
-            payload = conn.recv_bytes()
             start = time.perf_counter()
-            try:
-                task = load_task(payload)
-                del payload
-                value = task()
-                reply = _reply("ok", value)
-                outcome = "ok"
-            except Exception as exc:  # noqa: BLE001 - the caller gets the task's own exception
-                reply = _reply("raised", exc)
-                outcome = "raised"
+            outcome, reply = _run(conn.recv_bytes())
             conn.send_bytes(reply)
             return {
                 "kind": "task",
