@@ -129,3 +129,19 @@ def slurm(tmp_path_factory):
         else:
             os.environ["SLURM_CONF"] = previous
         subprocess.run(["bash", script, "stop-private", str(folder)], capture_output=True, timeout=120)
+
+
+@pytest.fixture(autouse=True)
+def _no_warm_joblib_workers_across_tests():
+    """The joblib backend keeps a finished call's workers warm for 5 minutes, as loky keeps its own:
+    both ended after each test, so a later test that sums this process's children or checks that
+    nothing is left does not find another test's workers."""
+    yield
+    if "trainguard.integrations._warm_pools" in sys.modules:
+        import trainguard.joblib
+
+        trainguard.joblib.shutdown()
+    loky = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(loky, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True, kill_workers=True)

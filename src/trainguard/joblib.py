@@ -21,6 +21,9 @@ allows, not one per core, and says so once; ``gpus`` (default ``"auto"``: every 
 one per worker slot round robin, when there are several); ``store`` and ``name`` to keep the
 tasks' history; any other :class:`trainguard.Runner` keyword (``keras_backend``, ``preload``...).
 
+A finished call's workers stay warm for the next call with the same options (as loky keeps its
+workers) and end after 5 minutes idle, at exit, or at :func:`shutdown`.
+
 Importing this module does not import joblib; :func:`register` without scikit-learn installed
 raises ``MissingDependencyError`` naming ``pip install -e '.[sklearn]'``.
 """
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 from trainguard.exceptions import missing
 
-__all__ = ["register", "BACKEND_NAME"]
+__all__ = ["register", "shutdown", "BACKEND_NAME"]
 
 #: The name to give ``joblib.parallel_backend``.
 BACKEND_NAME = "trainguard"
@@ -48,3 +51,15 @@ def register() -> None:
     from trainguard.integrations.joblib_backend import register as register_backend
 
     register_backend()
+
+
+def shutdown() -> None:
+    """End the workers a finished ``Parallel`` call left warm for the next one, now (as
+    ``loky.get_reusable_executor().shutdown()`` does for loky's); a later call starts new ones.
+    Idempotent; does nothing when no pool is kept.
+    """
+    import sys
+
+    warm = sys.modules.get("trainguard.integrations._warm_pools")
+    if warm is not None:
+        warm.close_kept()

@@ -10,12 +10,12 @@ import time
 import warnings
 from pathlib import Path
 
+import psutil
 import pytest
 
 from trainguard import Runner
 from trainguard.exceptions import ConfigError, TrainguardWarning
 from trainguard.probes.host import system_memory
-from trainguard.process import tree_memory
 from trainguard.store import Store
 
 HERE = Path(__file__).parent
@@ -37,13 +37,25 @@ class Outside:
 
     def __init__(self) -> None:
         self.peak = 0
+        # what ran before (an earlier test's resource trackers, say) is not counted
+        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_memory(os.getpid()).children_rss_bytes)
+            self.peak = max(self.peak, self._rss_of_new_children())
             time.sleep(0.1)
+
+    def _rss_of_new_children(self) -> int:
+        total = 0
+        for p in psutil.Process().children(recursive=True):
+            if p.pid not in self._before:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass  # ended between the listing and the reading
+        return total
 
     def __enter__(self) -> Outside:
         self._thread.start()

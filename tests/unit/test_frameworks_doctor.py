@@ -76,9 +76,15 @@ def test_cleanup_runs_only_what_applies():
     assert "empty_cuda_cache" not in steps or "torch" in sys.modules
     # the custom-gradient release runs only where TensorFlow is imported
     assert ("tf_custom_gradients" in steps) == ("tensorflow" in sys.modules)
+    # and the JAX caches' release only where JAX is (TensorFlow imports it when it is installed)
+    assert ("jax_clear_caches" in steps) == ("jax" in sys.modules)
     assert (
         frameworks.cleanup(
-            gc_collect=False, malloc_trim=False, keras_clear_session=False, tf_custom_gradients=False
+            gc_collect=False,
+            malloc_trim=False,
+            keras_clear_session=False,
+            tf_custom_gradients=False,
+            jax_clear_caches=False,
         )
         == {}
     )

@@ -168,7 +168,9 @@ def test_body_exception_propagates_instead_of_leak_error():
 
 
 def test_cleanup_steps_are_switchable():
-    with _scope(census=False, gc_collect=False, malloc_trim=False, tf_custom_gradients=False) as s:
+    with _scope(
+        census=False, gc_collect=False, malloc_trim=False, tf_custom_gradients=False, jax_clear_caches=False
+    ) as s:
         pass
     assert dict(s.report.cleanup_steps_s) == {}
     with pytest.raises(ConfigError, match="tf_custom_gradients='yes' must be True or False"):
