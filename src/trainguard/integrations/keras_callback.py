@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from trainguard.exceptions import ConfigError
-from trainguard.integrations import _memory_readings as readings
-from trainguard.integrations._memory_watch import ACTIONS, MemoryWatch, positive_int, trial_context
+from trainguard.integrations._callback_shell import CallbackShell
+from trainguard.integrations._memory_watch import ACTIONS, trial_context
 
 __all__ = ["MemoryCallback", "ACTIONS"]
 #: the files ``action="checkpoint"`` writes into the checkpoint folder
@@ -38,7 +38,7 @@ except ImportError as _err:  # pragma: no cover - trainguard.keras checks first
     raise ImportError("trainguard.keras needs Keras 3: pip install keras") from _err
 
 
-class MemoryCallback(_keras.callbacks.Callback):
+class MemoryCallback(_keras.callbacks.Callback, CallbackShell):
     """Memory in ``fit``'s logs, a growth-per-epoch estimate, and an action near a limit.
 
     Keys added to the epoch logs (``prefix`` defaults to ``"memory_"``): ``rss_bytes`` (the process
@@ -82,6 +82,8 @@ class MemoryCallback(_keras.callbacks.Callback):
         ConfigError: a bad argument (``UnitError`` for a size such as ``"4 potatoes"``).
     """
 
+    every_n_batches: int | None  # checked and set by CallbackShell._set_up
+
     def __init__(
         self,
         limit: str | int | None = None,
@@ -98,10 +100,12 @@ class MemoryCallback(_keras.callbacks.Callback):
         ctx: Any = None,
     ) -> None:
         super().__init__()
-        self._ctx = ctx
-        self._checkpoint_wanted = False
-        self.watch = MemoryWatch(
+        self._set_up(
             "trainguard.keras.MemoryCallback",
+            every=("every_n_batches", every_n_batches),
+            count_tensors=count_tensors,
+            prefix=prefix,
+            ctx=ctx,
             limit=limit,
             gpu_limit=gpu_limit,
             action=action,
@@ -110,41 +114,14 @@ class MemoryCallback(_keras.callbacks.Callback):
             min_epochs=min_epochs,
             confidence=confidence,
         )
-        self.every_n_batches = positive_int(every_n_batches, "every_n_batches", "50", allow_none=True)
-        if not isinstance(prefix, str):
-            raise ConfigError(f"prefix must be a string such as 'memory_', not {prefix!r}")
-        self._counter = readings.TensorCounter(count_tensors)
-        self.prefix = prefix
-        self._epoch_peak = 0
         self._batches = 0
         self._epoch_start = 0.0
 
-    # the options and the record live in the shared watch (one owner of the decision)
-    limit_bytes = property(lambda self: self.watch.limit_bytes)
-    gpu_limit_bytes = property(lambda self: self.watch.gpu_limit_bytes)
-    action = property(lambda self: self.watch.action)
     predict = property(lambda self: self.watch.predict)
     horizon_epochs = property(lambda self: self.watch.horizon_epochs)
     min_epochs = property(lambda self: self.watch.min_epochs)
     confidence = property(lambda self: self.watch.confidence)
     count_tensors = property(lambda self: self._counter.mode)
-    history = property(lambda self: self.watch.history)
-    events = property(lambda self: self.watch.events)
-    stopped_epoch = property(lambda self: self.watch.stopped_epoch)
-
-    # -- readings (instance attributes may replace them: a recorded series in tests) ----------------
-
-    @staticmethod
-    def _rss() -> int:
-        return readings.tree_rss()
-
-    @staticmethod
-    def _gpu() -> int | None:
-        return readings.gpu_bytes()
-
-    @staticmethod
-    def _live_tensors() -> int:
-        return readings.live_tensors()
 
     # -- Keras hooks ------------------------------------------------------------------------------
 

@@ -18,9 +18,9 @@ import os
 import time
 from typing import Any
 
-from trainguard.exceptions import CheckpointError, ConfigError
-from trainguard.integrations import _memory_readings as readings
-from trainguard.integrations._memory_watch import MemoryWatch, positive_int, trial_context
+from trainguard.exceptions import CheckpointError
+from trainguard.integrations._callback_shell import CallbackShell
+from trainguard.integrations._memory_watch import trial_context
 
 __all__ = ["MemoryCallback", "CHECKPOINT_FILE"]
 
@@ -85,7 +85,7 @@ except ImportError as _err:  # pragma: no cover - trainguard.lightning checks fi
     raise ImportError("trainguard.lightning needs lightning: pip install lightning") from _err
 
 
-class MemoryCallback(_Callback):
+class MemoryCallback(_Callback, CallbackShell):
     """Memory in Lightning's logged metrics, a growth-per-epoch estimate, and an action near a limit.
 
     Logged at the end of each training epoch with ``pl_module.log_dict`` (so in
@@ -125,6 +125,8 @@ class MemoryCallback(_Callback):
         ConfigError: a bad argument (``UnitError`` for a size such as ``"4 potatoes"``).
     """
 
+    every_n_batches: int | None  # checked and set by CallbackShell._set_up
+
     def __init__(
         self,
         limit: str | int | None = None,
@@ -141,8 +143,12 @@ class MemoryCallback(_Callback):
         ctx: Any = None,
     ) -> None:
         super().__init__()
-        self.watch = MemoryWatch(
+        self._set_up(
             "trainguard.lightning.MemoryCallback",
+            every=("every_n_batches", every_n_batches),
+            count_tensors=count_tensors,
+            prefix=prefix,
+            ctx=ctx,
             limit=limit,
             gpu_limit=gpu_limit,
             action=action,
@@ -151,38 +157,10 @@ class MemoryCallback(_Callback):
             min_epochs=min_epochs,
             confidence=confidence,
         )
-        self.every_n_batches = positive_int(every_n_batches, "every_n_batches", "50", allow_none=True)
-        if not isinstance(prefix, str):
-            raise ConfigError(f"prefix must be a string such as 'memory_', not {prefix!r}")
-        self._counter = readings.TensorCounter(count_tensors)
-        self.prefix = prefix
-        self._ctx = ctx
-        self._checkpoint_wanted = False
         self._saving = False
         self._epoch_peak = 0
         self._batches = 0
         self._epoch_start = 0.0
-
-    limit_bytes = property(lambda self: self.watch.limit_bytes)
-    gpu_limit_bytes = property(lambda self: self.watch.gpu_limit_bytes)
-    action = property(lambda self: self.watch.action)
-    history = property(lambda self: self.watch.history)
-    events = property(lambda self: self.watch.events)
-    stopped_epoch = property(lambda self: self.watch.stopped_epoch)
-
-    # -- readings (instance attributes may replace them: a recorded series in tests) ----------------
-
-    @staticmethod
-    def _rss() -> int:
-        return readings.tree_rss()
-
-    @staticmethod
-    def _gpu() -> int | None:
-        return readings.gpu_bytes()
-
-    @staticmethod
-    def _live_tensors() -> int:
-        return readings.live_tensors()
 
     # -- Lightning hooks --------------------------------------------------------------------------
 

@@ -19,9 +19,9 @@ import shutil
 import time
 from typing import Any
 
-from trainguard.exceptions import CheckpointError, ConfigError
-from trainguard.integrations import _memory_readings as readings
-from trainguard.integrations._memory_watch import MemoryWatch, positive_int, trial_context
+from trainguard.exceptions import CheckpointError
+from trainguard.integrations._callback_shell import CallbackShell
+from trainguard.integrations._memory_watch import trial_context
 
 __all__ = ["MemoryCallback", "CHECKPOINT_FOLDER"]
 
@@ -34,7 +34,7 @@ except ImportError as _err:  # pragma: no cover - trainguard.transformers checks
     raise ImportError("trainguard.transformers needs transformers: pip install transformers") from _err
 
 
-class MemoryCallback(_transformers.TrainerCallback):
+class MemoryCallback(_transformers.TrainerCallback, CallbackShell):
     """Memory in the ``Trainer``'s logs, a growth-per-epoch estimate, and an action near a limit.
 
     Keys added to every log the ``Trainer`` writes (``trainer.state.log_history`` and what the
@@ -77,6 +77,8 @@ class MemoryCallback(_transformers.TrainerCallback):
         ConfigError: a bad argument (``UnitError`` for a size such as ``"4 potatoes"``).
     """
 
+    every_n_steps: int | None  # checked and set by CallbackShell._set_up
+
     def __init__(
         self,
         limit: str | int | None = None,
@@ -92,8 +94,12 @@ class MemoryCallback(_transformers.TrainerCallback):
         prefix: str = "memory_",
         ctx: Any = None,
     ) -> None:
-        self.watch = MemoryWatch(
+        self._set_up(
             "trainguard.transformers.MemoryCallback",
+            every=("every_n_steps", every_n_steps),
+            count_tensors=count_tensors,
+            prefix=prefix,
+            ctx=ctx,
             limit=limit,
             gpu_limit=gpu_limit,
             action=action,
@@ -102,38 +108,10 @@ class MemoryCallback(_transformers.TrainerCallback):
             min_epochs=min_epochs,
             confidence=confidence,
         )
-        self.every_n_steps = positive_int(every_n_steps, "every_n_steps", "50", allow_none=True)
-        if not isinstance(prefix, str):
-            raise ConfigError(f"prefix must be a string such as 'memory_', not {prefix!r}")
-        self._counter = readings.TensorCounter(count_tensors)
-        self.prefix = prefix
-        self._ctx = ctx
-        self._checkpoint_wanted = False
         self._saving_epoch: int | None = None
         self._epoch_peak = 0
         self._log_peak = 0
         self._epoch_start = 0.0
-
-    limit_bytes = property(lambda self: self.watch.limit_bytes)
-    gpu_limit_bytes = property(lambda self: self.watch.gpu_limit_bytes)
-    action = property(lambda self: self.watch.action)
-    history = property(lambda self: self.watch.history)
-    events = property(lambda self: self.watch.events)
-    stopped_epoch = property(lambda self: self.watch.stopped_epoch)
-
-    # -- readings (instance attributes may replace them: a recorded series in tests) ----------------
-
-    @staticmethod
-    def _rss() -> int:
-        return readings.tree_rss()
-
-    @staticmethod
-    def _gpu() -> int | None:
-        return readings.gpu_bytes()
-
-    @staticmethod
-    def _live_tensors() -> int:
-        return readings.live_tensors()
 
     def _read(self) -> int:
         rss = self._rss()
