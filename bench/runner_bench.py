@@ -28,7 +28,7 @@ sampled from outside the processes at 10 Hz (RSS summed over the process tree):
       (about +10 MiB a fit), so that the recycling of two growing workers is measured too
   (m) the same with Policy(peak_ratio=1.05): what holding two growing workers to 2.1 x one trial
       by recycling alone costs in wall time
-  (t) a torch workload (trainguard.workloads.torch_fit): naive loop in one process, Runner 1 worker,
+  (t) a torch workload (bench/torch_workload.py's torch_fit): naive loop in one process, Runner 1 worker,
       Runner 2 workers (ratios against the torch naive loop)
 
 Issue 15's parts, each short enough for one quiet run:
@@ -211,9 +211,9 @@ def _ray_child() -> None:
 def _torch_child() -> None:
     """The torch naive loop's child: torch_fit in a loop in one process, one marked line per trial."""
     import psutil
+    from torch_workload import torch_fit  # bench/ is this script's folder
 
     from trainguard._measured_loop import _MARK, trial_line
-    from trainguard.workloads import torch_fit
 
     spec = json.loads(sys.argv[2])
     proc = psutil.Process()
@@ -916,7 +916,7 @@ def main(argv: list[str] | None = None) -> int:
                     label,
                     bench_runner_general,
                     label,
-                    "trainguard.workloads:torch_fit",
+                    f"{Path(__file__).resolve().parent / 'torch_workload.py'}:torch_fit",
                     trials,
                     store,
                     workers=workers,

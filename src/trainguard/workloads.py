@@ -1,4 +1,5 @@
-"""Reference workloads: the seed's repeated Keras ``fit`` (and a plain PyTorch loop), sized by arguments.
+"""Reference workloads: the seed's repeated Keras ``fit`` and a numpy fit whose peak grows with its
+batch, sized by arguments.
 
 They are what the demo, the benchmarks and the framework tests run, so every figure in the project
 comes from the same code. Each function imports its framework when called, never at import time.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-__all__ = ["keras_fit", "torch_fit", "numpy_fit", "DEMO_PARAMS"]
+__all__ = ["keras_fit", "numpy_fit", "DEMO_PARAMS"]
 
 #: Defaults of the demo and benchmarks: the seed's model, scaled down.
 DEMO_PARAMS: dict[str, Any] = {"units": 512, "rows": 2000, "features": 100, "epochs": 1, "batch_size": 32}
@@ -64,38 +65,6 @@ def keras_fit(params: dict[str, Any] | None = None) -> dict[str, Any]:
         keras.backend.clear_session()
         gc.collect()
     return result
-
-
-def torch_fit(params: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A plain PyTorch training loop on the same data shape as :func:`keras_fit`."""
-    import numpy as np
-    import torch
-
-    p = {**DEMO_PARAMS, "seed": 0, "learning_rate": 1e-3, **(params or {})}
-    torch.manual_seed(int(p["seed"]))
-    rng = np.random.default_rng(int(p["seed"]))
-    x = torch.from_numpy(rng.standard_normal((int(p["rows"]), int(p["features"]))).astype("float32"))
-    y = (x.sum(dim=1, keepdim=True) > 0).float()
-    units = int(p["units"])
-    model = torch.nn.Sequential(
-        torch.nn.Linear(int(p["features"]), units),
-        torch.nn.ReLU(),
-        torch.nn.Linear(units, units),
-        torch.nn.ReLU(),
-        torch.nn.Linear(units, 1),
-    )
-    opt = torch.optim.Adam(model.parameters(), lr=float(p["learning_rate"]))
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    bs = int(p["batch_size"])
-    last = 0.0
-    for _ in range(int(p["epochs"])):
-        for i in range(0, x.shape[0], bs):
-            opt.zero_grad()
-            loss = loss_fn(model(x[i : i + bs]), y[i : i + bs])
-            loss.backward()
-            opt.step()
-            last = loss.item()
-    return {"loss": last, "backend": "torch"}
 
 
 def numpy_fit(params: dict[str, Any] | None = None) -> dict[str, Any]:
