@@ -1,4 +1,4 @@
-"""Steps for the exact-evidence ``no_leak`` tests: a slow step (1 s) whose RSS swings by up to
+"""Steps for the exact-evidence ``no_leak`` tests: a slow step (0.3 s) whose RSS swings by up to
 1 MiB through anonymous ``mmap`` (not malloc, nothing a census counts), flat or keeping 64 KiB of
 ``mmap`` a call in a list the first call makes (no census watches it): growth RSS alone shows."""
 
@@ -6,6 +6,8 @@ import mmap
 import random
 import time
 
+#: the step's own time: slow enough that a census fits in its share, fast enough for the suite
+STEP_S = 0.3
 _rng = random.Random(0)
 _held: mmap.mmap | None = None
 _kept: list[mmap.mmap] | None = None
@@ -23,7 +25,7 @@ def _swing() -> None:
 
 def flat() -> None:
     _swing()
-    time.sleep(1.0)
+    time.sleep(STEP_S)
 
 
 def mmap_leak() -> None:
@@ -34,4 +36,4 @@ def mmap_leak() -> None:
     k = mmap.mmap(-1, 65536)
     k.write(b"y" * 65536)
     _kept.append(k)
-    time.sleep(1.0)
+    time.sleep(STEP_S)
