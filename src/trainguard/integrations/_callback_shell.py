@@ -1,23 +1,64 @@
 """What the three MemoryCallbacks (Keras, the Hugging Face Trainer, Lightning) share around the one
-decision (:mod:`~trainguard.integrations._memory_watch`): the options checked and kept, the record
-read through the watch, and the readings a test may replace with a recorded series. Each
-framework's callback keeps only its hooks."""
+decision (:mod:`~trainguard.integrations._memory_watch`): the options checked and kept (the Keras
+and Lightning callbacks take the same ones, so their ``__init__`` is this one), the record read
+through the watch, an epoch's reading, the reading every N batches, the checkpoint noted and
+committed, the checkpoint to resume from, and the readings a test may replace with a recorded
+series. Each framework's callback keeps only its hooks."""
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from trainguard.exceptions import ConfigError
 from trainguard.integrations import _memory_readings as readings
-from trainguard.integrations._memory_watch import MemoryWatch, positive_int
+from trainguard.integrations._memory_watch import MemoryWatch, positive_int, trial_context
 
 __all__ = ["CallbackShell"]
 
 
 class CallbackShell:
-    """A mixin (no ``__init__`` of its own, beside the framework's callback base)."""
+    """A mixin, before the framework's callback base: its ``__init__`` takes the options of the
+    Keras and Lightning callbacks (documented on each), ``_set_up`` serves the Trainer's too."""
 
     watch: MemoryWatch
+    every_n_batches: int | None
+    #: the callback's name in messages, such as ``"trainguard.keras.MemoryCallback"``
+    _name: str
+
+    def __init__(
+        self,
+        limit: str | int | None = None,
+        *,
+        gpu_limit: str | int | None = None,
+        action: str = "warn",
+        predict: bool = True,
+        horizon_epochs: int = 1,
+        every_n_batches: int | None = None,
+        count_tensors: bool | str = "auto",
+        min_epochs: int = 3,
+        confidence: float = 0.95,
+        prefix: str = "memory_",
+        ctx: Any = None,
+    ) -> None:
+        super().__init__()
+        self._set_up(
+            self._name,
+            every=("every_n_batches", every_n_batches),
+            count_tensors=count_tensors,
+            prefix=prefix,
+            ctx=ctx,
+            limit=limit,
+            gpu_limit=gpu_limit,
+            action=action,
+            predict=predict,
+            horizon_epochs=horizon_epochs,
+            min_epochs=min_epochs,
+            confidence=confidence,
+        )
+        self._batches = 0
 
     def _set_up(
         self,
@@ -64,3 +105,50 @@ class CallbackShell:
     @staticmethod
     def _live_tensors() -> int:
         return readings.live_tensors()
+
+    # -- what the hooks share -----------------------------------------------------------------------
+
+    def _batch_rss(self) -> int | None:
+        """At a batch's end: every ``every_n_batches``-th batch, the RSS read (and kept in the
+        epoch's peak); None between readings or without ``every_n_batches``."""
+        if self.every_n_batches is None:
+            return None
+        self._batches += 1
+        if self._batches % self.every_n_batches:
+            return None
+        rss = self._rss()
+        self._epoch_peak = max(self._epoch_peak, rss)
+        return rss
+
+    def _epoch_reading(self, rss: int, peak: int) -> dict[str, Any]:
+        """An epoch's reading: RSS and its peak, the GPU bytes where there is a GPU, and the live
+        tensors where the census counted this epoch."""
+        reading: dict[str, Any] = {"rss_bytes": rss, "peak_rss_bytes": peak}
+        gpu = self._gpu()
+        if gpu is not None:
+            reading["gpu_bytes"] = gpu
+        tensors = self._counter.count(time.perf_counter() - self._epoch_start, self._live_tensors)
+        if tensors is not None:
+            reading["live_tensors"] = tensors
+        return reading
+
+    def _commit_checkpoint(self, epoch: int, state: dict[str, Any], total_epochs: int | None) -> None:
+        """After the framework saved epoch ``epoch``: note it in ``events`` and commit it with
+        ``ctx.checkpoint`` (which may end this worker here, to resume in a fresh one)."""
+        remaining = max(total_epochs - epoch - 1, 0) if total_epochs else None
+        self.watch.events.append(
+            (epoch, "checkpoint", f"checkpointed after epoch {epoch} under memory pressure")
+        )
+        self._ctx.checkpoint(state, remaining=remaining)
+
+    def _resume_target(self, name: str, exists: Callable[[str], bool]) -> str | None:
+        """The file or folder ``name`` in the checkpoint this trial resumed from, when there is
+        one (``exists`` says so), else None (a fresh start)."""
+        self._ctx = trial_context(self._ctx, "MemoryCallback")
+        if not self._ctx.resumed or self._ctx.restore_path is None:
+            return None
+        path = os.path.join(self._ctx.restore_path, name)
+        return path if exists(path) else None
+
+    def __repr__(self) -> str:
+        return f"MemoryCallback(limit={self.watch.describe_limit()!r}, action={self.action!r})"

@@ -38,7 +38,7 @@ except ImportError as _err:  # pragma: no cover - trainguard.keras checks first
     raise ImportError("trainguard.keras needs Keras 3: pip install keras") from _err
 
 
-class MemoryCallback(_keras.callbacks.Callback, CallbackShell):
+class MemoryCallback(CallbackShell, _keras.callbacks.Callback):
     """Memory in ``fit``'s logs, a growth-per-epoch estimate, and an action near a limit.
 
     Keys added to the epoch logs (``prefix`` defaults to ``"memory_"``): ``rss_bytes`` (the process
@@ -82,40 +82,7 @@ class MemoryCallback(_keras.callbacks.Callback, CallbackShell):
         ConfigError: a bad argument (``UnitError`` for a size such as ``"4 potatoes"``).
     """
 
-    every_n_batches: int | None  # checked and set by CallbackShell._set_up
-
-    def __init__(
-        self,
-        limit: str | int | None = None,
-        *,
-        gpu_limit: str | int | None = None,
-        action: str = "warn",
-        predict: bool = True,
-        horizon_epochs: int = 1,
-        every_n_batches: int | None = None,
-        count_tensors: bool | str = "auto",
-        min_epochs: int = 3,
-        confidence: float = 0.95,
-        prefix: str = "memory_",
-        ctx: Any = None,
-    ) -> None:
-        super().__init__()
-        self._set_up(
-            "trainguard.keras.MemoryCallback",
-            every=("every_n_batches", every_n_batches),
-            count_tensors=count_tensors,
-            prefix=prefix,
-            ctx=ctx,
-            limit=limit,
-            gpu_limit=gpu_limit,
-            action=action,
-            predict=predict,
-            horizon_epochs=horizon_epochs,
-            min_epochs=min_epochs,
-            confidence=confidence,
-        )
-        self._batches = 0
-        self._epoch_start = 0.0
+    _name = "trainguard.keras.MemoryCallback"  # the options are CallbackShell.__init__'s
 
     predict = property(lambda self: self.watch.predict)
     horizon_epochs = property(lambda self: self.watch.horizon_epochs)
@@ -137,24 +104,13 @@ class MemoryCallback(_keras.callbacks.Callback, CallbackShell):
         self._epoch_start = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self.every_n_batches is None:
-            return
-        self._batches += 1
-        if self._batches % self.every_n_batches:
-            return
-        rss = self._rss()
-        self._epoch_peak = max(self._epoch_peak, rss)
-        self._carry_out(self.watch.on_batch(rss, f"batch {batch}"))
+        rss = self._batch_rss()
+        if rss is not None:
+            self._carry_out(self.watch.on_batch(rss, f"batch {batch}"))
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         rss = self._rss()
-        reading: dict[str, Any] = {"rss_bytes": rss, "peak_rss_bytes": max(rss, self._epoch_peak)}
-        gpu = self._gpu()
-        if gpu is not None:
-            reading["gpu_bytes"] = gpu
-        tensors = self._counter.count(time.perf_counter() - self._epoch_start, self._live_tensors)
-        if tensors is not None:
-            reading["live_tensors"] = tensors
+        reading = self._epoch_reading(rss, max(rss, self._epoch_peak))
         estimate = self.watch.record(epoch, reading)
         if logs is not None:
             logs.update(self.watch.log_values(reading, self.prefix))
@@ -233,10 +189,4 @@ class MemoryCallback(_keras.callbacks.Callback, CallbackShell):
                 f"MemoryCallback(action='checkpoint'): the model of epoch {epoch} could not be saved "
                 f"({type(err).__name__}: {err}); the earlier checkpoint is kept"
             ) from None
-        epochs = int((self.params or {}).get("epochs") or 0)
-        remaining = max(epochs - epoch - 1, 0) if epochs else None
-        self.events.append((epoch, "checkpoint", f"checkpointed after epoch {epoch} under memory pressure"))
-        ctx.checkpoint({"epoch": epoch + 1}, remaining=remaining)  # may end this worker here
-
-    def __repr__(self) -> str:
-        return f"MemoryCallback(limit={self.watch.describe_limit()!r}, action={self.action!r})"
+        self._commit_checkpoint(epoch, {"epoch": epoch + 1}, int((self.params or {}).get("epochs") or 0))

@@ -85,7 +85,7 @@ except ImportError as _err:  # pragma: no cover - trainguard.lightning checks fi
     raise ImportError("trainguard.lightning needs lightning: pip install lightning") from _err
 
 
-class MemoryCallback(_Callback, CallbackShell):
+class MemoryCallback(CallbackShell, _Callback):
     """Memory in Lightning's logged metrics, a growth-per-epoch estimate, and an action near a limit.
 
     Logged at the end of each training epoch with ``pl_module.log_dict`` (so in
@@ -125,42 +125,8 @@ class MemoryCallback(_Callback, CallbackShell):
         ConfigError: a bad argument (``UnitError`` for a size such as ``"4 potatoes"``).
     """
 
-    every_n_batches: int | None  # checked and set by CallbackShell._set_up
-
-    def __init__(
-        self,
-        limit: str | int | None = None,
-        *,
-        gpu_limit: str | int | None = None,
-        action: str = "warn",
-        predict: bool = True,
-        horizon_epochs: int = 1,
-        every_n_batches: int | None = None,
-        count_tensors: bool | str = "auto",
-        min_epochs: int = 3,
-        confidence: float = 0.95,
-        prefix: str = "memory_",
-        ctx: Any = None,
-    ) -> None:
-        super().__init__()
-        self._set_up(
-            "trainguard.lightning.MemoryCallback",
-            every=("every_n_batches", every_n_batches),
-            count_tensors=count_tensors,
-            prefix=prefix,
-            ctx=ctx,
-            limit=limit,
-            gpu_limit=gpu_limit,
-            action=action,
-            predict=predict,
-            horizon_epochs=horizon_epochs,
-            min_epochs=min_epochs,
-            confidence=confidence,
-        )
-        self._saving = False
-        self._epoch_peak = 0
-        self._batches = 0
-        self._epoch_start = 0.0
+    _name = "trainguard.lightning.MemoryCallback"  # the options are CallbackShell.__init__'s
+    _saving = False  # True while this callback's own checkpoint is being saved
 
     # -- Lightning hooks --------------------------------------------------------------------------
 
@@ -178,24 +144,13 @@ class MemoryCallback(_Callback, CallbackShell):
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self.every_n_batches is None:
-            return
-        self._batches += 1
-        if self._batches % self.every_n_batches:
-            return
-        rss = self._rss()
-        self._epoch_peak = max(self._epoch_peak, rss)
-        self._carry_out(self.watch.on_batch(rss, f"batch {batch_idx}"), trainer)
+        rss = self._batch_rss()
+        if rss is not None:
+            self._carry_out(self.watch.on_batch(rss, f"batch {batch_idx}"), trainer)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         rss = self._rss()
-        reading: dict[str, Any] = {"rss_bytes": rss, "peak_rss_bytes": max(rss, self._epoch_peak)}
-        gpu = self._gpu()
-        if gpu is not None:
-            reading["gpu_bytes"] = gpu
-        tensors = self._counter.count(time.perf_counter() - self._epoch_start, self._live_tensors)
-        if tensors is not None:
-            reading["live_tensors"] = tensors
+        reading = self._epoch_reading(rss, max(rss, self._epoch_peak))
         epoch = int(trainer.current_epoch)
         estimate = self.watch.record(epoch, reading)
         pl_module.log_dict(self.watch.log_values(reading, self.prefix), on_step=False, on_epoch=True)
@@ -225,11 +180,7 @@ class MemoryCallback(_Callback, CallbackShell):
         finally:
             self._saving = False
         epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
-        remaining = max(epochs - epoch - 1, 0) if epochs else None
-        self.watch.events.append(
-            (epoch, "checkpoint", f"checkpointed after epoch {epoch} under memory pressure")
-        )
-        ctx.checkpoint({"epoch": epoch + 1}, remaining=remaining)  # may end this worker here
+        self._commit_checkpoint(epoch, {"epoch": epoch + 1}, epochs)  # may end this worker here
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         # Lightning's checkpoint holds no generator states: without them the resumed epochs
@@ -254,11 +205,4 @@ class MemoryCallback(_Callback, CallbackShell):
         Raises:
             ConfigError: no trial context (the fit does not run in a ``Runner`` trial).
         """
-        self._ctx = trial_context(self._ctx, "MemoryCallback")
-        if not self._ctx.resumed or self._ctx.restore_path is None:
-            return None
-        path = os.path.join(self._ctx.restore_path, CHECKPOINT_FILE)
-        return path if os.path.isfile(path) else None
-
-    def __repr__(self) -> str:
-        return f"MemoryCallback(limit={self.watch.describe_limit()!r}, action={self.action!r})"
+        return self._resume_target(CHECKPOINT_FILE, os.path.isfile)

@@ -139,14 +139,7 @@ class MemoryCallback(_transformers.TrainerCallback, CallbackShell):
         self._carry_out(response, control)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        rss = self._read()
-        reading: dict[str, Any] = {"rss_bytes": rss, "peak_rss_bytes": self._epoch_peak}
-        gpu = self._gpu()
-        if gpu is not None:
-            reading["gpu_bytes"] = gpu
-        tensors = self._counter.count(time.perf_counter() - self._epoch_start, self._live_tensors)
-        if tensors is not None:
-            reading["live_tensors"] = tensors
+        reading = self._epoch_reading(self._read(), self._epoch_peak)
         # the epoch that ended, counted from the start of training (a resumed run goes on counting)
         epoch = round(state.epoch) - 1 if state.epoch else len(self.history)
         estimate = self.watch.record(epoch, reading)
@@ -198,11 +191,7 @@ class MemoryCallback(_transformers.TrainerCallback, CallbackShell):
                 f"be kept ({type(err).__name__}: {err}); the earlier checkpoint is kept"
             ) from None
         total = int(args.num_train_epochs) if args.max_steps is None or args.max_steps <= 0 else 0
-        remaining = max(total - epoch - 1, 0) if total else None
-        self.watch.events.append(
-            (epoch, "checkpoint", f"checkpointed after epoch {epoch} under memory pressure")
-        )
-        ctx.checkpoint({"epoch": epoch + 1, "global_step": state.global_step}, remaining=remaining)
+        self._commit_checkpoint(epoch, {"epoch": epoch + 1, "global_step": state.global_step}, total)
 
     def _carry_out(self, response: str | None, control: Any) -> None:
         if response == "checkpoint":
@@ -224,11 +213,4 @@ class MemoryCallback(_transformers.TrainerCallback, CallbackShell):
         Raises:
             ConfigError: no trial context (the training does not run in a ``Runner`` trial).
         """
-        self._ctx = trial_context(self._ctx, "MemoryCallback")
-        if not self._ctx.resumed or self._ctx.restore_path is None:
-            return None
-        folder = os.path.join(self._ctx.restore_path, CHECKPOINT_FOLDER)
-        return folder if os.path.isdir(folder) else None
-
-    def __repr__(self) -> str:
-        return f"MemoryCallback(limit={self.watch.describe_limit()!r}, action={self.action!r})"
+        return self._resume_target(CHECKPOINT_FOLDER, os.path.isdir)
