@@ -1,8 +1,9 @@
 """What every table's section of the store may use of the store itself: its connection
 context managers, its path as the user wrote it, and the few methods one section calls on another.
 
-The sections are mixins of :class:`~trainguard.store.Store`; this base is last in its method
-order, so the store's and each section's own definitions win over these declarations.
+The sections are mixins of :class:`~trainguard.store.Store`, one table each; the connection, the
+schema and the locking are the store's own (``_store.py``). This base is last in its method order,
+so the store's and each section's own definitions win over these declarations.
 """
 
 from __future__ import annotations

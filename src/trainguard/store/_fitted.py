@@ -1,7 +1,6 @@
 """The store's fitted sizes: the batch sizes an OOM shrink found to fit, per function, params, device and key.
 
-A mixin of :class:`~trainguard.store.Store` (one table, one section): the connection, the
-schema and the locking are the store's own (``_store.py``).
+One table's section of :class:`~trainguard.store.Store` (see ``_base.py``).
 """
 
 from __future__ import annotations
@@ -12,14 +11,8 @@ from typing import Any
 
 from trainguard.exceptions import ConfigError
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import (
-    _check_int,
-    _dumps,
-    _loads,
-)
-from trainguard.store._records import (
-    FittedSize,
-)
+from trainguard.store._codec import _check_int, _dumps, _loads
+from trainguard.store._records import FittedSize
 
 
 class FittedSizeRows(StoreRows):

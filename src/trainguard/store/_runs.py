@@ -1,7 +1,6 @@
 """The store's runs (one per sweep, resumed by name), the settings of each session that ran them, and trial seeds.
 
-A mixin of :class:`~trainguard.store.Store` (one table, one section): the connection, the
-schema and the locking are the store's own (``_store.py``).
+One table's section of :class:`~trainguard.store.Store` (see ``_base.py``).
 """
 
 from __future__ import annotations
@@ -18,18 +17,9 @@ from typing import Any
 from trainguard._text import require_utf8, utf8_problem
 from trainguard.exceptions import ConfigError, StoreError
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import (
-    _canonical,
-    _check_int,
-    _dumps,
-    _loads,
-)
+from trainguard.store._codec import _canonical, _check_int, _dumps, _loads
 from trainguard.store._lock import RunLock
-from trainguard.store._records import (
-    RunInfo,
-    RunSummary,
-    SessionSettings,
-)
+from trainguard.store._records import RunInfo, RunSummary, SessionSettings
 
 logger = logging.getLogger("trainguard.store._store")
 

@@ -1,7 +1,6 @@
 """The store's memory samples, max-pooled into time buckets whose width doubles when a worker's series would pass its bound.
 
-A mixin of :class:`~trainguard.store.Store` (one table, one section): the connection, the
-schema and the locking are the store's own (``_store.py``).
+One table's section of :class:`~trainguard.store.Store` (see ``_base.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The store's stages of staged trials: each stage's checkpoint, peak and duration.
 
-A mixin of :class:`~trainguard.store.Store` (one table, one section): the connection, the
-schema and the locking are the store's own (``_store.py``).
+One table's section of :class:`~trainguard.store.Store` (see ``_base.py``).
 """
 
 from __future__ import annotations

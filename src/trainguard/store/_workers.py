@@ -1,7 +1,6 @@
 """The store's worker processes: when each started, its config, and why it ended.
 
-A mixin of :class:`~trainguard.store.Store` (one table, one section): the connection, the
-schema and the locking are the store's own (``_store.py``).
+One table's section of :class:`~trainguard.store.Store` (see ``_base.py``).
 """
 
 from __future__ import annotations
@@ -12,17 +11,9 @@ from typing import Any
 
 from trainguard.exceptions import ConfigError
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import (
-    _check_int,
-    _dumps,
-    _loads,
-)
-from trainguard.store._records import (
-    WorkerRecord,
-)
-from trainguard.store._schema import (
-    WORKER_REASONS,
-)
+from trainguard.store._codec import _check_int, _dumps, _loads
+from trainguard.store._records import WorkerRecord
+from trainguard.store._schema import WORKER_REASONS
 
 logger = logging.getLogger("trainguard.store._store")
 
