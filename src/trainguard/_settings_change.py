@@ -14,6 +14,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from trainguard._device_settings import DEVICE_FLAG_SETTINGS
+
 __all__ = ["setting_changes", "setting_leaves", "change_words", "value_words", "setting_name"]
 
 #: leaves not said: derived from others, or internal (each Device setting's environment variables)
@@ -72,19 +74,7 @@ _SAME_FLAG = frozenset(
                 "on_oom",
             )
         ),
-        *(
-            f"device.{n}"
-            for n in (
-                "visible_devices",
-                "tf_memory_growth",
-                "tf_memory_limit",
-                "torch_memory_fraction",
-                "torch_alloc_conf",
-                "jax_preallocate",
-                "jax_memory_fraction",
-                "mixed_precision",
-            )
-        ),
+        *(f"device.{n}" for n in DEVICE_FLAG_SETTINGS),
     }
 )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from trainguard._device_settings import DEVICE_FLAG_SETTINGS
+
 __all__ = ["add_device_arguments", "device_from_args"]
 
 
@@ -41,16 +43,7 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-_FIELDS = (
-    "visible_devices",
-    "tf_memory_growth",
-    "tf_memory_limit",
-    "torch_memory_fraction",
-    "torch_alloc_conf",
-    "jax_preallocate",
-    "jax_memory_fraction",
-    "mixed_precision",
-)
+_FIELDS = DEVICE_FLAG_SETTINGS
 
 
 def device_from_args(args: argparse.Namespace) -> Any:

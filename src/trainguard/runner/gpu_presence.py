@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainguard._device_settings import GPU_ONLY_SETTINGS
 from trainguard.exceptions import NoGpuWarning
 
 if TYPE_CHECKING:
@@ -36,16 +37,7 @@ __all__ = [
 ]
 
 #: The Device settings that act only on a GPU (``mixed_precision`` also runs on a CPU: not here).
-GPU_ONLY_FIELDS = (
-    "visible_devices",
-    "tf_memory_growth",
-    "tf_memory_limit",
-    "torch_memory_fraction",
-    "torch_alloc_conf",
-    "jax_preallocate",
-    "jax_memory_fraction",
-    "torch_memory_history",
-)
+GPU_ONLY_FIELDS = GPU_ONLY_SETTINGS
 
 
 @dataclass(frozen=True, slots=True)
