@@ -12,24 +12,16 @@ Keras raises ``MissingDependencyError``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trainguard._lazy_attribute import lazy_attribute
 
 __all__ = ["MemoryCallback"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "MemoryCallback":
-        import importlib.util
-
-        if importlib.util.find_spec("keras") is None:
-            from trainguard.exceptions import missing
-
-            raise missing("keras", "trainguard.keras.MemoryCallback")
-        from trainguard.integrations.keras_callback import MemoryCallback
-
-        globals()["MemoryCallback"] = MemoryCallback
-        return MemoryCallback
-    raise AttributeError(f"module 'trainguard.keras' has no attribute {name!r}")
+__getattr__ = lazy_attribute(
+    __name__, "MemoryCallback", "trainguard.integrations.keras_callback", "keras", globals()
+)
 
 
 if TYPE_CHECKING:  # pragma: no cover

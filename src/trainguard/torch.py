@@ -17,24 +17,16 @@ torch raises ``MissingDependencyError``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trainguard._lazy_attribute import lazy_attribute
 
 __all__ = ["Checkpointer"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "Checkpointer":
-        import importlib.util
-
-        if importlib.util.find_spec("torch") is None:
-            from trainguard.exceptions import missing
-
-            raise missing("torch", "trainguard.torch.Checkpointer")
-        from trainguard.integrations.torch_checkpoint import Checkpointer
-
-        globals()["Checkpointer"] = Checkpointer
-        return Checkpointer
-    raise AttributeError(f"module 'trainguard.torch' has no attribute {name!r}")
+__getattr__ = lazy_attribute(
+    __name__, "Checkpointer", "trainguard.integrations.torch_checkpoint", "torch", globals()
+)
 
 
 if TYPE_CHECKING:  # pragma: no cover
