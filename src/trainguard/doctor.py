@@ -332,7 +332,7 @@ def diagnose(*, deep: bool = False, progress: Callable[[str], None] | None = Non
 
     from trainguard import frameworks as fw_mod
     from trainguard.probes import nvml
-    from trainguard.probes.host import cgroup_memory
+    from trainguard.probes.host import cgroup_memory, usable_cores
 
     start = time.perf_counter()
     vm = psutil.virtual_memory()
@@ -341,10 +341,7 @@ def diagnose(*, deep: bool = False, progress: Callable[[str], None] | None = Non
     except Exception:
         swap_total = 0
     cg = cgroup_memory()
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count() or 1
+    usable = usable_cores()
     versions = fw_mod.versions()
     report: dict[str, Any] = {
         "python": platform.python_version(),

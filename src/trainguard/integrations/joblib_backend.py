@@ -52,25 +52,6 @@ logger = logging.getLogger(__name__)
 BACKEND_NAME = "trainguard"
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _usable_memory_bytes() -> int | None:
-    from trainguard.probes.host import cgroup_memory, system_memory
-
-    try:
-        total = system_memory().total_bytes
-        group = cgroup_memory()
-    except Exception:  # noqa: BLE001 - no reading: nothing to size from
-        return None
-    limit = getattr(group, "limit_bytes", None) if group is not None else None
-    return min(total, limit) if limit else total
-
-
 def plan_workers(
     n_jobs: int | None,
     workers: int | str | None,
@@ -308,13 +289,15 @@ class TrainguardBackend(AutoBatchingMixin, ParallelBackendBase):
     # -- sizing -----------------------------------------------------------------------------------
 
     def _planned(self, n_jobs: int | None) -> tuple[int | str, int]:
+        from trainguard.probes.host import usable_cores, usable_memory_bytes
+
         workers, told, said = plan_workers(
             n_jobs,
             self.workers,
             self.memory_budget,
             self.policy.memory_limit,
-            _cores(),
-            _usable_memory_bytes(),
+            usable_cores(),
+            usable_memory_bytes(),
         )
         if said is not None and not self._said:
             self._said = True

@@ -6,6 +6,7 @@ process tree's memory is :func:`trainguard.process.tree_memory` (the tree's own 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,8 @@ __all__ = [
     "CgroupMemory",
     "system_memory",
     "cgroup_memory",
+    "usable_cores",
+    "usable_memory_bytes",
 ]
 
 
@@ -111,3 +114,35 @@ def cgroup_memory(proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup")
                     2, str(base), _read_int(base / "memory.max"), _read_int(base / "memory.current"), oom
                 )
     return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, or the machine's count where there is
+    no affinity to read (macOS, Windows).
+
+    Returns:
+        The number of cores, at least 1.
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def usable_memory_bytes() -> int | None:
+    """The memory this process may use: the machine's, or its cgroup's limit when lower.
+
+    Returns:
+        Bytes, or None when the machine's memory cannot be read (a cgroup that cannot be read
+        leaves the machine's).
+    """
+    try:
+        total = system_memory().total_bytes
+    except Exception:  # noqa: BLE001 - no reading: nothing to compare with
+        return None
+    try:
+        group = cgroup_memory()
+    except Exception:  # noqa: BLE001
+        group = None
+    limit = getattr(group, "limit_bytes", None) if group is not None else None
+    return min(total, limit) if limit else total

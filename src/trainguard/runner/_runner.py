@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trainguard._envvars import THREAD_VARIABLES
 from trainguard._text import require_utf8
 from trainguard.exceptions import ConfigError, TrialError
+from trainguard.probes.host import usable_cores, usable_memory_bytes
 from trainguard.runner._config import RunConfig
 from trainguard.runner._fnref import prepare
 from trainguard.runner._params import check_params
@@ -102,29 +103,6 @@ def find_allocator(name: str) -> str:
     )
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _usable_memory_bytes() -> int | None:
-    """The memory this process may use: the machine's, or its cgroup's limit when lower."""
-    from trainguard.probes.host import cgroup_memory, system_memory
-
-    try:
-        total = system_memory().total_bytes
-    except Exception:  # noqa: BLE001 - no reading: nothing to compare with
-        return None
-    try:
-        group = cgroup_memory()
-    except Exception:  # noqa: BLE001
-        group = None
-    limit = getattr(group, "limit_bytes", None) if group is not None else None
-    return min(total, limit) if limit else total
-
-
 def _warn_budget_above_memory(budget: int) -> None:
     """A budget above what the machine (or the cgroup) has is no budget: say so with both numbers."""
     import warnings
@@ -189,11 +167,11 @@ def _check_sizing(
         )
     if budget is not None:
         _warn_budget_above_memory(budget)
-    max_workers = workers if not auto else _cores()
+    max_workers = workers if not auto else usable_cores()
     if auto and budget is None and policy.memory_limit is not None and not gpu_budgeted:
         # sized from the per-trial limit: as many trials as the memory there is holds at their limit
-        usable = _usable_memory_bytes()
-        max_workers = max(1, min(_cores(), usable // policy.memory_limit)) if usable else 1
+        usable = usable_memory_bytes()
+        max_workers = max(1, min(usable_cores(), usable // policy.memory_limit)) if usable else 1
     assert isinstance(max_workers, int)
     return auto, budget, max_workers
 
@@ -520,7 +498,7 @@ class Runner(RunnerStore):
         # with a budget the number of workers changes during the run: threads follow it (at each start);
         # on a cluster a worker gets the CPUs its slot reserves on its node
         first_workers = 1 if budget is not None else max_workers
-        default_threads = getattr(self._backend, "threads", None) or max(1, _cores() // first_workers)
+        default_threads = getattr(self._backend, "threads", None) or max(1, usable_cores() // first_workers)
         per_worker = threads if threads is not None else default_threads
         base_env, thread_vars = _worker_env(
             threads, per_worker, keras_backend, trim, allocator_path, device, env
@@ -539,7 +517,7 @@ class Runner(RunnerStore):
             # on a cluster the slot's CPUs fix the threads: this machine's cores say nothing there
             threads_chosen=threads is None and getattr(self._backend, "threads", None) is None,
             thread_vars=tuple(thread_vars),
-            cores=_cores(),
+            cores=usable_cores(),
             base_env=base_env,
             gpu_slots=gpu_slots if gpu_budget is None else None,  # the budget places each worker
             gpu_budget=gpu_budget,
