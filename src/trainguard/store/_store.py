@@ -82,6 +82,22 @@ def _remove_empty(path: Path) -> None:
             pass
 
 
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One ``BEGIN IMMEDIATE`` transaction around the block: committed when it ends, rolled back
+    when it raises. BEGIN runs inside the part that rolls back: an interrupt (SIGTERM/SIGHUP raise
+    KeyboardInterrupt in the supervisor) landing right after BEGIN would otherwise leave the
+    transaction open, and every later write would fail."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 class Store(
     RunRows,
     TrialRows,
@@ -256,8 +272,7 @@ class Store(
                 _wait_for_tables(conn)
                 self._check_version(conn)
                 return
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(conn):
                 if self._check_version(conn, create_if_empty=True):
                     # a store of this version written before an additive table existed
                     for statement in _ddl_statements():
@@ -280,11 +295,6 @@ class Store(
                             ("created_at", repr(time.time())),
                         ],
                     )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
         except sqlite3.DatabaseError as err:
             raise self._map_open_error(err) from err
 
@@ -393,17 +403,8 @@ class Store(
                     path=self._shown,
                 )
             try:
-                # BEGIN inside the block that rolls back: an interrupt (SIGTERM/SIGHUP raise
-                # KeyboardInterrupt in the supervisor) landing right after BEGIN would otherwise
-                # leave the transaction open, and every write of the shutdown would then fail
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
+                with _immediate(conn):
                     yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
             except sqlite3.IntegrityError as err:
                 raise StoreError(
                     f"store {self._shown}: {err}: the run id or trial index is not in this store",
