@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from contextlib import AbstractContextManager
 
+from trainguard.store._base import StoreRows
 from trainguard.store._records import BytesInUseReading
 
 __all__ = ["BytesInUseRows", "BYTES_IN_USE_TABLE_DDL"]
@@ -32,14 +32,8 @@ CREATE TABLE IF NOT EXISTS bytes_in_use (
 """
 
 
-class BytesInUseRows:
-    """Rows of ``bytes_in_use``; needs the store's ``_write()``/``_read()``."""
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
-
-    def _read(self) -> AbstractContextManager[sqlite3.Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
+class BytesInUseRows(StoreRows):
+    """Rows of ``bytes_in_use``."""
 
     def record_bytes_in_use(
         self, run_id: int, index: int, attempt: int, worker_id: int, allocator: str, bytes_in_use: int

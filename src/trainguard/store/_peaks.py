@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from contextlib import AbstractContextManager
 from typing import Any
+
+from trainguard.store._base import StoreRows
 
 __all__ = ["PeakRows", "PEAK_TABLE_DDL"]
 
@@ -34,14 +35,8 @@ CREATE TABLE IF NOT EXISTS trial_predictions (
 """
 
 
-class PeakRows:
-    """Rows of ``trial_predictions``; needs the store's ``_write()``/``_read()``."""
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
-
-    def _read(self) -> AbstractContextManager[sqlite3.Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
+class PeakRows(StoreRows):
+    """Rows of ``trial_predictions``."""
 
     def record_prediction(
         self,
