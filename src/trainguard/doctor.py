@@ -12,7 +12,7 @@ import os
 import platform
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,11 @@ from trainguard._envvars import MEMORY_VARIABLES, THREAD_VARIABLES
 from trainguard.probes.allocator import detect_allocator
 
 __all__ = ["DoctorReport", "diagnose", "THREAD_VARIABLES", "MEMORY_VARIABLES", "detect_allocator"]
+
+
+def _copied(value: Any) -> Any:
+    """A dict or list as a new one (so the caller may change it), anything else as it is."""
+    return type(value)(value) if isinstance(value, (dict, list)) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,34 +63,8 @@ class DoctorReport:
     nvml_absence: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "python": self.python,
-            "python_executable": self.python_executable,
-            "os": self.os,
-            "cpus": self.cpus,
-            "cpus_usable": self.cpus_usable,
-            "cpu_quota": self.cpu_quota,
-            "memory_total_bytes": self.memory_total_bytes,
-            "memory_available_bytes": self.memory_available_bytes,
-            "swap_total_bytes": self.swap_total_bytes,
-            "cgroup_version": self.cgroup_version,
-            "cgroup_limit_bytes": self.cgroup_limit_bytes,
-            "cgroup_usage_bytes": self.cgroup_usage_bytes,
-            "frameworks": dict(self.frameworks),
-            "keras_backend": self.keras_backend,
-            "nvml_available": self.nvml_available,
-            "gpus": list(self.gpus),
-            "allocator": self.allocator,
-            "threads": dict(self.threads),
-            "environment": dict(self.environment),
-            "warnings": list(self.warnings),
-            "deep": self.deep,
-            "elapsed_s": self.elapsed_s,
-            "process": self.process,
-            "cgroup_layout": self.cgroup_layout,
-            "cgroup_memory_path": self.cgroup_memory_path,
-            "nvml_absence": self.nvml_absence,
-        }
+        """Every field by its name, in field order; dicts and lists copied (one level down)."""
+        return {f.name: _copied(getattr(self, f.name)) for f in fields(self)}
 
 
 def cgroup_layout(mountinfo: str) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import ModuleType
 
 __all__ = [
@@ -38,15 +38,7 @@ class GpuInfo:
     driver_version: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "uuid": self.uuid,
-            "total_bytes": self.total_bytes,
-            "used_bytes": self.used_bytes,
-            "free_bytes": self.free_bytes,
-            "driver_version": self.driver_version,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 _LOCK = threading.Lock()
