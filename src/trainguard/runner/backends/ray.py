@@ -14,9 +14,10 @@ and its exit to the driver. The driver keeps the
 session: the queue, the policy's recycling and retries, and the store (the single source of truth,
 so a run resumes by name after the driver restarts, whatever happened to the cluster).
 
-On the driver, :class:`RayWorker` is the :class:`~trainguard.runner.backends.base.BaseWorker` handle:
-its inbox is a local pipe into which a pump thread (one per actor) writes the bytes the worker
-wrote, so the session parses and checks them exactly as it does a local worker's (a trial that
+On the driver, :class:`RayWorker` is the :class:`~trainguard.runner.backends.base.BaseWorker` handle
+(the remote handle the Slurm backend's workers share, :mod:`trainguard.runner.backends._remote_agent`):
+its inbox is a local pipe into which a pump thread (one per actor, dispatching the actor's events
+as a Slurm pilot's are) writes the bytes the worker wrote, so the session parses and checks them exactly as it does a local worker's (a trial that
 writes garbage onto the channel is a ``protocol_error`` in the same place). An actor that dies
 (its node removed or lost, its process killed) ends its worker's handle with a cause in words,
 recorded as the attempt's error and retried per the policy like any crash; the slot's next worker
@@ -46,17 +47,15 @@ from typing import Any
 from trainguard.exceptions import ConfigError, missing
 from trainguard.process.charge import MemorySplit
 from trainguard.process.watch import Schedule
-from trainguard.runner._protocol import MessageReader
-from trainguard.runner.backends.base import BaseBackend, BaseWorker, Inbox, WorkerSpec
+from trainguard.runner.backends._remote_agent import END_REPORT_S, AgentLink, RemoteWorker
+from trainguard.runner.backends.base import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner.policy import (
     RATE_WINDOW_S,
-    EndCause,
     KillDecision,
     LimitReading,
     Policy,
     PressureDecision,
     PressureSince,
-    classify_end,
     growth_rate,
     limit_verdict,
 )
@@ -486,190 +485,44 @@ def _split_to_list(split: MemorySplit) -> list[int | None]:
 # -- the driver side -------------------------------------------------------------------------------
 
 
-class RayWorker(BaseWorker):
+class RayWorker(RemoteWorker):
     """The driver's handle on a worker that a :class:`SlotAgent` runs on some node."""
 
-    enforces_limits = True
-
     def __init__(self, spec: WorkerSpec, actor: Any, info: dict[str, Any]) -> None:
-        self.worker_id = spec.worker_id
-        self.slot = spec.slot
-        self.pid = int(info["pid"])
-        self.started_wall = float(info["started_wall"])
-        self.tracking = str(info["tracking"])
-        self.host = str(info.get("host") or "")
-        self.node_id = info.get("node_id")
-        self.agent_pid = info.get("agent_pid")  # the slot's actor process: its folder is named for it
+        super().__init__(spec, info)
         self._actor = actor
-        read_fd, self._write_fd = os.pipe()
-        os.set_inheritable(read_fd, False)
-        os.set_inheritable(self._write_fd, False)
-        self._inbox = MessageReader(read_fd, spec.max_message_bytes)
-        self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
-        self._latest: tuple[int, int | None] | None = None
-        self._peak: tuple[int, int | None] | None = None
-        self._gpu: int | None = None
-        self._kill: KillDecision | None = None
-        self._raised: tuple[PressureDecision, bool] | None = None
-        self._rc: int | None = None
-        self._oom: tuple[int | None, int | None] = (None, None)
-        self._lost: str | None = None
-        self._exited = threading.Event()
-        self._closed = False
-
-    # -- events from the pump thread --
-
-    def _deliver(self, data: bytes) -> None:
-        # under the write lock: the fd must not be closed (and its number reused) mid-write
-        with self._write_lock:
-            view = memoryview(data)
-            while view and self._write_fd >= 0:
-                try:
-                    written = os.write(self._write_fd, view)
-                except OSError:
-                    return  # the session closed the inbox: nothing waits for these bytes
-                view = view[written:]
-
-    def _sample(self, rss: int, uss: int | None, gpu: int | None) -> None:
-        with self._lock:
-            self._latest = (rss, uss)
-            if self._peak is None or rss > self._peak[0]:
-                self._peak = (rss, uss)
-            if gpu is not None:
-                self._gpu = max(self._gpu or 0, gpu)
-
-    def _killed(
-        self, status: str, limit: float, value: float, message: str, memory: list[Any] | None = None
-    ) -> None:
-        split = None if memory is None else MemorySplit(*memory)
-        with self._lock:
-            self._kill = KillDecision(status, limit, value, message, split)  # type: ignore[arg-type]
-
-    def _pressure(
-        self, rule: str, rss_bytes: int, message: str, values: dict[str, Any], delivered: bool
-    ) -> None:
-        decision = PressureDecision(rule, rss_bytes, message, values)  # type: ignore[arg-type]
-        with self._lock:
-            self._raised = (decision, delivered)
-
-    def _exit(self, rc: int | None, oom_before: int | None, oom_after: int | None) -> None:
-        with self._lock:
-            if self._exited.is_set():
-                return
-            self._rc, self._oom = rc, (oom_before, oom_after)
-        self._close_write()
-        self._exited.set()
-
-    def _lose(self, cause: str) -> None:
-        with self._lock:
-            if self._exited.is_set():
-                return
-            self._lost = cause
-        self._close_write()
-        self._exited.set()
-
-    def _close_write(self) -> None:
-        with self._write_lock:
-            fd, self._write_fd = self._write_fd, -1
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-
-    # -- BaseWorker --
-
-    @property
-    def inbox(self) -> Inbox:
-        return self._inbox
 
     @property
     def where(self) -> dict[str, Any]:
         return {"backend": "ray", "host": self.host, "node_id": self.node_id, "agent_pid": self.agent_pid}
-
-    @property
-    def kill_decision(self) -> KillDecision | None:
-        return self._kill
-
-    def pressure_raised(self) -> tuple[PressureDecision, bool] | None:
-        with self._lock:
-            raised, self._raised = self._raised, None
-        return raised
-
-    def trial_started(self) -> None:
-        with self._lock:
-            self._raised = None  # an earlier trial's, arrived after its result
 
     def send(self, msg: dict[str, Any]) -> None:
         if self._exited.is_set():
             raise OSError(f"worker {self.worker_id} has ended")
         self._actor.send.remote(self.worker_id, msg)
 
-    def read(self, *, uss: bool = False, rediscover: bool = False) -> tuple[int, int | None] | None:
-        with self._lock:
-            if rediscover:  # "now": the agent sampled right before it forwarded the result
-                return self._latest
-            reading, self._peak = self._peak, None
-            return reading if reading is not None else self._latest
-
-    def gpu_bytes(self, gpu_by_pid: dict[int, int] | None) -> int | None:
-        with self._lock:
-            gpu, self._gpu = self._gpu, None
-        return gpu
-
-    def pids(self) -> tuple[int, ...]:
-        return (self.pid,)  # on another host: the driver's NVML cannot see them anyway
-
     def kill(self) -> None:
         if not self._exited.is_set():
             with contextlib.suppress(Exception):
                 self._actor.kill.options(concurrency_group="control").remote(self.worker_id)
 
-    def wait(self, timeout_s: float | None) -> int | None:
-        if not self._exited.wait(timeout_s):
-            return None
-        return self._rc
-
-    def end(self, grace_s: float) -> tuple[int | None, bool]:
-        killed = False
-        if not self._exited.wait(grace_s):
-            self.kill()
-            killed = True
-            self._exited.wait(30.0)
-        if not self._closed:
-            self._closed = True
-            self._inbox.close()  # first: a pump blocked writing into a full pipe gets EPIPE and lets go
-            self._close_write()
-        if not self._exited.is_set():
-            self._lose(
-                f"the Ray actor running worker {self.worker_id} on {self.host or 'its node'} did not "
-                "report the worker's end 30 s after it was killed"
-            )
-        return self._rc, killed
-
-    def classify(self, returncode: int | None, *, in_trial: bool, kill: KillDecision | None) -> EndCause:
-        if self._lost is not None:
-            detail = {"exitcode": None, "node_id": self.node_id, "host": self.host, "why": self._lost}
-            return EndCause("crashed" if in_trial else None, "node_lost", detail, self._lost)
-        cause = classify_end(
-            returncode,
-            in_trial=in_trial,
-            kill=kill,
-            oom_kills_before=self._oom[0],
-            oom_kills_after=self._oom[1],
+    def _unreported(self) -> None:
+        self._lose(
+            f"the Ray actor running worker {self.worker_id} on {self.host or 'its node'} did not "
+            f"report the worker's end {END_REPORT_S:g} s after it was killed"
         )
-        cause.detail.setdefault("host", self.host)
-        return cause
 
 
-class _Slot:
+class _Slot(AgentLink):
     """The driver's side of one slot's actor: the actor, its pump thread, its workers."""
 
+    forget_on_exit = True
+
     def __init__(self, backend: RayClusterBackend, slot: int, actor: Any) -> None:
+        super().__init__()
         self.backend = backend
         self.slot = slot
         self.actor = actor
-        self.workers: dict[int, RayWorker] = {}
-        self.lock = threading.Lock()
         self.dead: str | None = None
         self.closing = False
         self.node_id: str | None = None
@@ -690,33 +543,13 @@ class _Slot:
                     return
                 self._died(err)
                 return
-            for event in events:
-                kind, worker_id = event[0], event[1]
-                with self.lock:
-                    worker = self.workers.get(worker_id)
-                if worker is None:
-                    continue
-                if kind == "out":
-                    worker._deliver(event[2])
-                elif kind == "sample":
-                    worker._sample(event[2], event[3], event[4])
-                elif kind == "kill":
-                    worker._killed(*event[2:])
-                elif kind == "pressure":
-                    worker._pressure(*event[2:])
-                elif kind == "exit":
-                    worker._exit(*event[2:])
-                    with self.lock:
-                        self.workers.pop(worker_id, None)
+            self.dispatch(events)
 
     def _died(self, err: BaseException) -> None:
         cause = self.backend._death_cause(self, err)
         self.dead = cause
         logger.warning("slot %d: %s", self.slot, cause)
-        with self.lock:
-            workers, self.workers = list(self.workers.values()), {}
-        for worker in workers:
-            worker._lose(cause)
+        self.lose_all(cause, forget=True)
 
 
 class RayClusterBackend(BaseBackend):

@@ -7,8 +7,10 @@ writer). It submits a few pilot jobs with submitit (``slurm={...}`` is passed th
 random per-run token (``multiprocessing.connection``'s HMAC challenge), and hosts up to
 ``workers_per_pilot`` workers with the Ray backend's slot agent: the local backend's worker code,
 sampled, limited, killed and ended on the node. On the driver a worker is a :class:`SlurmWorker`,
-the Ray backend's remote handle (:class:`~trainguard.runner.backends.ray.RayWorker`: inbox pipe, peaks
-that survive the trip, kills made next to the worker) talking to its pilot instead of an actor.
+the remote handle the Ray backend's workers have too
+(:class:`~trainguard.runner.backends._remote_agent.RemoteWorker`: inbox pipe, peaks that survive the
+trip, kills made next to the worker) talking to its pilot instead of an actor; a pilot's events reach
+the handles through the same dispatch (:class:`~trainguard.runner.backends._remote_agent.AgentLink`).
 
 A pilot that ends (scancel, preemption, its time limit, a failed node, Slurm's cgroup OOM) ends
 its workers' handles with Slurm's cause in words (``scontrol``'s job state); their trials run
@@ -41,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.exceptions import ConfigError, WorkerCrashedError, missing
+from trainguard.runner.backends._remote_agent import END_REPORT_S, AgentLink, RemoteWorker
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, WorkerSpec
-from trainguard.runner.backends.ray import RayWorker
 from trainguard.runner.backends.slurm_folder import make_private, make_session_folder, prepare_root
 from trainguard.runner.backends.slurm_listen import MAX_HANDSHAKES, PilotDoor, bind_listener
 from trainguard.runner.backends.slurm_rules import (
@@ -120,11 +122,11 @@ def _user() -> str:
     return getpass.getuser()
 
 
-class SlurmWorker(RayWorker):
+class SlurmWorker(RemoteWorker):
     """The driver's handle on a worker that a pilot job runs (see the module docstring)."""
 
     def __init__(self, spec: WorkerSpec, link: _PilotLink, info: dict[str, Any], index: int) -> None:
-        super().__init__(spec, None, info)
+        super().__init__(spec, info)
         self._link = link
         self._index = index
         self.job_id = link.job_id
@@ -152,18 +154,16 @@ class SlurmWorker(RayWorker):
                 self._link.send({"op": "kill", "worker_id": self.worker_id})
 
     def end(self, grace_s: float) -> tuple[int | None, bool]:
-        killed = False
-        if not self._exited.wait(grace_s):
-            self.kill()
-            killed = True
-            self._exited.wait(30.0)
-        if not self._exited.is_set():
-            self._link.backend._lose_link(
-                self._link, "did not report the worker's end 30 s after it was killed"
-            )
-        rc, _ = super().end(0.0)
+        ended = super().end(grace_s)
         self._link.release(self.worker_id, self._index)
-        return rc, killed
+        return ended
+
+    def _unreported(self) -> None:
+        # the pilot stopped answering: its loss ends every worker it ran, this one included
+        self._link.backend._lose_link(
+            self._link, f"did not report the worker's end {END_REPORT_S:g} s after it was killed"
+        )
+        super()._unreported()  # the pilot was already lost: this worker ends all the same
 
     def _pilot_cause(self) -> PilotEnd | None:
         """The pilot's end, when the worker died of a signal while Slurm was ending its job."""
@@ -197,10 +197,11 @@ class SlurmWorker(RayWorker):
         return cause
 
 
-class _PilotLink:
+class _PilotLink(AgentLink):
     """The driver's side of one pilot job: its connection, its reader thread, its workers."""
 
     def __init__(self, backend: SlurmPilotBackend, index: int, job: Any) -> None:
+        super().__init__()
         self.backend = backend
         self.index = index
         self.job = job
@@ -209,9 +210,7 @@ class _PilotLink:
         self.hello: dict[str, Any] | None = None
         self.host = ""
         self.free = list(range(backend.options.workers_per_pilot))
-        self.workers: dict[int, SlurmWorker] = {}
         self.replies: dict[int, queue.Queue[tuple[str, Any]]] = {}
-        self.lock = threading.Lock()
         self.send_lock = threading.Lock()
         self.dead: str | None = None
         self.end: PilotEnd | None = None
@@ -278,30 +277,12 @@ class _PilotLink:
                 if reply is not None:
                     reply.put((kind, message["info"] if kind == "started" else message["message"]))
             elif kind == "events":
-                self._dispatch(message["events"])
+                self.dispatch(message["events"])
             elif kind == "ending":
                 self.ending = message["why"]
                 self.terminating = self.terminating or message["terminating"]
                 logger.warning("Slurm pilot job %s on %s: %s", self.job_id, self.host, self.ending)
                 self.backend._on_ending(self)
-
-    def _dispatch(self, events: list[tuple[Any, ...]]) -> None:
-        for event in events:
-            kind, worker_id = event[0], event[1]
-            with self.lock:
-                worker = self.workers.get(worker_id)
-            if worker is None:
-                continue
-            if kind == "out":
-                worker._deliver(event[2])
-            elif kind == "sample":
-                worker._sample(event[2], event[3], event[4])
-            elif kind == "kill":
-                worker._killed(*event[2:])
-            elif kind == "pressure":
-                worker._pressure(*event[2:])
-            elif kind == "exit":
-                worker._exit(*event[2:])
 
 
 class SlurmPilotBackend(PilotDoor, BaseBackend):
@@ -629,10 +610,7 @@ class SlurmPilotBackend(PilotDoor, BaseBackend):
         link.lost.set()
         if not self._closing:
             logger.warning("%s", end.message)
-        with link.lock:
-            workers = list(link.workers.values())
-        for worker in workers:
-            worker._lose(end.message)
+        link.lose_all(end.message)
         if link.conn is not None:
             with contextlib.suppress(Exception):
                 link.conn.close()
