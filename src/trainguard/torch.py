@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainguard._lazy_attribute import lazy_attribute
+from trainguard._optional import lazy_attribute
 
 __all__ = ["Checkpointer"]
 

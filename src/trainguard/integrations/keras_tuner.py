@@ -21,7 +21,8 @@ import copy
 import threading
 from typing import Any
 
-from trainguard.exceptions import ConfigError, TrainguardError, missing
+from trainguard._optional import import_optional
+from trainguard.exceptions import ConfigError, TrainguardError
 from trainguard.integrations._tasks import TaskPool, make_policy
 
 __all__ = ["search", "GuardedTunerMixin", "TrialGuard"]
@@ -30,11 +31,7 @@ _GUARD_ATTR = "_trainguard_guard"
 
 
 def _keras_tuner() -> Any:
-    try:
-        import keras_tuner
-    except ImportError as err:
-        raise missing("keras-tuner", "trainguard.keras_tuner", extra="keras-tuner") from err
-    return keras_tuner
+    return import_optional("keras_tuner", "keras-tuner", "trainguard.keras_tuner", "keras-tuner")
 
 
 class _ObjectiveOnly:

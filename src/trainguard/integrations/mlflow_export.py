@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from trainguard.exceptions import ConfigError, missing
+from trainguard._optional import import_optional
+from trainguard.exceptions import ConfigError
 from trainguard.integrations.columns import result_numbers, run_columns
 
 __all__ = ["check_tracking_uri", "export", "http_limits", "probe_server", "tracking_uri"]
@@ -56,11 +57,7 @@ _FIX = "pass --tracking-uri a folder, sqlite:///mlflow.db or http://host:5000"
 
 
 def _mlflow() -> Any:
-    try:
-        import mlflow
-    except ImportError as err:
-        raise missing("mlflow", "trainguard.mlflow", extra="mlflow") from err
-    return mlflow
+    return import_optional("mlflow", "mlflow", "trainguard.mlflow", "mlflow")
 
 
 def tracking_uri(to: str | os.PathLike[str] | None) -> str:

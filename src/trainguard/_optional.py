@@ -1,15 +1,17 @@
-"""A public module's attribute imported on first use, where its framework is installed: what
-``trainguard.keras.MemoryCallback`` and ``trainguard.torch.Checkpointer`` do, so that importing
-``trainguard.keras`` or ``trainguard.torch`` imports no framework."""
+"""Optional dependencies, imported only where a feature needs them: a public module's attribute
+imported on first use where its framework is installed (``trainguard.keras.MemoryCallback``,
+``trainguard.torch.Checkpointer``: importing ``trainguard.keras`` imports no framework), and a
+package imported for a feature or ``MissingDependencyError`` naming the extra to install."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
-__all__ = ["lazy_attribute"]
+__all__ = ["lazy_attribute", "import_optional"]
 
 
 def lazy_attribute(
@@ -31,3 +33,14 @@ def lazy_attribute(
         return value
 
     return __getattr__
+
+
+def import_optional(module: str, package: str, feature: str, extra: str) -> ModuleType:
+    """``module`` imported for ``feature``, or ``MissingDependencyError`` saying to install
+    ``package`` (the ``extra`` of trainguard that brings it)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        from trainguard.exceptions import missing
+
+        raise missing(package, feature, extra=extra) from err
