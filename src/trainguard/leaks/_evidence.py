@@ -50,6 +50,7 @@ __all__ = [
     "count_support",
     "qualifies",
     "attach_holders",
+    "suspected_kinds",
     "evidence_dict",
     "support_text",
     "exact_nbytes",
@@ -584,26 +585,69 @@ def _memory_slope(series: list[dict[str, Any]], key: str, from_iteration: int) -
     return stats.theil_sen([r[key] for r in rows], [r["iteration"] for r in rows])
 
 
-def attach_holders(growth: tuple[Any, ...], watch: ContainerWatch | None, *, top: int = 6) -> tuple[Any, ...]:
+def _family(kind: str) -> str:
+    """The framework or origin of a kind: ``numpy`` for ``numpy.ndarray`` and for its detailed
+    ``numpy ndarray float64[64] cpu``, ``entries`` for a container's entries."""
+    return kind.replace(" ", ".", 1).split(".", 1)[0]
+
+
+def suspected_kinds(
+    growth: tuple[Any, ...], support: CountSupport | None, *, cleared: bool
+) -> frozenset[str]:
+    """The kinds of ``growth`` whose holders are worth a search (pure).
+
+    The search walks the heap (up to seconds on a TensorFlow process), so it runs only on what is
+    suspected. A verdict that does not clear the step (``leak``, ``inconclusive``, and ``plateau``,
+    whose memory rose and stopped: the user reads what filled): every kind that grows, as before.
+    A ``no_leak`` (``cleared``): only the kinds the censuses saw rise at the last look (grows,
+    filling, slowing or plateau) and the dtype-and-shape detail of their family; a kind that only
+    the slope over a few censuses puts above zero (one object more at one census) is not searched.
+
+    Args:
+        growth: the report's ``KindGrowth`` entries.
+        support: what the counts said at the last look, or None (counts off or left out).
+        cleared: the verdict is ``no_leak``.
+
+    Returns:
+        The kinds whose holder chains may be searched.
+    """
+    if not cleared:
+        return frozenset(g.kind for g in growth)
+    rose = {k.kind for k in support.kinds} if support is not None else set()
+    families = {_family(k) for k in rose}
+    return frozenset(
+        g.kind
+        for g in growth
+        if g.kind in rose or (g.detail == "by dtype and shape" and _family(g.kind) in families)
+    )
+
+
+def attach_holders(
+    growth: tuple[Any, ...],
+    watch: ContainerWatch | None,
+    *,
+    top: int = 6,
+    only: frozenset[str] | None = None,
+) -> tuple[Any, ...]:
     """``growth`` with a referrer chain (:mod:`trainguard.leaks.holders`) on its top kinds that
-    grow in count. Run before ``gc.unfreeze()``: objects outside the frozen generation are the
-    ones the iterations created, and only those are accepted as a sample of what grows."""
+    grow in count (among ``only`` when given, :func:`suspected_kinds`). Run before
+    ``gc.unfreeze()``: objects outside the frozen generation are the ones the iterations created,
+    and only those are accepted as a sample of what grows. Nothing to search: no heap walk at all."""
     from dataclasses import replace
 
+    from trainguard.leaks.attribution import kind_rank
     from trainguard.leaks.holders import holder_chains, kind_predicate
 
-    new_ids = set(map(id, gc.get_objects()))
+    new_ids: set[int] = set()  # filled below, only when there is something to search
 
     def new(o: Any) -> bool:
         return not gc.is_tracked(o) or id(o) in new_ids
-
-    from trainguard.leaks.attribution import kind_rank
 
     predicates: dict[str, Any] = {}
     for g in growth:
         if len(predicates) >= top or g.count_per_iter <= 0 or kind_rank(g.kind) == 3:
             continue
-        if g.detail not in ("", "by dtype and shape"):
+        if g.detail not in ("", "by dtype and shape") or (only is not None and g.kind not in only):
             continue
         test = _container_predicate(g.kind, watch)
         if test is None and (kind_test := kind_predicate(g.kind)) is not None:
@@ -612,6 +656,7 @@ def attach_holders(growth: tuple[Any, ...], watch: ContainerWatch | None, *, top
             predicates[g.kind] = test
     if not predicates:
         return growth
+    new_ids.update(map(id, gc.get_objects()))
     chains = holder_chains(predicates)
     for kind in predicates:
         if kind not in chains and kind.startswith(("tensorflow.", "keras.")):

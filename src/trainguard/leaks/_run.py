@@ -517,8 +517,11 @@ class _Counts:
         self.support = _evidence.count_support(self.points, series, alpha=alpha, key=key)
         return self.support.supports
 
-    def with_holders(self, growth: tuple[KindGrowth, ...]) -> tuple[KindGrowth, ...]:
-        return _evidence.attach_holders(growth, self.watch)
+    def with_holders(self, growth: tuple[KindGrowth, ...], verdict: Verdict) -> tuple[KindGrowth, ...]:
+        """``growth`` with holder chains on what is suspected (``_evidence.suspected_kinds``): a
+        clean run whose censuses saw nothing rise walks no heap."""
+        only = _evidence.suspected_kinds(growth, self.support, cleared=verdict is Verdict.NO_LEAK)
+        return _evidence.attach_holders(growth, self.watch, only=only)
 
     def finish(self, loop: _Loop, alpha: float, key: str) -> None:
         """A last census, and what all the censuses say together."""
@@ -734,7 +737,7 @@ class _Loop(LoopBase):
         ]
         return "pss", rows
 
-    def attribution(self, warm_iter: int) -> tuple[tuple[KindGrowth, ...], tuple[str, ...]]:
+    def attribution(self, warm_iter: int, verdict: Verdict) -> tuple[tuple[KindGrowth, ...], tuple[str, ...]]:
         from trainguard.leaks.attribution import framework_hints, growth_by_kind
 
         growth: tuple[KindGrowth, ...] = ()
@@ -752,7 +755,7 @@ class _Loop(LoopBase):
             finally:
                 self.probe.stop()  # before the holder search, which tracemalloc would slow down
         try:
-            growth = self.counts.with_holders(growth)
+            growth = self.counts.with_holders(growth, verdict)
         except Exception as err:  # naming holders must never cost the verdict
             logger.warning("holder search failed: %s", err)
         return growth, hints
@@ -836,7 +839,7 @@ def _build_report(
 ) -> LeakReport:
     """Assemble the LeakReport: slopes over the settled part, attribution, retention, GPU."""
     warm, slopes = settled_slope(series, decision)
-    growth, hints = loop.attribution(slopes["warmup_iterations"])
+    growth, hints = loop.attribution(slopes["warmup_iterations"], verdict)
     gpu = {"source": loop.plan.gpu_key, **analysis_dict(gpu_decision)} if gpu_decision and loop.plan else None
     look = loop.last_look
     plan = loop.plan
