@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from trainguard._wrapped_loader import WrappedLoader
+
 __all__ = ["is_startup_noise", "filter_noise", "install_quiet_imports", "capture_path", "replay_capture"]
 
 _ABSL_PREINIT = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
@@ -160,14 +162,11 @@ def _stderr_to_file(level: int, capture_dir: str | None) -> Iterator[None]:
                 pass
 
 
-class _QuietLoader(importlib.abc.Loader):
+class _QuietLoader(WrappedLoader):
     def __init__(self, loader: Any, level: int, capture_dir: str | None) -> None:
-        self._loader = loader
+        super().__init__(loader)
         self._level = level
         self._capture_dir = capture_dir
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
         # the real loader goes back on the module first: importlib.resources and reloads use it
@@ -176,9 +175,6 @@ class _QuietLoader(importlib.abc.Loader):
             module.__spec__.loader = self._loader
         with _stderr_to_file(self._level, self._capture_dir):
             self._loader.exec_module(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
 
 
 class _QuietFinder(importlib.abc.MetaPathFinder):

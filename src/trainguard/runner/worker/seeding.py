@@ -21,6 +21,8 @@ import random
 import sys
 from typing import Any
 
+from trainguard._wrapped_loader import WrappedLoader
+
 __all__ = ["derive_seed", "seed_trial", "check_seed", "SEED_MAX"]
 
 logger = logging.getLogger(__name__)
@@ -100,16 +102,13 @@ def _seed_one(name: str, seed: int, *, at_import: bool = False) -> None:
         logger.warning("could not seed %s: %s", name, err)
 
 
-class _SeedingLoader(importlib.abc.Loader):
+class _SeedingLoader(WrappedLoader):
     """Runs the real loader, then seeds the framework it just imported."""
 
     def __init__(self, loader: Any, name: str, finder: _SeedOnImport) -> None:
-        self._loader = loader
+        super().__init__(loader)
         self._name = name
         self._finder = finder
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
         # importing TensorFlow draws from Python's random: in a fresh worker the import happens
@@ -127,9 +126,6 @@ class _SeedingLoader(importlib.abc.Loader):
         seed = self._finder.seed
         if seed is not None:
             _seed_one(self._name, seed, at_import=True)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
 
 
 class _SeedOnImport(importlib.abc.MetaPathFinder):
