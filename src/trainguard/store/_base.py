@@ -38,3 +38,14 @@ class StoreRows:
 
     def _require_trial(self, conn: sqlite3.Connection, run_id: int, index: int) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    def _rows_if_table(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The rows ``sql`` reads from a table added after the store's first release: none from a
+        store written before the table existed (a reader never creates it)."""
+        with self._read() as conn:
+            try:
+                return list(conn.execute(sql, args).fetchall())
+            except sqlite3.OperationalError as err:
+                if "no such table" in str(err):
+                    return []
+                raise

@@ -8,7 +8,6 @@ written before it reads no readings.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
 from trainguard.store._base import StoreRows
@@ -52,15 +51,9 @@ class BytesInUseRows(StoreRows):
 
     def bytes_in_use(self, run_id: int) -> list[BytesInUseReading]:
         """The run's readings in the order they were taken (none for a store written before them)."""
-        with self._read() as conn:
-            try:
-                rows = conn.execute(
-                    "SELECT run_id, idx, attempt, worker_id, allocator, bytes_in_use, time FROM bytes_in_use"
-                    " WHERE run_id=? ORDER BY time, idx, attempt",
-                    (run_id,),
-                ).fetchall()
-            except sqlite3.OperationalError as err:
-                if "no such table" in str(err):  # a store written before the table existed (reader)
-                    return []
-                raise
+        rows = self._rows_if_table(
+            "SELECT run_id, idx, attempt, worker_id, allocator, bytes_in_use, time FROM bytes_in_use"
+            " WHERE run_id=? ORDER BY time, idx, attempt",
+            (run_id,),
+        )
         return [BytesInUseReading(*row) for row in rows]

@@ -5,7 +5,6 @@ One table's section of :class:`~trainguard.store.Store` (see ``_base.py``).
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from typing import Any
 
@@ -66,17 +65,11 @@ class FittedSizeRows(StoreRows):
         return self._fitted("WHERE fn_ref=?", (fn_ref,))
 
     def _fitted(self, where: str, args: tuple[Any, ...]) -> list[FittedSize]:
-        with self._read() as conn:
-            try:
-                rows = conn.execute(
-                    "SELECT fn_ref, params_key, device, key, size, peak_rss_bytes, source, detail_json, updated_at "
-                    f"FROM fitted_sizes {where} ORDER BY updated_at DESC",
-                    args,
-                ).fetchall()
-            except sqlite3.OperationalError as err:
-                if "no such table" in str(err):  # a store written before the table existed (reader)
-                    return []
-                raise
+        rows = self._rows_if_table(
+            "SELECT fn_ref, params_key, device, key, size, peak_rss_bytes, source, detail_json, updated_at "
+            f"FROM fitted_sizes {where} ORDER BY updated_at DESC",
+            args,
+        )
         return [
             FittedSize(
                 fn_ref=fn_ref,

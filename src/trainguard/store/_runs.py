@@ -318,17 +318,11 @@ class RunRows(StoreRows):
     def session_settings(self, run_id: int) -> list[SessionSettings]:
         """The settings each session of a run ran with, first session first (empty for a store
         written before they were kept)."""
-        with self._read() as conn:
-            try:
-                rows = conn.execute(
-                    "SELECT run_id, session, config_json, started_at FROM session_settings WHERE run_id=?"
-                    " ORDER BY session",
-                    (run_id,),
-                ).fetchall()
-            except sqlite3.OperationalError as err:
-                if "no such table" in str(err):
-                    return []
-                raise
+        rows = self._rows_if_table(
+            "SELECT run_id, session, config_json, started_at FROM session_settings WHERE run_id=?"
+            " ORDER BY session",
+            (run_id,),
+        )
         return [SessionSettings(int(r), int(s), json.loads(c), float(t)) for r, s, c, t in rows]
 
     def trial_sessions(self, run_id: int) -> dict[int, int]:
@@ -385,13 +379,7 @@ class RunRows(StoreRows):
 
     def trial_seeds(self, run_id: int) -> dict[int, int]:
         """``{index: seed}`` of the run's seeded trials (empty for a run without a seed)."""
-        with self._read() as conn:
-            try:
-                rows = conn.execute("SELECT idx, seed FROM trial_seeds WHERE run_id=?", (run_id,)).fetchall()
-            except sqlite3.OperationalError as err:
-                if "no such table" in str(err):  # a store written before the table existed (reader)
-                    return {}
-                raise
+        rows = self._rows_if_table("SELECT idx, seed FROM trial_seeds WHERE run_id=?", (run_id,))
         return {int(i): int(s) for i, s in rows}
 
 

@@ -5,7 +5,6 @@ One table's section of :class:`~trainguard.store.Store` (see ``_base.py``).
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from typing import Any
 
@@ -66,11 +65,5 @@ class StageRows(StoreRows):
         if index is not None:
             query += " AND idx=?"
             args += (index,)
-        with self._read() as conn:
-            try:
-                rows = conn.execute(query + " ORDER BY stage_pk", args).fetchall()
-            except sqlite3.OperationalError as err:
-                if "no such table" in str(err):
-                    return []
-                raise
+        rows = self._rows_if_table(query + " ORDER BY stage_pk", args)
         return [StageRecord(*row) for row in rows]
