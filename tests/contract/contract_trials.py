@@ -33,6 +33,17 @@ def alloc(params):
     return {"held": len(held)}
 
 
+def fill_shm(params):
+    """Write ``mb`` MiB into ``path`` (in /dev/shm) in 8 MiB pieces and close it: memory no RSS shows."""
+    chunk = b"\1" * (8 << 20)
+    with open(params["path"], "wb") as fh:
+        for _ in range(params["mb"] // 8):
+            fh.write(chunk)
+            time.sleep(0.01)
+    time.sleep(30.0)  # held until the memory limit kills it
+    return os.path.getsize(params["path"])
+
+
 def hold(params):
     """Note this attempt's pid in ``folder``, then wait for ``folder/release`` (at most 60 s)."""
     folder = Path(params["folder"])

@@ -3,10 +3,11 @@
 One class of tests over a ``backend`` fixture parametrized over ``local``, ``ray`` (a Ray started on
 this machine, once for the module) and ``slurm`` (the tests' own one-node Slurm, once for the session:
 ``tests/conftest.py``'s ``slurm``): a trial's result, an exception, a worker that exits, a memory
-kill, a timeout, a worker killed from outside, recycling, ``on_error="stop"``, an ``imap`` closed
-mid-run, the shutdown, and nothing left when the Runner closes. The memory kill, the timeout and
-the crash end with the same status and the same message (its figures masked) on every backend as
-on the local one: the node's agent asks the same verdict and the driver classifies the same end.
+kill (of the process tree's memory, and of what it wrote into /dev/shm), a timeout, a worker killed
+from outside, recycling, ``on_error="stop"``, a run cancelled mid-trial, the shutdown, and nothing
+left when the Runner closes. The memory kills, the timeout and the crash end with the same status
+and the same message (its figures masked) on every backend as on the local one: the node's agent
+asks the same verdict and the driver classifies the same end.
 
 The trials are tiny pure-Python functions (``contract_trials.py``). Ray is skipped only when ray
 is not installed, Slurm when submitit is missing or this is not root (the private cluster needs it).
@@ -34,12 +35,32 @@ HERE = Path(__file__).parent
 TRIALS = str(HERE / "contract_trials.py")
 MIB = 1 << 20
 LIMIT = 200 * 10**6
+
+
+def _shm_free() -> bool:
+    try:
+        free = os.statvfs("/dev/shm")
+    except OSError:
+        return False
+    return free.f_bavail * free.f_frsize >= 600 * MIB
+
+
+#: a tmpfs write over the limit is one of the faults where /dev/shm has room for it
+SHM = _shm_free()
 #: the faults run, one trial each, in this order, on one worker slot recycled after two trials (one
 #: Runner per backend serves most of the class): echo0 and echo1 share a worker, echo2 and boom the
 #: next (an exception does not end it), then each fault ends its own worker and echo3 runs on a fresh one
-FAULTS = ("echo0", "echo1", "echo2", "boom", "exit_hard", "alloc", "hold", "echo3")
+FAULTS = ("echo0", "echo1", "echo2", "boom", "exit_hard", "alloc", *(("fill_shm",) * SHM), "hold", "echo3")
 #: why each worker of the faults run ended
-ENDS = ["recycled", "recycled", "crashed", "killed_memory", "killed_timeout", "shutdown"]
+ENDS = [
+    "recycled",
+    "recycled",
+    "crashed",
+    "killed_memory",
+    *(["killed_memory"] * SHM),
+    "killed_timeout",
+    "shutdown",
+]
 
 
 def ref(name: str) -> str:
@@ -137,13 +158,20 @@ def _run_faults(backend: Backend, folder: Path) -> Faults:
     (folder / "hold").mkdir(exist_ok=True)
     params = [{"x": i, "kind": name} for i, name in enumerate(FAULTS)]
     params[FAULTS.index("hold")]["folder"] = str(folder / "hold")
-    policy = Policy(memory_limit=LIMIT, timeout="1.5s", max_trials_per_worker=2, peak_ratio=None)
-    with backend.runner(folder, policy=policy, seed=7) as runner:
-        results = runner.map(ref("fault"), params, name="faults")
-        store = runner.store
-        run_id = store.get_run("faults").run_id
-        attempts = sorted(store.attempts(run_id), key=lambda a: a.index)
-        workers = store.workers(run_id)
+    shm = f"/dev/shm/contract-{os.getpid()}-{backend.name}"
+    if SHM:  # 400 MB written, none of it in any RSS: killed for what tmpfs holds
+        params[FAULTS.index("fill_shm")].update(path=shm, mb=400)
+    policy = Policy(memory_limit=LIMIT, timeout="2s", max_trials_per_worker=2, peak_ratio=None)
+    try:
+        with backend.runner(folder, policy=policy, seed=7) as runner:
+            results = runner.map(ref("fault"), params, name="faults")
+            store = runner.store
+            run_id = store.get_run("faults").run_id
+            attempts = sorted(store.attempts(run_id), key=lambda a: a.index)
+            workers = store.workers(run_id)
+    finally:
+        if os.path.exists(shm):
+            os.unlink(shm)
     _FAULTS[backend.name] = Faults(dict(zip(FAULTS, results, strict=True)), attempts, workers)
     return _FAULTS[backend.name]
 
@@ -245,11 +273,18 @@ class TestBackendContract:
         assert faults.attempts[FAULTS.index("alloc")].status == "killed_memory"
         assert result.peak_rss_bytes >= LIMIT
 
+    @pytest.mark.skipif(not SHM, reason="/dev/shm has less than 600 MiB free")
+    def test_a_tmpfs_write_is_the_local_memory_kill(self, faults: Faults, local: Faults) -> None:
+        error, expected = faults.results["fill_shm"].error, local.results["fill_shm"].error
+        assert field(error, "status") == "killed_memory" and "shmem/tmpfs" in field(error, "message")
+        assert shape(field(error, "message")) == shape(field(expected, "message"))
+        assert field(error, "tmpfs_bytes") > 100 * MIB  # the split the verdict read reached the driver
+
     def test_a_timeout_is_the_local_status_and_message(self, faults: Faults, local: Faults) -> None:
         result, expected = faults.results["hold"], local.results["hold"]
         assert field(result.error, "status") == "timeout"
         assert shape(field(result.error, "message")) == shape(field(expected.error, "message"))
-        assert result.duration_s >= 1.5  # it ran its full timeout; how soon after it ends is a bench's
+        assert result.duration_s >= 2.0  # it ran its full timeout; how soon after it ends is a bench's
 
     def test_each_worker_ends_as_a_local_one_and_recycles_after_two_trials(
         self, backend: Backend, faults: Faults, local: Faults
