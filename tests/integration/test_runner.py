@@ -220,18 +220,6 @@ def test_on_error_stop_chains_the_error_of_what_ended_the_trial(kind, policy, st
 # -- recycling -------------------------------------------------------------------------------------
 
 
-def test_max_trials_per_worker_recycles_with_the_rule_recorded(tmp_path):
-    policy = Policy(max_trials_per_worker=2, peak_ratio=None)
-    with Runner(policy=policy, store=tmp_path / "r.db") as runner:
-        results = runner.map(ref("echo"), [{"x": i} for i in range(5)], name="recycle")
-        workers = runner.store.workers(runner.store.get_run("recycle").run_id)
-    pids = [r.value["pid"] for r in results]
-    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
-    assert [w.reason for w in workers] == ["recycled", "recycled", "shutdown"]
-    assert workers[0].detail["rule"] == "max_trials" and workers[0].detail["trials"] == 2
-    assert "max_trials_per_worker=2" in workers[0].reason_text
-
-
 def test_predictive_recycling_acts_before_the_memory_limit(tmp_path):
     # each trial keeps 30 MiB alive in its worker; the limit would be crossed at the ~7th trial
     policy = Policy(memory_limit="240MiB", peak_ratio=None)

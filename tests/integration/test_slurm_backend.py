@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("submitit")
 
 from trainguard.exceptions import ConfigError  # noqa: E402
-from trainguard.runner import Policy, Runner, SlurmBackend  # noqa: E402
+from trainguard.runner import Runner, SlurmBackend  # noqa: E402
 from trainguard.store import Store  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -84,10 +84,8 @@ def test_sixteen_trials_over_two_pilots_equal_the_local_backend(slurm, tmp_path)
         store = runner.store
         workers = store.workers(store.get_run("sweep").run_id)
         run_id = store.get_run("sweep").run_id
-    with Runner(workers=2, store=tmp_path / "l.db", seed=7) as runner:
-        local = runner.map(ref("draw"), params, name="sweep")
+    # the same values as the local backend's: tests/contract/test_backend_contract.py
     assert [r.status for r in on_slurm] == ["ok"] * 16
-    assert [r.value for r in on_slurm] == [r.value for r in local]  # seeded draws included
     # every trial ran inside a Slurm job: two pilots, each with one worker
     assert {w.config["backend"] for w in workers} == {"slurm"}
     assert len({w.config["slurm_job"] for w in workers}) == 2, workers
@@ -96,24 +94,6 @@ def test_sixteen_trials_over_two_pilots_equal_the_local_backend(slurm, tmp_path)
     assert all(r.peak_rss_bytes and r.peak_rss_bytes > 5 * 2**20 for r in on_slurm)
     assert Store(tmp_path / "s.db").samples(run_id)
     assert queue("sweep") == [] and queue("jobs") == []
-
-
-def test_memory_limit_kills_the_trial_in_its_pilot_with_the_cause(slurm, tmp_path):
-    policy = Policy(memory_limit="200MB")
-    with Runner(workers=1, backend=slurm_backend(tmp_path), store=tmp_path / "s.db", policy=policy) as r:
-        killed, after = r.map(ref("alloc"), [{"x": 1}], name="alloc")[0], None
-        after = r.map(ref("job"), [{"x": 2}], name="after")[0]
-        store = r.store
-        run = store.get_run("alloc")
-        attempt = store.attempts(run.run_id)[0]
-        worker = store.workers(run.run_id)[0]
-    assert killed.status == "failed" and attempt.status == "killed_memory"
-    assert "memory_limit" in killed.error["message"] and killed.error["limit_bytes"] == 200 * 10**6
-    # killed by the pilot next to the worker at 10 Hz: within a few 10 MiB steps of the limit
-    assert 200 * 10**6 <= killed.peak_rss_bytes < 200 * 10**6 + 120 * 2**20
-    assert worker.reason == "killed_memory" and worker.config["slurm_job"] and worker.config["host"]
-    assert after.status == "ok" and after.value["job"]
-    assert queue("alloc") == []
 
 
 def test_pilot_scancelled_mid_run_its_trials_rerun_elsewhere(slurm, tmp_path):
@@ -211,40 +191,6 @@ def test_pre_timeout_signal_moves_a_staged_trial_to_another_pilot(slurm, tmp_pat
     attempts = store.attempts(store.get_run("staged").run_id)
     assert attempts[0].status == "staged"
     assert queue("staged") == []
-
-
-def test_a_tmpfs_write_over_the_limit_is_killed_in_its_pilot_with_the_local_message(slurm, tmp_path):
-    """The pilot asks the local sampler's limit verdict (the Ray agent's code): a trial writing 600 MB
-    into /dev/shm (no RSS shows it) under a 300 MB limit is killed for it, in the same words."""
-    import re
-    import uuid
-
-    free = os.statvfs("/dev/shm")
-    if free.f_bavail * free.f_frsize < 800 * 2**20:
-        pytest.skip("/dev/shm has less than 800 MiB free")
-    fill = str(HERE / "tmpfs_trials.py") + ":fill_shm"
-    policy = Policy(memory_limit="300MB", peak_ratio=None)
-    errors = {}
-    for backend in ("local", "slurm"):
-        path = f"/dev/shm/slurm-verdict-{uuid.uuid4().hex}"
-        where = slurm_backend(tmp_path) if backend == "slurm" else "local"
-        try:
-            with Runner(workers=1, backend=where, store=tmp_path / f"{backend}.db", policy=policy) as runner:
-                (result,) = runner.map(fill, [{"path": path, "mb": 600, "hold_s": 15}], name="shm")
-        finally:
-            if os.path.exists(path):
-                os.unlink(path)
-        assert result.status == "failed" and result.error["status"] == "killed_memory", result.error
-        errors[backend] = result.error
-
-    def shape(message: str) -> str:
-        return re.sub(r"[\d.,]+ (B|KiB|MiB|GiB)\b", "N", message)
-
-    on_slurm, local = errors["slurm"], errors["local"]
-    assert "shmem/tmpfs" in on_slurm["message"], on_slurm
-    assert shape(on_slurm["message"]) == shape(local["message"]), (on_slurm["message"], local["message"])
-    assert on_slurm["tmpfs_bytes"] > 250 * 2**20, on_slurm  # the split crossed the wire
-    assert queue("shm") == []
 
 
 def test_slurms_cgroup_oom_kill_of_a_worker_is_a_memory_kill(slurm, tmp_path):
