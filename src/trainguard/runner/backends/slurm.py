@@ -616,6 +616,16 @@ class SlurmPilotBackend(PilotDoor, BaseBackend):
                 link.conn.close()
         self._changed()
 
+    def _still_queued(self, ids: list[str], wait_s: float) -> list[str]:
+        """Those of the pilot jobs ``ids`` still in the queue after up to ``wait_s`` for them to leave."""
+        deadline = time.monotonic() + wait_s
+        while ids and time.monotonic() < deadline:
+            left = set(queued_jobs(self._job_name()))
+            ids = [i for i in ids if i in left]
+            if ids:
+                time.sleep(0.5)
+        return ids
+
     def close(self) -> None:
         """Stop every pilot (asked first, then ``scancel``), and wait until none is in the queue."""
         self._closing = True
@@ -626,21 +636,10 @@ class SlurmPilotBackend(PilotDoor, BaseBackend):
             if link.dead is None and link.conn is not None:
                 with contextlib.suppress(OSError):
                     link.send({"op": "shutdown"})
-        ids = [link.job_id for link in links]
-        deadline = time.monotonic() + 15.0
-        while ids and time.monotonic() < deadline:
-            left = set(queued_jobs(self._job_name()))
-            ids = [i for i in ids if i in left]
-            if ids:
-                time.sleep(0.5)
+        ids = self._still_queued([link.job_id for link in links], 15.0)
         if ids:
             _slurm_cmd(["scancel", *ids])
-            deadline = time.monotonic() + 30.0
-            while ids and time.monotonic() < deadline:
-                left = set(queued_jobs(self._job_name()))
-                ids = [i for i in ids if i in left]
-                if ids:
-                    time.sleep(0.5)
+            self._still_queued(ids, 30.0)
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 self._listener.close()
