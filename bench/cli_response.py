@@ -60,7 +60,7 @@ def _hung_trial() -> float:
     start = time.perf_counter()
     with trainguard.Runner(workers=1, store=None, policy=trainguard.Policy(timeout="1.5s")) as runner:
         (result,) = runner.map(f"{TRIALS}:fault", [{"kind": "hang"}])
-    assert result.error["status"] == "timeout", result.error
+    assert result.error.status == "timeout", result.error
     return time.perf_counter() - start
 
 

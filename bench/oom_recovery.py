@@ -36,7 +36,7 @@ def brute_force(sizes: list[int]) -> tuple[int, float, list[tuple[int, str, int 
     with Runner(policy=policy, store=None, sample_interval="20ms") as runner:
         results = runner.map(FIT, [{"batch_size": s, "steps": 1} for s in sizes])
     rows = [
-        (s, r.status if r.ok else r.error["status"], r.peak_rss_bytes)
+        (s, r.status if r.ok else r.error.status, r.peak_rss_bytes)
         for s, r in zip(sizes, results, strict=True)
     ]
     fits = [s for s, status, peak in rows if status == "ok" and peak is not None and peak <= LIMIT]

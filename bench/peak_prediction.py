@@ -50,7 +50,7 @@ def one(label: str, params: list[dict], **runner_kwargs) -> dict:
             run = s.get_run("bench")
             kills = [e for e in s.events(run.run_id) if e.kind == "kill"]
             over = [e for e in s.events(run.run_id) if e.kind == "budget_exceeded"]
-    statuses = [r.error["status"] if r.error else "ok" for r in results]
+    statuses = [r.error.status if r.error else "ok" for r in results]
     late = [r for r in results[10:] if r.ok and r.predicted_peak_bytes]
     errors = sorted(abs(r.predicted_peak_bytes - r.peak_rss_bytes) / r.peak_rss_bytes for r in late)
     return {

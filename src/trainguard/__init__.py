@@ -58,6 +58,7 @@ _LAZY = {
     "FitResult": "trainguard.fitting",
     "probing": "trainguard.fitting",
     "TrialResult": "trainguard.runner",
+    "Failure": "trainguard.runner",
     "share": "trainguard.runner",
     "SharedData": "trainguard.runner",
     "TrialContext": "trainguard.runner",
@@ -162,6 +163,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only; listed 
     from trainguard.runner import (  # noqa: F401
         Command,
         Device,
+        Failure,
         Policy,
         RayBackend,
         Runner,

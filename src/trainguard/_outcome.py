@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.outcomes import Failure
+
 __all__ = ["TrialOutcome"]
 
 
@@ -20,7 +22,7 @@ class TrialOutcome:
     params: Any
     status: str
     value: Any
-    error: dict[str, Any] | None
+    error: Failure | None
     attempts: int
     peak_rss_bytes: int | None
     worker_id: int | None

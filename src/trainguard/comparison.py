@@ -371,7 +371,10 @@ def _unavailable(backend: str | None, alloc: str) -> tuple[str | None, str | Non
         if importlib.util.find_spec("keras") is None:
             return "keras is not installed (pip install keras)", None
         if importlib.util.find_spec(KERAS_BACKENDS[backend]) is None:
-            return f"the {backend} backend needs the package {KERAS_BACKENDS[backend]!r}, which is not installed", None
+            return (
+                f"the {backend} backend needs the package {KERAS_BACKENDS[backend]!r}, which is not installed",
+                None,
+            )
     if alloc == "glibc":
         return None, None
     try:
@@ -427,13 +430,13 @@ def _summarise(
             f"[{format_bytes(low, signed=True)}, {format_bytes(high, signed=True)}]"
         )
     if failed:
-        words += f"; {len(failed)} failed ({', '.join(sorted({str((r.error or {}).get('status')) for r in failed}))})"
+        words += f"; {len(failed)} failed ({', '.join(sorted({r.error.status if r.error else 'failed' for r in failed}))})"
     return ConfigurationResult(
         label,
         config,
         trials=len(done),
         failures=len(failed),
-        failure_statuses=[str((r.error or {}).get("status")) for r in failed],
+        failure_statuses=[r.error.status if r.error else "failed" for r in failed],
         growth_bytes_per_trial=slope,
         growth_ci_low_bytes_per_trial=low,
         growth_ci_high_bytes_per_trial=high,

@@ -161,8 +161,8 @@ class TrialError(TrainguardError):
     trials) the objective's own exception crossed back from a worker.
 
     ``index`` is the failed trial's, ``status`` its attempt status (``exception``, ``timeout``,
-    ``killed_memory``...), ``error`` the stored error (``message``, ``type``, ``traceback`` for an
-    exception); ``Runner.map`` adds ``results`` (what finished). When the worker was killed or
+    ``killed_memory``...), ``error`` the trial's :class:`~trainguard.outcomes.Failure` (``message``,
+    ``exc_type``, ``traceback`` for an exception); ``Runner.map`` adds ``results`` (what finished). When the worker was killed or
     crashed rather than the function raising, ``__cause__`` is the matching error of
     :data:`FAILURE_ERRORS` (``MemoryLimitError``, ``TrialTimeoutError``...). A rebuilt objective
     exception carries ``exc_type`` and ``traceback`` instead.

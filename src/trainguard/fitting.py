@@ -261,8 +261,9 @@ class _Prober:
         if size in self.cache:
             return self.cache[size]
         (result,) = self.runner.map(self.target, [{**self.params, self.key: size}])
-        status = result.status if result.ok else str((result.error or {}).get("status"))
-        message = "" if result.ok else str((result.error or {}).get("message") or "")
+        error = None if result.ok else result.error
+        status = result.status if error is None else error.status
+        message = "" if error is None else error.message
         if not result.ok and status not in OOM_STATUSES:
             raise TrialError(
                 f"the probe at {self.key}={size} failed with {status} ({message[:300]}), not out of memory: "

@@ -10,9 +10,8 @@ keeps plain words, and a row read back compares equal to its member.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from types import MappingProxyType
 from typing import Any
 
 __all__ = [
@@ -20,6 +19,7 @@ __all__ = [
     "WorkerReason",
     "EventKind",
     "Failure",
+    "plain_record",
     "ATTEMPT_STATUSES",
     "OOM_STATUSES",
     "RETRY_CATEGORIES",
@@ -232,41 +232,154 @@ ATTEMPT_WORDS: Mapping[str, str] = {s.value: s.words for s in AttemptStatus}
 WORKER_REASONS: dict[str, str] = {r.value: r.words for r in WorkerReason}
 
 
+#: The stored key of each typed field of :class:`Failure` whose key is not its name.
+_KEYS = {"exc_type": "type"}
+_TEXT = ("status", "message", "exc_type", "traceback", "framework", "signal")
+_WHOLE = ("exitcode", "rss_bytes", "limit_bytes", "attempt", "worker_id")
+_MAPS = ("ran_with", "prediction", "flight_recorder", "disk_full")
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """Why one attempt failed, as it crosses from the worker (or the supervisor's view of its end)
-    into the store: ``status`` (an :class:`AttemptStatus`), ``message`` and whatever numbers the
-    cause carries (``type`` and ``traceback`` for an exception, ``limit_bytes``, ``signal``,
-    ``attempt``, ``worker_id``, ``ran_with``, ...), kept exactly as stored.
+    """Why one attempt of a trial failed: ``TrialResult.error`` (and the store's records) for a
+    trial that did not end ``ok``; None for one that did.
 
-    A changed view of a failure is a new record (:meth:`with_fields`, :meth:`with_message`), never an
-    edit in place: the attempt's row keeps what it was written with while the trial's row may say
-    more (an OOM give-up adds why no smaller size was tried).
+    ``status`` is the attempt's cause (an :class:`AttemptStatus`: ``exception``, ``framework_oom``,
+    ``crashed``, ``os_oom``, ``killed_memory``, ``timeout``...) and ``message`` one line for people.
+    An exception carries ``exc_type`` (its qualified name), ``mro`` (its classes, most derived
+    first), ``traceback`` and, for an out-of-memory error, the ``framework`` that raised it. A worker
+    that ended carries its ``exitcode`` and ``signal``; a memory kill the ``rss_bytes`` read at the
+    kill and the ``limit_bytes`` it crossed. The supervisor adds the ``attempt`` and ``worker_id``,
+    ``ran_with`` (the sizes an out-of-memory attempt ran with), ``prediction`` (a trial the peak
+    model did not start), ``flight_recorder`` (the last seconds before a kill) and ``disk_full``
+    (where the disk filled up). ``detail`` holds the other figures of a cause, which differ by
+    cause and backend (``timeout_s``, ``elapsed_s``, ``gpu_bytes``, ``tmpfs_bytes``, ``host``,
+    ``slurm_job``, ``why``...).
+
+    The record crosses a process, the store or a wire as :meth:`to_dict` (the flat JSON object
+    the store has always kept) and comes back with :meth:`from_dict`. A changed view is a new
+    record (``dataclasses.replace``).
     """
 
-    fields: Mapping[str, Any]
+    status: str
+    message: str
+    exc_type: str | None = None
+    mro: tuple[str, ...] = ()
+    traceback: str | None = None
+    framework: str | None = None
+    exitcode: int | None = None
+    signal: str | None = None
+    rss_bytes: int | None = None
+    limit_bytes: int | None = None
+    attempt: int | None = None
+    worker_id: int | None = None
+    ran_with: Mapping[str, Any] | None = None
+    prediction: Mapping[str, Any] | None = None
+    flight_recorder: Mapping[str, Any] | None = None
+    disk_full: Mapping[str, Any] | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+    def to_dict(self) -> dict[str, Any]:
+        """The failure as one flat JSON object (the form the store, the worker pipe and
+        ``trainguard run --json`` carry): the fields set, under their stored keys, then ``detail``'s.
 
-    @property
-    def status(self) -> str:
-        return str(self.fields.get("status") or "")
-
-    @property
-    def message(self) -> str:
-        return str(self.fields.get("message") or "")
-
-    def with_fields(self, **more: Any) -> Failure:
-        return Failure({**self.fields, **more})
-
-    def with_message(self, message: str) -> Failure:
-        return self.with_fields(message=message)
-
-    def to_json(self) -> dict[str, Any]:
-        """The dict the store keeps (the same keys, in the same order, as it was given)."""
-        return dict(self.fields)
+        Returns:
+            A new dict of plain JSON values.
+        """
+        out: dict[str, Any] = {"status": self.status, "message": self.message}
+        for f in fields(self)[2:-1]:
+            value = getattr(self, f.name)
+            if value is None or value == ():
+                continue
+            out[_KEYS.get(f.name, f.name)] = (
+                list(value) if f.name == "mro" else dict(value) if f.name in _MAPS else value
+            )
+        for key, value in self.detail.items():
+            out.setdefault(key, value)
+        return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> Failure | None:
-        return None if data is None else cls(data)
+    def of_end(cls, status: str, message: str, figures: Mapping[str, Any]) -> Failure:
+        """The failure of an attempt whose worker ended: the figures of its end (an ``EndCause``'s
+        ``detail``: ``exitcode``, ``signal``, ``rss_bytes``, ``limit_bytes``, ``timeout_s``...) go
+        to their fields, the others to :attr:`detail`.
+
+        Args:
+            status: the attempt's status.
+            message: one line for people.
+            figures: the numbers behind the end.
+
+        Returns:
+            The failure.
+        """
+        return cls.from_dict({**figures, "status": status, "message": message})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Failure:
+        """The record of a failure read back from its flat JSON object (:meth:`to_dict`'s, or the
+        dict an older release stored: keys it does not name go to ``detail``).
+
+        Args:
+            data: the JSON object.
+
+        Returns:
+            The failure.
+
+        Raises:
+            StoreError: a field has the wrong type (``status`` missing or not text, a ``message``
+                that is a list...); the message names the field.
+        """
+        if not isinstance(data, Mapping):
+            raise _malformed("", f"is a {type(data).__name__}, not a JSON object")
+        known = {_KEYS.get(f.name, f.name): f.name for f in fields(cls)[:-1]}
+        values: dict[str, Any] = {"message": ""}
+        detail: dict[str, Any] = {}
+        for key, value in data.items():
+            name = known.get(key)
+            if name is None:
+                detail[str(key)] = value
+            elif value is not None:
+                values[name] = _checked(name, key, value)
+        if "status" not in values:
+            raise _malformed("status", "is missing")
+        return cls(**values, detail=detail)
+
+
+def plain_record(record: Any) -> dict[str, Any]:
+    """A record that holds an ``error`` (a trial's or an attempt's) as plain JSON data, its failure
+    in the flat form the store keeps (:meth:`Failure.to_dict`).
+
+    Args:
+        record: a dataclass with an ``error`` field.
+
+    Returns:
+        ``dataclasses.asdict(record)`` with ``"error"`` flat (None for no failure).
+    """
+    out = asdict(record)
+    out["error"] = None if record.error is None else record.error.to_dict()
+    return out
+
+
+def _checked(name: str, key: str, value: Any) -> Any:
+    """A stored value of ``name``'s field, in the field's type (else the one-line error)."""
+    if name in _TEXT and not isinstance(value, str):
+        raise _malformed(key, f"is {type(value).__name__} {value!r:.60}, not text")
+    if name in _WHOLE and (isinstance(value, bool) or not isinstance(value, int)):
+        raise _malformed(key, f"is {type(value).__name__} {value!r:.60}, not a whole number")
+    if name in _MAPS and not isinstance(value, Mapping):
+        raise _malformed(key, f"is {type(value).__name__} {value!r:.60}, not a JSON object")
+    if name == "mro":
+        if not isinstance(value, (list, tuple)) or not all(isinstance(c, str) for c in value):
+            raise _malformed(key, f"is {value!r:.60}, not a list of class names")
+        return tuple(value)
+    return value
+
+
+def _malformed(key: str, what: str) -> Exception:
+    from trainguard.exceptions import StoreError
+
+    where = f"its {key!r} " if key else ""
+    return StoreError(
+        f"a trial's stored error is malformed: {where}{what}; the store was not written by trainguard "
+        "or was edited (`trainguard runs --store` lists what it holds)"
+    )

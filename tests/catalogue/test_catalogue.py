@@ -297,6 +297,28 @@ def _hp_search(**kw):
     return trainguard.transformers.hyperparameter_search(**args)
 
 
+def _stored_error(env, error):
+    """A store whose failed trial's error column holds ``error`` (an old or edited store's), read."""
+    from trainguard.outcomes import Failure
+
+    path = env.fresh()
+    with Store(path) as store:
+        run = store.begin_run("r", "m:f", [{}], {})
+        store.finish_trial(run.run_id, 0, status="failed", value=None, error=Failure("exception", "boom"),
+                           attempts=1, peak_rss_bytes=None, worker_id=None, duration_s=None)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE trials SET error_json=?", (json.dumps(error),))
+    with Store(path, readonly=True) as store:
+        return store.trials(run.run_id)
+
+
+def _finish_with_dict(env):
+    with Store(env.fresh()) as store:
+        run = store.begin_run("r", "m:f", [{}], {})
+        store.finish_trial(run.run_id, 0, status="failed", value=None, error={"status": "exception"},
+                           attempts=1, peak_rss_bytes=None, worker_id=None, duration_s=None)
+
+
 def _leakcheck(step, **kw):
     import trainguard
 
@@ -349,6 +371,9 @@ API_CASES: list[Api] = [
     Api("share-matrix", lambda e: _share({"m": __import__("numpy").matrix([[1, 2]])}), ConfigError, r"'m' is an np\.matrix.*\* multiplies element-wise"),
     Api("share-key-101-letters", lambda e: _share({"k" * 101: __import__("numpy").zeros(2)}), ConfigError, r"\(101 characters\) cannot name a file: use at most 100"),
     Api("store-bad-run-name", lambda e: Store(e.fresh()).begin_run("a\nb", "m:f", [{}], {}), ConfigError, r"one-line"),
+    Api("store-error-message-a-list", lambda e: _stored_error(e, {"status": "exception", "message": ["boom"]}), StoreError, r"a trial's stored error is malformed: its 'message' is list \['boom'\], not text"),
+    Api("store-error-without-status", lambda e: _stored_error(e, {"message": "boom"}), StoreError, r"stored error is malformed: its 'status' is missing"),
+    Api("store-finish-error-a-dict", _finish_with_dict, ConfigError, r"error must be a trainguard\.Failure or None, not dict"),
     Api("magic-out-not-a-name", lambda e: __import__("trainguard.notebook").notebook.parse_options("--out 'model weights'"), ConfigError, r"--out takes variable names, such as --out model"),
     Api("magic-out-no-value", lambda e: __import__("trainguard.notebook").notebook.parse_options("--out"), ConfigError, r"--out needs a value, such as --out model"),
     Api("map-predict-from-unknown", lambda e: _map_seeded(e, "nope"), ConfigError, r"predict_from='nope' is not a run in .*\(its runs: 'base'\)"),

@@ -64,12 +64,12 @@ def test_js_trial_errors_fail_their_trial_and_the_run_goes_on(tmp_path, capfd):
     params = [{"throw": True}, {"huge": 3_000_000}, {"bigint": True}, {}]
     with trainguard.Runner(workers=1, store=tmp_path / "r.db", max_result_bytes="1MiB") as runner:
         results = runner.map(TRIALS, params, name="errors")
-    assert results[0].error["status"] == "exception"
-    assert results[0].error["message"].startswith("Error: bad params")
-    assert "trials.js" in results[0].error["traceback"]
-    assert results[1].error["status"] == "result_too_large"
-    assert results[2].error["status"] == "not_serializable"
-    assert "BigInt" in results[2].error["message"]
+    assert results[0].error.status == "exception"
+    assert results[0].error.message.startswith("Error: bad params")
+    assert "trials.js" in results[0].error.traceback
+    assert results[1].error.status == "result_too_large"
+    assert results[2].error.status == "not_serializable"
+    assert "BigInt" in results[2].error.message
     assert results[3].ok and results[3].value["retained"] == 0
     with Store(tmp_path / "r.db", readonly=True) as store:
         statuses = [t.status for t in store.trials(store.get_run("errors").run_id)]

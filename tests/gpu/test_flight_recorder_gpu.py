@@ -27,10 +27,10 @@ def test_a_cuda_oom_keeps_a_torch_memory_snapshot_in_its_flight_recorder(tmp_pat
     db = tmp_path / "g.db"
     with Runner(policy=Policy(peak_ratio=None), device=device, store=db) as runner:
         (result,) = runner.map(f"{TRIALS}:torch_batch", [{"batch_size": 256, "mib_per_sample": 16}], name="g")
-    assert result.status == "failed" and result.error["status"] == "framework_oom"
+    assert result.status == "failed" and result.error.status == "framework_oom"
     with Store(db, readonly=True) as store:
         (attempt,) = store.attempts(store.get_run("g").run_id)
-    recorder = attempt.error["flight_recorder"]
+    recorder = attempt.error.flight_recorder
     assert recorder["cause"] == "framework_oom" and recorder["samples"]
     snapshot = recorder["torch_memory_snapshot"]
     assert snapshot.startswith(str(tmp_path / "g.db.snapshots")) and os.path.getsize(snapshot) > 0

@@ -88,6 +88,6 @@ def test_a_trial_predicted_over_the_gpu_budget_does_not_cross_it(tmp_path):
     assert not big.ok
     # refused by the GPU peak model, or (its interval too wide to act on) stopped by torch's cap
     # at the slot's share, or by the NVML bound: never run past the budget
-    assert big.error["status"] in ("predicted_over_limit", "framework_oom", "killed_budget"), big.error
-    if big.error["status"] == "predicted_over_limit":
-        assert "over gpu_memory_budget=4.0 GiB" in big.error["message"]
+    assert big.error.status in ("predicted_over_limit", "framework_oom", "killed_budget"), big.error
+    if big.error.status == "predicted_over_limit":
+        assert "over gpu_memory_budget=4.0 GiB" in big.error.message

@@ -43,7 +43,7 @@ def test_torch_out_of_memory_error_shrinks_in_fresh_workers_and_records_fragment
     assert result.ok, result.error
     assert result.value["batch_size"] * result.value["grad_accum"] == 1024
     assert result.value["batch_size"] <= 64
-    assert all(a.status == "framework_oom" and a.error["framework"] == "torch" for a in attempts[:-1])
+    assert all(a.status == "framework_oom" and a.error.framework == "torch" for a in attempts[:-1])
     assert len({a.worker_id for a in attempts}) == len(attempts)  # never reused after an OOM
     (dev,) = [e for e in events if e.kind == "device"][:1]
     assert dev.data["torch"]["cuda_available"] is True
@@ -74,8 +74,8 @@ def test_tensorflow_resource_exhausted_shrinks_under_a_logical_memory_limit(tmp_
     assert result.ok, result.error
     assert result.value["batch_size"] <= 128
     oom = [a for a in attempts if a.status == "framework_oom"]
-    assert oom and all(a.error["framework"] == "tensorflow" for a in oom)
-    assert "ResourceExhaustedError" in oom[0].error["message"]
+    assert oom and all(a.error.framework == "tensorflow" for a in oom)
+    assert "ResourceExhaustedError" in oom[0].error.message
     (dev,) = [e for e in events if e.kind == "device"][:1]
     assert dev.data["tensorflow"]["logical_memory_limit_mib"] == [[2048]]
     assert len(dev.data["tensorflow"]["logical_gpus"]) == 1

@@ -32,8 +32,8 @@ def test_gpu_memory_limit_kills_the_trial_and_names_the_cause(tmp_path):
         )
         workers = runner.store.workers(runner.store.get_run("gpu-hog").run_id)
         samples = runner.store.samples(runner.store.get_run("gpu-hog").run_id)
-    assert hog.status == "failed" and hog.error["status"] == "killed_gpu_memory"
-    assert hog.error["gpu_bytes"] > 2 * 2**30
+    assert hog.status == "failed" and hog.error.status == "killed_gpu_memory"
+    assert hog.error.detail["gpu_bytes"] > 2 * 2**30
     assert workers[0].reason == "killed_gpu_memory"
     assert any((s.gpu_bytes or 0) > 0 for s in samples)  # NVML saw the worker's pid
     assert small.status == "ok"  # the run goes on in a fresh worker

@@ -26,6 +26,7 @@ from trainguard.exceptions import (
     TrialError,
     WorkerCrashedError,
 )
+from trainguard.outcomes import Failure
 from trainguard.store import Store
 
 HERE = Path(__file__).parent
@@ -314,15 +315,17 @@ def test_a_resumed_runs_duration_is_its_work_time(tmp_path):
 
 
 def test_error_text_says_the_exception_once():
-    error = {"type": "builtins.ValueError", "message": "ValueError: bad lr", "status": "exception"}
+    error = Failure("exception", "ValueError: bad lr", exc_type="builtins.ValueError")
     assert error_text(error) == "ValueError: bad lr"
-    assert error_text({"status": "timeout", "message": "killed at the trial timeout (2 s)"}) == (
+    assert error_text(Failure("timeout", "killed at the trial timeout (2 s)")) == (
         "timeout: killed at the trial timeout (2 s)"
     )
-    assert error_text({"status": "not_serializable", "type": "TypeError", "message": "not JSON"}) == (
+    assert error_text(Failure("not_serializable", "not JSON", exc_type="TypeError")) == (
         "not_serializable: TypeError: not JSON"
     )
-    assert error_text({"type": "mod.CustomError", "message": "no prefix"}) == "CustomError: no prefix"
+    assert (
+        error_text(Failure("exception", "no prefix", exc_type="mod.CustomError")) == "CustomError: no prefix"
+    )
 
 
 # -- show -------------------------------------------------------------------------------------------------
@@ -333,13 +336,13 @@ def test_show_has_params_and_says_each_failure_by_its_status(tmp_path, capsys):
     with Store(db) as store:
         run = store.begin_run("mixed", "t.py:f", [{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.3}], {})
         errors = {
-            0: {"status": "exception", "type": "builtins.ValueError", "message": "ValueError: bad lr"},
-            1: {"status": "timeout", "message": "killed at the trial timeout (2 s)"},
+            0: Failure("exception", "ValueError: bad lr", exc_type="builtins.ValueError"),
+            1: Failure("timeout", "killed at the trial timeout (2 s)"),
         }
         for index, error in errors.items():
             store.start_attempt(run.run_id, index, 1, 0)
             store.finish_attempt(
-                run.run_id, index, 1, status=error["status"], error=error, peak_rss_bytes=1, duration_s=1.0
+                run.run_id, index, 1, status=error.status, error=error, peak_rss_bytes=1, duration_s=1.0
             )
             store.finish_trial(
                 run.run_id,

@@ -12,6 +12,7 @@ import pytest
 
 from _waits import process_starts
 from trainguard.cli import main
+from trainguard.outcomes import Failure
 from trainguard.store import Store
 
 
@@ -53,7 +54,7 @@ def filled(tmp_path: Path) -> Path:
             3,
             1,
             status="killed_memory",
-            error={"type": "MemoryLimitError"},
+            error=Failure("killed_memory", "", exc_type="MemoryLimitError"),
             peak_rss_bytes=1_300_000_000,
             duration_s=2.0,
         )
@@ -65,7 +66,7 @@ def filled(tmp_path: Path) -> Path:
             3,
             status="failed",
             value=None,
-            error={"type": "MemoryLimitError", "message": "killed at 1.2 GiB > limit 1.0 GiB"},
+            error=Failure("killed_memory", "killed at 1.2 GiB > limit 1.0 GiB", exc_type="MemoryLimitError"),
             attempts=1,
             peak_rss_bytes=1_300_000_000,
             worker_id=1,

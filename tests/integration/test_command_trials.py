@@ -37,11 +37,11 @@ def test_shell_trials_killed_at_memory_limit_timed_out_crashing_each_with_its_ca
     by_mode = {r.params["mode"] + str(r.params.get("n", "")): r for r in results}
     assert by_mode["ok1"].ok and by_mode["ok1"].value == {"got": {"mode": "ok", "n": 1}}
     assert by_mode["ok2"].ok  # the run went on after three failures
-    assert by_mode["memory"].error["status"] == "killed_memory"
+    assert by_mode["memory"].error.status == "killed_memory"
     assert by_mode["memory"].peak_rss_bytes >= 300e6
-    assert by_mode["sleep"].error["status"] == "timeout"
-    assert by_mode["crash"].error["status"] == "crashed"
-    assert "SIGSEGV" in by_mode["crash"].error["message"]
+    assert by_mode["sleep"].error.status == "timeout"
+    assert by_mode["crash"].error.status == "crashed"
+    assert "SIGSEGV" in by_mode["crash"].error.message
     # the program's children died with it
     children = {mode: int(path.read_text()) for mode, path in pidfiles.items()}
     wait_for(
@@ -65,18 +65,18 @@ def test_python_program_bad_output_each_one_line_and_the_run_goes_on(tmp_path):
             name="py",
         )
     r = {res.params["mode"]: res for res in results}
-    assert r["exit3"].error["status"] == "exception"
-    assert "exited with code 3: bad things happened" in r["exit3"].error["message"]
-    assert "printed no result line" in r["no_result"].error["message"]
-    assert "TRAINGUARD_RESULT" in r["no_result"].error["message"]  # says what to print
-    assert "not JSON" in r["malformed"].error["message"]
+    assert r["exit3"].error.status == "exception"
+    assert "exited with code 3: bad things happened" in r["exit3"].error.message
+    assert "printed no result line" in r["no_result"].error.message
+    assert "TRAINGUARD_RESULT" in r["no_result"].error.message  # says what to print
+    assert "not JSON" in r["malformed"].error.message
     assert r["flood"].ok and r["flood"].value == {"flooded": True}
-    assert r["huge"].error["status"] == "result_too_large"
-    assert "over max_result_bytes" in r["huge"].error["message"]
+    assert r["huge"].error.status == "result_too_large"
+    assert "over max_result_bytes" in r["huge"].error.message
     assert r["file"].value == {"from_file": {"mode": "file", "x": 21}}
     assert r["ok"].value == {"x2": 42}
     for res in results:
-        assert "\n" not in (res.error or {}).get("message", "")
+        assert "\n" not in (res.error.message if res.error is not None else "")
     with Store(store, readonly=True) as st:
         trials = st.trials(st.get_run("py").run_id)
     assert [t.status for t in trials] == ["failed", "failed", "failed", "ok", "failed", "ok", "ok"]

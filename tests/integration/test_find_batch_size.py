@@ -34,7 +34,7 @@ def test_the_size_found_fits_under_the_margin_and_twice_it_does_not_fit(tmp_path
     policy = Policy(memory_limit=limit, peak_ratio=None)
     with Runner(policy=policy, store=None, sample_interval="20ms") as runner:
         (double,) = runner.map(FIT, [{"batch_size": 2 * size, "steps": 1}])
-    assert double.status == "failed" and double.error["status"] == "killed_memory"
+    assert double.status == "failed" and double.error.status == "killed_memory"
     assert result.stored and "probes" in result.summary()
 
 

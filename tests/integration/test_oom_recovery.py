@@ -54,7 +54,7 @@ def test_shrink_finishes_in_a_fresh_worker_near_the_largest_size_and_the_next_ru
     assert len(attempts) == result.attempts >= 2
     assert all(a.status in OOM_STATUSES for a in attempts[:-1]) and attempts[-1].status == "ok"
     assert not any(a.status == "os_oom" for a in attempts)
-    assert [a.error["ran_with"]["batch_size"] for a in attempts[:-1]] == [
+    assert [a.error.ran_with["batch_size"] for a in attempts[:-1]] == [
         8192 // 2**i for i in range(len(attempts) - 1)
     ]
     assert all(a.peak_rss_bytes for a in attempts)
@@ -92,5 +92,5 @@ def test_oom_at_the_minimum_fails_the_trial_saying_so(tmp_path):
     with Runner(policy=policy, store=tmp_path / "m.db") as runner:
         (result,) = runner.map(f"{OOM_TRIALS}:fits_under", [{"batch_size": 16, "fits": 2}], name="m")
     assert result.status == "failed" and result.attempts == 3  # 16, 8, 4
-    assert result.error["status"] == "framework_oom"
-    assert "batch_size=4 is the minimum" in result.error["message"]
+    assert result.error.status == "framework_oom"
+    assert "batch_size=4 is the minimum" in result.error.message

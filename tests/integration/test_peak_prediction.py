@@ -29,7 +29,7 @@ def _grid(seed: int = 0, repeats: int = 2) -> list[dict]:
 
 
 def _status(result) -> str:
-    return "ok" if result.ok else result.error["status"]
+    return "ok" if result.ok else result.error.status
 
 
 @pytest.mark.slow
@@ -48,8 +48,8 @@ def test_trials_predicted_over_the_limit_are_not_started(tmp_path: Path, capsys)
     skipped = [r for r in results if _status(r) == "predicted_over_limit"]
     for r in skipped:
         assert r.attempts == 0 and r.peak_rss_bytes is None
-        assert r.error["prediction"]["low_bytes"] > 460e6
-        assert "over memory_limit" in r.error["message"]
+        assert r.error.prediction["low_bytes"] > 460e6
+        assert "over memory_limit" in r.error.message
     # every trial after the first few carries its prediction, within 20 % of what it measured
     late = [r for r in results if r.ok and r.predicted_peak_bytes]
     assert len(late) >= len(grid) - len(over) - 8

@@ -32,7 +32,7 @@ SMALL = [{"rows": r, "dtype": "float16"} for r in (200, 250, 300, 350, 400, 450,
 
 
 def _status(result) -> str:
-    return "ok" if result.ok else result.error["status"]
+    return "ok" if result.ok else result.error.status
 
 
 def _run_a(store: Path) -> None:
@@ -73,8 +73,8 @@ def test_predict_from_fits_on_the_named_run_and_a_skip_says_which(tmp_path: Path
     ]
     for r in skipped:
         assert r.attempts == 0
-        assert "run 'A' (6 trials)" in r.error["message"], r.error["message"]
-        assert r.error["prediction"]["runs"]["A"] == 6
+        assert "run 'A' (6 trials)" in r.error.message, r.error.message
+        assert r.error.prediction["runs"]["A"] == 6
     with Store(store, readonly=True) as s:
         run = s.get_run("B")
         assert run.config["predict_from"] == "A"
@@ -102,7 +102,7 @@ def test_a_resumed_run_keeps_what_its_earlier_sessions_measured(tmp_path: Path) 
     last = {r.params["rows"]: r for r in results if r.params["dtype"] == "float64"}
     # the first session's six float64 peaks predict 600 and 700 rows far over 300 MB: not started
     assert _status(last[600]) == _status(last[700]) == "predicted_over_limit"
-    assert "this run (6 trials)" in last[700].error["message"]
+    assert "this run (6 trials)" in last[700].error.message
 
 
 @pytest.mark.slow

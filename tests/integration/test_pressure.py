@@ -66,11 +66,11 @@ def test_the_same_training_ignoring_the_flag_is_killed_with_a_flight_recorder(tm
     db = tmp_path / "q.db"
     with Runner(store=db, policy=Policy(**LIMITS)) as runner:
         (result,) = runner.map(TRAIN, [{**PARAMS, "listen": False}], name="ignores")
-    assert result.status == "failed" and result.error["status"] == "killed_memory"
+    assert result.status == "failed" and result.error.status == "killed_memory"
     assert "flight_recorder" not in result.error  # on the attempt, not the trial's error
     attempts, pressure, _ = _recorded(db, "ignores")
     (attempt,) = attempts
-    recorder = attempt.error["flight_recorder"]
+    recorder = attempt.error.flight_recorder
     assert len(recorder["samples"]) >= 20
     assert recorder["cause"] == "killed_memory" and recorder["growth_bytes_per_s"] > 20 * 2**20
     assert recorder["samples"][-1]["t_s"] == 0 and recorder["samples"][0]["t_s"] < -2
@@ -100,7 +100,7 @@ def test_a_checkpoint_under_pressure_that_fails_fails_the_attempt_and_keeps_the_
     attempts, pressure, stages = _recorded(db, "fails")
     first = attempts[0]
     assert first.status == "exception"
-    assert "CheckpointError" in first.error["message"] and "cannot be saved" in first.error["message"]
+    assert "CheckpointError" in first.error.message and "cannot be saved" in first.error.message
     assert pressure[0].data["action"] == "checkpoint_failed"
     # the earlier checkpoint was kept: the retry resumed from it, not from the start
     assert [s.stage for s in stages if s.event == "checkpoint" and s.attempt == 1] == [1]
@@ -146,9 +146,9 @@ def test_pressure_grace_ends_a_trial_that_does_not_checkpoint(tmp_path):
     policy = Policy(memory_limit="2GB", soft_limit="450MB", pressure_grace="1s")
     with Runner(store=db, policy=policy) as runner:
         (result,) = runner.map(TRAIN, [{**PARAMS, "listen": False}], name="grace")
-    assert result.status == "failed" and result.error["status"] == "killed_memory"
-    assert "pressure_grace" in result.error["message"]
+    assert result.status == "failed" and result.error.status == "killed_memory"
+    assert "pressure_grace" in result.error.message
     attempts, pressure, _ = _recorded(db, "grace")
     assert attempts[0].peak_rss_bytes < 1.5e9  # ended well under the hard limit
     assert [e.data["action"] for e in pressure] == ["grace_expired"]
-    assert len(attempts[0].error["flight_recorder"]["samples"]) >= 20
+    assert len(attempts[0].error.flight_recorder["samples"]) >= 20

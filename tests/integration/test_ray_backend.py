@@ -400,11 +400,7 @@ def test_node_removed_mid_run_is_recorded_and_its_trial_rerun(cluster, tmp_path)
         assert [r.status for r in results] == ["ok"] * 3
         assert results[victim_index].attempts == 2
         first = store.attempts(run_id, victim_index)[0]
-        assert (
-            first.status == "crashed"
-            and "node" in first.error["message"]
-            and "lost" in first.error["message"]
-        )
+        assert first.status == "crashed" and "node" in first.error.message and "lost" in first.error.message
         lost = [w for w in store.workers(run_id) if w.reason == "node_lost"]
         assert [w.config["node_id"] for w in lost] == [victim_node]
     finally:

@@ -68,10 +68,10 @@ def test_pressure_grace_ends_a_ray_trial_as_it_ends_a_local_one(ray_here, tmp_pa
         result, attempts, pressure = _run(
             tmp_path, backend, TRAIN, {**PARAMS, "listen": False}, policy, "grace"
         )
-        assert result.status == "failed" and result.error["status"] == "killed_memory", result.error
+        assert result.status == "failed" and result.error.status == "killed_memory", result.error
         assert attempts[0].peak_rss_bytes < 1.5e9  # ended at the soft limit's grace, not the hard limit
         assert [e.data["action"] for e in pressure] == ["grace_expired"], backend
-        ends[backend] = (result.error["message"], pressure[0].data)
+        ends[backend] = (result.error.message, pressure[0].data)
     (local, local_event), (on_ray, ray_event) = ends["local"], ends["ray"]
     assert on_ray.startswith("killed under memory pressure: no checkpoint within pressure_grace=1.0 s")
     assert _shape(on_ray) == _shape(local), (on_ray, local)

@@ -100,7 +100,7 @@ def test_run_report_in_chromium(browser, real_run, tmp_path: Path, capsys) -> No
     assert page.locator("g.marker.kill").count() == sum(w.reason == "killed_memory" for w in workers) == 1
     assert page.locator("rect.trial").count() == len(attempts)
     # the flight recorder of the attempt killed at the memory limit: a chart of its last seconds
-    recorded = [a for a in attempts if (a.error or {}).get("flight_recorder")]
+    recorded = [a for a in attempts if a.error is not None and a.error.flight_recorder]
     assert [a.status for a in recorded] == ["killed_memory"]
     flight = page.locator("#flight svg.chart[id^='flight-']")
     assert flight.count() == 1

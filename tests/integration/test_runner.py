@@ -129,19 +129,19 @@ def test_each_fault_ends_its_trial_with_the_right_cause_and_the_run_goes_on(tmp_
         expected = EXPECTED[kind]
         assert result.status == ("ok" if expected == "ok" else "failed"), kind
         if expected != "ok":
-            assert result.error["status"] == expected, (kind, result.error)
+            assert result.error.status == expected, (kind, result.error)
             assert result.attempts == 1
     by_kind = dict(zip(FAULT_KINDS, results, strict=False))
-    assert "boom from the trial" in by_kind["raise"].error["message"]
-    assert "RuntimeError" in by_kind["raise"].error["traceback"]
-    assert by_kind["segv"].error["signal"] == "SIGSEGV"
-    assert by_kind["sigkill"].error["signal"] == "SIGKILL"
+    assert "boom from the trial" in by_kind["raise"].error.message
+    assert "RuntimeError" in by_kind["raise"].error.traceback
+    assert by_kind["segv"].error.signal == "SIGSEGV"
+    assert by_kind["sigkill"].error.signal == "SIGKILL"
     # killed at its timeout (how soon after it, a bench measures): it ran the full 1.5 s
-    assert by_kind["hang"].error["timeout_s"] == 1.5 and by_kind["hang"].duration_s >= 1.5
+    assert by_kind["hang"].error.detail["timeout_s"] == 1.5 and by_kind["hang"].duration_s >= 1.5
     alloc = by_kind["alloc"].error
-    assert alloc["limit_bytes"] == 250_000_000 and alloc["rss_bytes"] > 250_000_000
-    assert "JSON" in by_kind["not_json"].error["message"]
-    assert by_kind["memory_error"].error["framework"] == "python"
+    assert alloc.limit_bytes == 250_000_000 and (alloc.rss_bytes or 0) > 250_000_000
+    assert "JSON" in by_kind["not_json"].error.message
+    assert by_kind["memory_error"].error.framework == "python"
     assert results[-1].status == "ok"
     # the store holds one finished attempt per trial with the same cause, and why each worker ended
     assert [a.status for a in sorted(attempts, key=lambda a: a.index)] == [EXPECTED[k] for k in FAULT_KINDS]
@@ -338,7 +338,7 @@ def test_framework_start_up_lines_are_dropped_and_real_errors_kept(monkeypatch, 
     with Runner(store=None, env={"TF_CPP_MIN_LOG_LEVEL": "1", "RUNNER_NOISY_CRASH": "1"}) as runner:
         (crashed,) = runner.map(ref("import_noisy"), [{}])
     err = capfd.readouterr().err
-    assert crashed.error["status"] == "crashed" and crashed.error["signal"] == "SIGSEGV"
+    assert crashed.error.status == "crashed" and crashed.error.signal == "SIGSEGV"
     assert "Check failed: the fatal line" in err and "a real warning from the import" in err
     assert "oneDNN" not in err
 
@@ -449,7 +449,7 @@ def test_no_memory_reading_is_stored_for_a_worker_that_is_not_running(tmp_path):
         ]
         samples = runner.store.samples(runner.store.get_run("t1").run_id)
     assert [r.status for r in results] == ["ok", "failed", "ok"]
-    assert results[1].error["status"] == "crashed"
+    assert results[1].error.status == "crashed"
     assert samples and [s for s in samples if s.rss_bytes == 0] == []
 
 

@@ -257,7 +257,7 @@ def test_a_daemonized_child_counts_in_the_tree_and_is_killed_with_its_trial(tmp_
             ref("daemon_allocates"), [{"mb": 600, "pid_file": str(pid_file), "sleep_s": 60}], name="daemon"
         )
         daemon = _pid_from(pid_file, 5)
-    assert result.status == "failed" and result.error["status"] == "killed_memory", result.error
+    assert result.status == "failed" and result.error.status == "killed_memory", result.error
     assert result.peak_rss_bytes > 300e6
     assert _wait_for(lambda: not _alive(daemon), 5)
 
@@ -389,10 +389,10 @@ def test_bytes_a_trial_writes_onto_the_channel_fail_that_trial_and_the_run_goes_
     assert not marker.exists()  # the pickle was never unpickled
     assert [r.status for r in bad] == ["failed"] * 3
     for r in bad:
-        assert r.error["status"] == "protocol_error"
-        assert "message channel" in r.error["message"]
-    assert "not JSON" in bad[0].error["message"] and "not JSON" in bad[1].error["message"]
-    assert "over the cap" in bad[2].error["message"]
+        assert r.error.status == "protocol_error"
+        assert "message channel" in r.error.message
+    assert "not JSON" in bad[0].error.message and "not JSON" in bad[1].error.message
+    assert "over the cap" in bad[2].error.message
     assert [r.status for r in good] == ["ok"] * 3
 
 
@@ -404,8 +404,8 @@ def test_a_result_over_the_cap_fails_that_trial_with_its_size(tmp_path):
         results = runner.map(ref("big_result"), [{"n": 5_000_000}, {"n": 10}], name="big")
     assert results[1].ok and results[1].value == "x" * 10
     r = results[0]
-    assert r.status == "failed" and r.error["status"] == "result_too_large"
-    assert "5000002 bytes" in r.error["message"] and "max_result_bytes=1048576" in r.error["message"]
+    assert r.status == "failed" and r.error.status == "result_too_large"
+    assert "5000002 bytes" in r.error.message and "max_result_bytes=1048576" in r.error.message
     with Store(tmp_path / "r.db", readonly=True) as s:
         [stored] = [t for t in s.trials(s.get_run("big").run_id) if t.index == 0]
         assert stored.value is None

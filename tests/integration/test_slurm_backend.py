@@ -114,8 +114,8 @@ def test_pilot_scancelled_mid_run_its_trials_rerun_elsewhere(slurm, tmp_path):
     store = Store(tmp_path / "s.db")
     run = store.get_run("cancel")
     lost = [a for a in store.attempts(run.run_id) if a.status == "crashed"]
-    assert lost and all(a.error["slurm_job"] == victim for a in lost)
-    assert all(a.error["slurm_state"] == "CANCELLED" and "cancelled" in a.error["message"] for a in lost)
+    assert lost and all(a.error.detail["slurm_job"] == victim for a in lost)
+    assert all(a.error.detail["slurm_state"] == "CANCELLED" and "cancelled" in a.error.message for a in lost)
     rerun = {a.index for a in lost}
     assert all(results[i].attempts == 2 for i in rerun)  # no retries were configured: a free rerun
     reasons = {w.config["slurm_job"]: w.reason for w in store.workers(run.run_id)}
@@ -201,9 +201,9 @@ def test_slurms_cgroup_oom_kill_of_a_worker_is_a_memory_kill(slurm, tmp_path):
         result = runner.map(ref("slurm_oom"), [{"x": 1}], name="oom")[0]
         store = runner.store
         worker = store.workers(store.get_run("oom").run_id)[0]
-    assert result.status == "failed" and result.error["status"] == "os_oom"
-    assert "Slurm's cgroup out-of-memory handler" in result.error["message"]
-    assert "Detected 1 oom-kill event(s)" in result.error["why"]
+    assert result.status == "failed" and result.error.status == "os_oom"
+    assert "Slurm's cgroup out-of-memory handler" in result.error.message
+    assert "Detected 1 oom-kill event(s)" in result.error.detail["why"]
     assert worker.reason == "os_oom"
     assert queue("oom") == []
 

@@ -168,10 +168,10 @@ def test_bad_checkpoints_are_one_line(tmp_path):
         unpicklable, no_restore = runner.map(
             str(HERE / "stage_trials.py") + ":bad_checkpoint", [{"kind": "unpicklable"}, {"kind": "restore"}]
         )
-    assert "ctx.checkpoint(state): the state cannot be saved" in unpicklable.error["message"]
-    assert "no checkpoint to restore" in no_restore.error["message"]
+    assert "ctx.checkpoint(state): the state cannot be saved" in unpicklable.error.message
+    assert "no checkpoint to restore" in no_restore.error.message
     for r in (unpicklable, no_restore):
-        assert r.error["type"].endswith("CheckpointError") and "\n" not in r.error["message"]
+        assert r.error.exc_type.endswith("CheckpointError") and "\n" not in r.error.message
     ctx = TrialContext(index=0, attempt=1)
     with pytest.raises(CheckpointError, match="needs a checkpoint folder"):
         ctx.checkpoint({"a": 1})

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from trainguard.exceptions import ConfigError, SchemaVersionError, StoreError
+from trainguard.outcomes import Failure
 from trainguard.store import SCHEMA_VERSION, Store
 
 
@@ -75,7 +76,7 @@ def test_params_and_results_roundtrip_as_json(db: Path) -> None:
             1,
             status="failed",
             value=None,
-            error={"type": "ValueError", "message": "boom"},
+            error=Failure("exception", "boom", exc_type="ValueError"),
             attempts=2,
             peak_rss_bytes=None,
             worker_id=None,
@@ -84,7 +85,9 @@ def test_params_and_results_roundtrip_as_json(db: Path) -> None:
         trials = store.trials(run.run_id)
     assert [t.index for t in trials] == [0, 1, 2]
     assert trials[0].params == params[0] and trials[0].value == {"loss": 0.25, "curve": [1, 2]}
-    assert trials[1].status == "failed" and trials[1].error == {"type": "ValueError", "message": "boom"}
+    assert trials[1].status == "failed" and trials[1].error == Failure(
+        "exception", "boom", exc_type="ValueError"
+    )
     assert trials[1].params["lr"] != trials[1].params["lr"]  # NaN survives
     assert trials[2].status == "pending" and trials[2].params == 3
     # stored as JSON text, not pickle
@@ -140,7 +143,7 @@ def test_finish_trial_is_exactly_once(db: Path) -> None:
             0,
             status="failed",
             value=None,
-            error={"m": "x"},
+            error=Failure("exception", "x"),
             attempts=3,
             peak_rss_bytes=None,
             worker_id=None,

@@ -34,7 +34,10 @@ def test_a_store_made_by_the_release_before_opens_and_resumes(tmp_path, monkeypa
         results = runner.map("runner_trials.py:fault", PARAMS, name=RUN)
     assert [r.status for r in results] == ["ok", "failed", "ok", "ok"]
     assert [r.reused for r in results] == [True, True, False, False]
-    assert results[1].error is not None and "boom from the trial" in results[1].error["message"]
+    assert results[1].error is not None and "boom from the trial" in results[1].error.message
+    # the release's error dict loads as the record: its keys to their fields
+    assert results[1].error.exc_type == "builtins.RuntimeError" and results[1].error.status == "exception"
+    assert results[1].error.traceback is not None and "boom from the trial" in results[1].error.traceback
     with Store(db) as store:
         info = store.get_run(RUN)
         assert info is not None and info.sessions == 2 and info.status == "completed"

@@ -43,11 +43,11 @@ def test_a_trial_writing_into_dev_shm_is_killed_for_memory_and_its_file_is_remov
             )
             events = runner.store.events(runner.store.get_run("shm").run_id)
         # written with write() and closed: its RSS stays near the bare worker's; the file is memory
-        assert result.status == "failed" and result.error["status"] == "killed_memory", result.error
-        message = result.error["message"]
+        assert result.status == "failed" and result.error.status == "killed_memory", result.error
+        message = result.error.message
         assert "memory_limit" in message and "shmem/tmpfs" in message, message
-        assert result.error["rss_bytes"] > 300_000_000
-        assert result.error["tmpfs_bytes"] > 250 * MIB, result.error
+        assert result.error.rss_bytes > 300_000_000
+        assert result.error.detail["tmpfs_bytes"] > 250 * MIB, result.error
         assert result.peak_rss_bytes is not None and result.peak_rss_bytes > 300_000_000
         assert not os.path.exists(path)  # its memory does not outlive the trial
         removed = [e for e in events if e.kind == "tmpfs_removed"]

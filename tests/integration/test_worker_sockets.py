@@ -39,8 +39,8 @@ def test_trials_run_fail_and_end_over_the_socket_channel(channel, tier):
         assert small.value["kinds"] == ["socket", "socket"]
     assert len(large.value["payload"]) == 300_000
     assert [r.status for r in faults] == ["failed", "failed", "ok"]
-    assert faults[0].error["status"] == "exception" and "boom from the trial" in faults[0].error["message"]
-    assert faults[1].error["status"] == "crashed"  # the worker's death is seen as its socket's EOF
+    assert faults[0].error.status == "exception" and "boom from the trial" in faults[0].error.message
+    assert faults[1].error.status == "crashed"  # the worker's death is seen as its socket's EOF
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="pipes are the POSIX channel")

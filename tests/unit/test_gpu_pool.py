@@ -120,8 +120,8 @@ def test_the_gpu_peak_model_refuses_a_trial_too_big_for_every_gpu():
         worker.trial_peak_gpu = int(GB + batch * 0.25 * GB)
         pool.trial_ended(worker, {"batch": batch}, {})
     refused = pool.refusal(_run(20, 1024))
-    assert refused is not None and refused["status"] == "predicted_over_limit"
-    assert "is over every GPU's budget" in refused["message"]
+    assert refused is not None and refused.status == "predicted_over_limit"
+    assert "is over every GPU's budget" in refused.message
     assert pool.refusal(_run(21, 64)) is None
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from trainguard.outcomes import (
     ATTEMPT_STATUSES,
     ATTEMPT_WORDS,
@@ -13,7 +11,6 @@ from trainguard.outcomes import (
     WORKER_REASONS,
     AttemptStatus,
     EventKind,
-    Failure,
     WorkerReason,
 )
 
@@ -43,16 +40,3 @@ def test_members_are_their_stored_words():
     )
     assert json.dumps({"status": AttemptStatus.TIMEOUT}) == '{"status": "timeout"}'
     assert WorkerReason.KILLED_BUDGET.is_kill and not WorkerReason.RECYCLED.is_kill
-
-
-def test_a_failure_is_frozen_and_a_new_view_is_a_new_record():
-    stored = {"status": "exception", "message": "boom", "type": "RuntimeError", "traceback": "..."}
-    failure = Failure.from_json(stored)
-    assert failure is not None and failure.status == "exception" and failure.message == "boom"
-    more = failure.with_fields(attempt=2).with_message("boom (out of memory at batch=1)")
-    assert failure.to_json() == stored  # unchanged
-    assert more.to_json() == {**stored, "attempt": 2, "message": "boom (out of memory at batch=1)"}
-    assert list(more.to_json()) == [*stored, "attempt"]  # the stored keys keep their order
-    with pytest.raises(TypeError):
-        failure.fields["message"] = "edited"  # type: ignore[index]
-    assert Failure.from_json(None) is None

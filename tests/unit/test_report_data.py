@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainguard.exceptions import ConfigError
-from trainguard.outcomes import ATTEMPT_WORDS
+from trainguard.outcomes import ATTEMPT_WORDS, Failure
 from trainguard.report import RunRecords, RunReportData
 from trainguard.report._compare import ComparisonData
 from trainguard.report._leak_data import LeakReportData
@@ -54,7 +54,7 @@ def store(tmp_path: Path) -> Store:
     for i in range(4):
         _finish(s, r, i, 0, "ok", 600 * MB + i * 10 * MB)
     s.end_worker(r, 0, reason="recycled", detail={"rule": "max_trials"})
-    error = {"status": "killed_memory", "message": "RSS 950 MB over the limit 900 MB\nmore lines"}
+    error = Failure("killed_memory", "RSS 950 MB over the limit 900 MB\nmore lines")
     _finish(s, r, 4, 1, "killed_memory", 950 * MB, error)
     s.end_worker(r, 1, reason="killed_memory", detail={"rss_bytes": 950 * MB})
     s.start_worker(r, 2, 102, {"slot": 0})

@@ -6,7 +6,10 @@ import datetime as _dt
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainguard.outcomes import Failure
 
 __all__ = [
     "when",
@@ -101,7 +104,7 @@ def to_json(value: Any, **kwargs: Any) -> str:
     return json.dumps(strict_json(value), allow_nan=False, **kwargs)
 
 
-def error_text(error: dict[str, Any] | None, fallback: str = "failed") -> str:
+def error_text(error: Failure | None, fallback: str = "failed") -> str:
     """A stored trial error in one line, its cause first and the exception's name said once.
 
     Workers store an exception as ``type`` (``"builtins.ValueError"``) and ``message``
@@ -109,11 +112,11 @@ def error_text(error: dict[str, Any] | None, fallback: str = "failed") -> str:
     A failure that is not an exception carries its ``status`` (``timeout``, ``killed_memory``,
     ``crashed``...): ``"timeout: killed at the trial timeout (2 s)"``.
     """
-    if not error:
+    if error is None:
         return fallback
-    message = str(error.get("message") or "")
-    kind = error.get("type") or error.get("kind")
-    status = error.get("status")
+    message = error.message
+    kind = error.exc_type or error.detail.get("kind")
+    status = error.status or None
     if kind:
         short = str(kind).rpartition(".")[2]
         if not message:

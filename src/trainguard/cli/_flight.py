@@ -4,8 +4,9 @@ flight recorder (the last seconds before a kill, OOM or crash)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
+
+from trainguard.outcomes import plain_record
 
 __all__ = ["attempt_rows", "print_pressure", "print_flight_recorders", "print_trial", "IGNORED_WORDS"]
 
@@ -17,7 +18,7 @@ def attempt_rows(attempts: Any) -> list[dict[str, Any]]:
     """Attempts as JSON rows, with ``"flight_recorder"`` on the attempt (taken out of its error)."""
     rows = []
     for a in attempts:
-        row = dataclasses.asdict(a)
+        row = plain_record(a)
         error = dict(row.get("error") or {})
         row["flight_recorder"] = error.pop("flight_recorder", None)
         row["error"] = error or None

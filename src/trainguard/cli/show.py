@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from trainguard.outcomes import EventKind
+from trainguard.outcomes import EventKind, plain_record
 
 if TYPE_CHECKING:
     from trainguard.store import EventRecord, TrialRecord, WorkerRecord
@@ -238,9 +238,7 @@ def _json_payload(v: dict[str, Any]) -> dict[str, Any]:
     return {
         "run": {**dataclasses.asdict(v["summary"]), "note": v["note"]},
         "config": v["info"].config,
-        "trials": [
-            {**dataclasses.asdict(t), "session": v["trial_sessions"].get(t.index)} for t in v["trials"]
-        ],
+        "trials": [{**plain_record(t), "session": v["trial_sessions"].get(t.index)} for t in v["trials"]],
         # the settings each session ran with; a trial ran with its "session"'s
         "sessions": [dataclasses.asdict(s) for s in v["sessions"]],
         "workers": [{**dataclasses.asdict(w), "reason_text": w.reason_text} for w in v["workers"]],
@@ -301,7 +299,7 @@ def _trial_outcome(trial) -> str:  # noqa: ANN001 - TrialRecord
     if trial.status == "failed":
         return "[red]" + markup_safe(short_value(error_text(trial.error), 80)) + "[/]"
     if trial.status == "pending":
-        if trial.error:
+        if trial.error is not None:
             return (
                 "[yellow]" + markup_safe(short_value("last attempt: " + error_text(trial.error), 80)) + "[/]"
             )

@@ -215,9 +215,9 @@ class GuardedCalls:
                 timeout_s=self.timeout_s,
                 peak_rss_bytes=peak,
             )
-        error = (getattr(result, "error", None) or {}) if result is not None else {}
-        status = str(error.get("status", "crashed"))
-        message = str(error.get("message") or "its worker ended before it returned")
+        error = getattr(result, "error", None) if result is not None else None
+        status = error.status if error is not None else "crashed"
+        message = (error.message if error is not None else "") or "its worker ended before it returned"
         cls = FAILURE_ERRORS.get(status, WorkerError)
         raise cls(f"{self.what}: {message}", status=status, peak_rss_bytes=peak)
 

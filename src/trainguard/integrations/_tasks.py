@@ -140,11 +140,9 @@ class TaskFuture:
         result = self._job.result
         if result is None or result.ok:
             return None
-        error = result.error or {}
-        status = str(error.get("status", "failed"))
-        return TaskFailure(
-            status, str(error.get("message") or status), result.peak_rss_bytes, result.worker_id
-        )
+        status = result.error.status if result.error is not None else "failed"
+        message = (result.error.message if result.error is not None else "") or status
+        return TaskFailure(status, message, result.peak_rss_bytes, result.worker_id)
 
     def result(self, timeout: float | None = None) -> Any:
         """The task's return value; raises the task's own exception, or the failure's error."""

@@ -34,10 +34,10 @@ def memory_columns(outcome: Any, previous_peak_bytes: int | None = None) -> dict
         "worker_id": outcome.worker_id,
         "attempts": outcome.attempts,
     }
-    error = outcome.error or {}
-    if outcome.status != "ok" and error:
-        columns["failure"] = str(error.get("status") or "failed")
-        columns["message"] = str(error.get("message") or "")[:500]
+    error = outcome.error
+    if outcome.status != "ok" and error is not None:
+        columns["failure"] = error.status or "failed"
+        columns["message"] = error.message[:500]
     return columns
 
 

@@ -53,7 +53,7 @@ from trainguard.integrations._optuna_memory import (
     uses_memory_constraints,
 )
 from trainguard.integrations._optuna_worker import SlotFunction, TrialProxy
-from trainguard.outcomes import OOM_STATUSES
+from trainguard.outcomes import OOM_STATUSES, Failure
 from trainguard.runner.policy import Policy, should_retry
 
 __all__ = [
@@ -303,7 +303,7 @@ class IsolatedObjective:
         prediction = self._peaks.predict(model, trial.params)
         self._set_memory_attrs(trial, result, prediction)
         measured = result.ok and (result.value or {}).get("kind") == "value"  # a pruned trial stopped early
-        status = "ok" if measured else str((result.error or {}).get("status", "failed"))
+        status = "ok" if measured else (result.error.status if result.error is not None else "failed")
         self._peaks.observe(trial.params, status, result.peak_rss_bytes, prediction, trial.distributions)
         if self.constraints is not None:
             self.constraints.set_on(trial, _memory_attrs(result, status))
@@ -401,9 +401,9 @@ class IsolatedObjective:
         return values if out.get("multi") else values[0]
 
     def _failed(self, trial: Any, result: Any, attempt: int) -> Any:
-        error = result.error or {}
-        status = str(error.get("status", "failed"))
-        message = str(error.get("message") or status)
+        error = result.error if result.error is not None else Failure("failed", "")
+        status = error.status
+        message = error.message or status
         trial.set_user_attr(ATTR_PREFIX + "status", status)
         trial.set_user_attr(ATTR_PREFIX + "message", message[:1000])
         retrying = should_retry(self.policy, status, attempt)
@@ -489,24 +489,22 @@ def _close_pool(pool: CallPool, runner: Any) -> None:
         runner.close()
 
 
-def _rebuild_exception(
-    error: dict[str, Any], number: int, catch: tuple[type[BaseException], ...] = ()
-) -> Exception:
+def _rebuild_exception(error: Failure, number: int, catch: tuple[type[BaseException], ...] = ()) -> Exception:
     """The objective's exception as Optuna's ``catch=`` sees it in-process: a builtin type, a type
     of a module the supervisor has imported (the objective's own), or the ``catch`` class its
     recorded classes name; else a :class:`TrialError` naming the type."""
     from trainguard.integrations._optuna_errors import exception_class, instantiate
 
-    qualified = str(error.get("type") or "")
-    text = str(error.get("message") or qualified)
+    qualified = error.exc_type or ""
+    text = error.message or qualified
     name = qualified.rpartition(".")[2]
     detail = text.partition(": ")[2] if text.startswith(f"{name}: ") else text
-    cls = exception_class(qualified, [str(n) for n in error.get("mro") or [qualified]], catch)
+    cls = exception_class(qualified, list(error.mro or (qualified,)), catch)
     if cls is not None:
         made = instantiate(cls, f"{detail} (trial {number}, raised in a trainguard worker)")
         if made is not None:
             return made
-    return TrialError(f"trial {number} raised {text}", exc_type=qualified, traceback=error.get("traceback"))
+    return TrialError(f"trial {number} raised {text}", exc_type=qualified, traceback=error.traceback)
 
 
 def optimize(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainguard._policy_defaults import POLICY_DEFAULTS
 from trainguard._slope import evenly_sampled
-from trainguard.outcomes import ATTEMPT_WORDS, WorkerReason
+from trainguard.outcomes import ATTEMPT_WORDS, Failure, WorkerReason
 from trainguard.report._axes import TimeCuts, idle_gaps, memory_axis
 
 if TYPE_CHECKING:
@@ -309,7 +309,9 @@ class RunReportData:
             environment_recorded=bool(env_events),
             predicted=bool(predictions),
             not_started=tuple(
-                t.index for t in records.trials if (t.error or {}).get("status") == "predicted_over_limit"
+                t.index
+                for t in records.trials
+                if t.error is not None and t.error.status == "predicted_over_limit"
             ),
             sessions=sessions,
             trial_sessions=tuple(sorted(store.trial_sessions(run_id).items())),
@@ -394,15 +396,15 @@ def _slots(
     return tuple(out)
 
 
-def trial_cause(status: str, error: Mapping[str, Any] | None) -> str:
+def trial_cause(status: str, error: Failure | None) -> str:
     """A failed trial's cause in words: what ended it and the message it left ("" for a trial that
     did not fail)."""
     if status in ("ok", "pending"):
         return ""
-    error = error or {}
-    kind = str(error.get("status") or "")
+    kind = error.status if error is not None else ""
     words = ATTEMPT_WORDS.get(kind, kind.replace("_", " ")) if kind else ""
-    message = str(error.get("message") or "").strip().splitlines()[0] if error.get("message") else ""
+    text = (error.message if error is not None else "").strip()
+    message = text.splitlines()[0] if text else ""
     if words and message and not message.lower().startswith(words.split(":")[0].lower()):
         return f"{words}: {message}"
     return message or words or "failed"

@@ -4,6 +4,7 @@ hard and soft limits, and the recorder's summary (growth rate, processes, exact 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trainguard._flight import flight_summary
@@ -20,9 +21,9 @@ def flight_section(attempts: list[Any], policy: dict[str, Any]) -> str:
     """The section's HTML, or "" when no attempt has a flight recorder."""
     recorded: list[tuple[Any, dict[str, Any]]] = []
     for a in attempts:
-        recorder = (a.error or {}).get("flight_recorder")
-        if isinstance(recorder, dict) and recorder.get("samples"):
-            recorded.append((a, recorder))
+        recorder = a.error.flight_recorder if a.error is not None else None
+        if isinstance(recorder, Mapping) and recorder.get("samples"):
+            recorded.append((a, dict(recorder)))
     if not recorded:
         return ""
     charts = []

@@ -17,6 +17,7 @@ the run goes on. Every result goes to the store, so the same named run resumes w
 from __future__ import annotations
 
 from trainguard._flight import flight_summary
+from trainguard.outcomes import Failure
 from trainguard.runner._fnref import FnSpec
 from trainguard.runner._fnref import load as load_fn
 from trainguard.runner._fnref import prepare as prepare_fn
@@ -50,6 +51,7 @@ __all__ = [
     "Command",
     "Device",
     "TrialResult",
+    "Failure",
     "RunProgress",
     "WorkerProgress",
     "default_run_name",

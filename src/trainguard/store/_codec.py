@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from trainguard.exceptions import ConfigError
+from trainguard.outcomes import Failure
 
 
 def _json_path_of_bad_value(value: Any, path: str) -> tuple[str, str] | None:
@@ -59,6 +60,27 @@ def _canonical(value: Any) -> str:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _load_failure(text: str | None) -> Failure | None:
+    """A stored error column as its record (an older release's dict loads the same way)."""
+    return None if text is None else Failure.from_dict(json.loads(text))
+
+
+def _dump_failure(error: Failure | None) -> str | None:
+    """The error column for a record (None: the attempt or trial did not fail).
+
+    Raises:
+        ConfigError: ``error`` is not a :class:`~trainguard.outcomes.Failure` (a dict, say).
+    """
+    if error is None:
+        return None
+    if not isinstance(error, Failure):
+        raise ConfigError(
+            f"error must be a trainguard.Failure or None, not {type(error).__name__}: build it with "
+            "Failure(status, message, ...) or Failure.from_dict(d)"
+        )
+    return _dumps(error.to_dict(), "error")
 
 
 def _check_int(value: Any, name: str, *, minimum: int | None = None) -> int:

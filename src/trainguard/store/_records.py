@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainguard._outcome import TrialOutcome
+from trainguard.outcomes import Failure
 
 __all__ = [
     "RunInfo",
@@ -85,7 +86,7 @@ class AttemptRecord:
     attempt: int
     worker_id: int
     status: str
-    error: dict[str, Any] | None
+    error: Failure | None
     peak_rss_bytes: int | None
     duration_s: float | None
     started_at: float

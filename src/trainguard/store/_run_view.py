@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import _loads
+from trainguard.store._codec import _load_failure, _loads
 from trainguard.store._records import EventRecord, TrialRecord
 
 __all__ = ["RunViewRows", "pooled_max"]
@@ -92,7 +92,7 @@ class RunViewRows(StoreRows):
                 params=_loads(r[2]),
                 status=r[3],
                 value=_loads(r[4]),
-                error=_loads(r[5]),
+                error=_load_failure(r[5]),
                 attempts=r[6],
                 peak_rss_bytes=r[7],
                 worker_id=r[8],

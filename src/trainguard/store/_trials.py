@@ -12,11 +12,14 @@ import time
 from typing import Any
 
 from trainguard.exceptions import ConfigError, StoreError
+from trainguard.outcomes import Failure
 from trainguard.store._base import StoreRows
 from trainguard.store._codec import (
     _check_int,
     _check_optional_number,
+    _dump_failure,
     _dumps,
+    _load_failure,
     _loads,
 )
 from trainguard.store._records import (
@@ -69,7 +72,7 @@ class TrialRows(StoreRows):
         attempt: int,
         *,
         status: str,
-        error: dict[str, Any] | None,
+        error: Failure | None,
         peak_rss_bytes: int | None,
         duration_s: float | None,
         worker_id: int | None = None,
@@ -80,7 +83,7 @@ class TrialRows(StoreRows):
         says which worker ran it.
 
         Raises:
-            ConfigError: ``status`` is not one of :data:`ATTEMPT_STATUSES`, ``error`` is not JSON, or
+            ConfigError: ``status`` is not one of :data:`ATTEMPT_STATUSES`, ``error`` is not a ``Failure`` (or not JSON), or
                 the attempt was never started and no ``worker_id`` is given.
         """
         _check_int(run_id, "run_id")
@@ -95,7 +98,7 @@ class TrialRows(StoreRows):
         _check_optional_number(duration_s, "duration_s")
         if worker_id is not None:
             _check_int(worker_id, "worker_id")
-        error_json = _dumps(error, "error") if error is not None else None
+        error_json = _dump_failure(error)
         now = time.time()
         with self._write() as conn:
             self._require_trial(conn, run_id, index)
@@ -144,7 +147,7 @@ class TrialRows(StoreRows):
         *,
         status: str,
         value: Any,
-        error: dict[str, Any] | None,
+        error: Failure | None,
         attempts: int,
         peak_rss_bytes: int | None,
         worker_id: int | None,
@@ -159,7 +162,7 @@ class TrialRows(StoreRows):
             True if this call finished the trial; False (writing nothing) if it was already finished.
 
         Raises:
-            ConfigError: ``status`` is not "ok"/"failed", or ``value``/``error`` is not JSON-serializable.
+            ConfigError: ``status`` is not "ok"/"failed", ``value`` is not JSON-serializable, or ``error`` is not a ``Failure``.
             StoreError: there is no such trial.
         """
         _check_int(run_id, "run_id")
@@ -173,7 +176,7 @@ class TrialRows(StoreRows):
             _check_int(worker_id, "worker_id")
         _check_optional_number(duration_s, "duration_s")
         value_json = _dumps(value, f"the result of trial {index}")
-        error_json = _dumps(error, "error") if error is not None else None
+        error_json = _dump_failure(error)
         now = time.time()
         with self._write() as conn:
             cur = conn.execute(
@@ -214,7 +217,7 @@ class TrialRows(StoreRows):
                 params=_loads(r[2]),
                 status=r[3],
                 value=_loads(r[4]),
-                error=_loads(r[5]),
+                error=_load_failure(r[5]),
                 attempts=r[6],
                 peak_rss_bytes=r[7],
                 worker_id=r[8],
@@ -244,7 +247,7 @@ class TrialRows(StoreRows):
                 attempt=r[2],
                 worker_id=r[3],
                 status=r[4],
-                error=_loads(r[5]),
+                error=_load_failure(r[5]),
                 peak_rss_bytes=r[6],
                 duration_s=r[7],
                 started_at=r[8],

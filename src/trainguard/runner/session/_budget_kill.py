@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from trainguard.exceptions import ConfigError
+from trainguard.outcomes import Failure
 from trainguard.runner.policy import BudgetKill, EndCause
 from trainguard.runner.session._records import BUDGET_KILLS_PER_TRIAL, Attempt, Finish, Rerun, WorkerRecord
 from trainguard.units import format_bytes
@@ -131,7 +132,7 @@ def after_budget_kill(
     )
     duration = None if run is None else time.monotonic() - run.started_mono
     peak = worker.trial_peak_rss or None
-    error = {"status": "killed_budget", "message": cause.message, **cause.detail}
+    error = Failure.of_end("killed_budget", cause.message, cause.detail)
     flight = last.flight_record(worker.worker_id, "killed_budget") if run is not None else None
 
     def store_killed(run: Attempt) -> None:  # the attempt only: the trial stays unfinished
@@ -139,7 +140,7 @@ def after_budget_kill(
             run.index,
             run.attempt,
             status="killed_budget",
-            error=error if flight is None else {**error, "flight_recorder": flight},
+            error=error if flight is None else replace(error, flight_recorder=flight),
             peak_rss_bytes=peak,
             duration_s=duration,
         )

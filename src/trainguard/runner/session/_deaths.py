@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from trainguard.exceptions import WorkerCrashedError
+from trainguard.outcomes import Failure
 from trainguard.runner.policy import EndCause, KillDecision, Policy, is_grace_kill
 from trainguard.runner.session._budget_kill import after_budget_kill
 from trainguard.runner.session._records import Finish, Rerun
@@ -123,7 +124,7 @@ def after_death(
     peak = (
         max(worker.trial_peak_rss, int(kill.value) if kill and kill.status == "killed_memory" else 0) or None
     )
-    error = {"status": cause.attempt_status, "message": cause.message, **cause.detail}
+    error = Failure.of_end(cause.attempt_status, cause.message, cause.detail)
     logger.info("trial %d attempt %d: %s", run.index, run.attempt, cause.message)
     flight = last.flight_record(worker.worker_id, cause.attempt_status)
     last.record_end(recorder, worker, pressure_end(pool.policy, kill), rss_bytes=peak)

@@ -19,10 +19,11 @@ import logging
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import DiskFullError
+from trainguard.outcomes import Failure
 
 if TYPE_CHECKING:
     from trainguard.runner.session._loop import Session
@@ -74,7 +75,7 @@ def trial_filled_the_disk(
     recorder: Recorder,
     worker: WorkerRecord,
     run: Attempt,
-    error: dict[str, Any],
+    error: Failure,
     peak: int | None,
     duration_s: float | None,
 ) -> None:
@@ -87,7 +88,7 @@ def trial_filled_the_disk(
     """
     from trainguard._diskfull import describe
 
-    note = error["disk_full"]
+    note = error.disk_full or {}
     stages.attempt_ended(run.index)
     folders = stages.folders
     what = describe(
@@ -100,7 +101,7 @@ def trial_filled_the_disk(
         run.index,
         run.attempt,
         status=DISK_FULL,
-        error={**error, "status": DISK_FULL, "message": f"{what}; its half-written checkpoint was removed"},
+        error=replace(error, status=DISK_FULL, message=f"{what}; its half-written checkpoint was removed"),
         peak_rss_bytes=peak,
         duration_s=duration_s,
     )
@@ -161,10 +162,9 @@ def _record_stopped_attempt(recorder: Recorder, worker: WorkerRecord, run: Attem
             run.index,
             run.attempt,
             status=DISK_FULL,
-            error={
-                "status": DISK_FULL,
-                "message": f"stopped: the disk filled up while trial {run.index} ran; it runs again on resume",
-            },
+            error=Failure(
+                DISK_FULL, f"stopped: the disk filled up while trial {run.index} ran; it runs again on resume"
+            ),
             peak_rss_bytes=worker.trial_peak_rss or None,
             duration_s=time.monotonic() - run.started_mono if run.started_mono else None,
         )

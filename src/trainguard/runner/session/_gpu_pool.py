@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import ConfigError
+from trainguard.outcomes import Failure
 from trainguard.runner.policy._budget import BudgetDecision, BudgetKill, choose_budget_kill
 from trainguard.runner.policy._gpu_budget import (
     GpuPlan,
@@ -117,7 +118,7 @@ class GpuPool:
             return None
         return self.forecaster.predict(params, key=key, refit=False)
 
-    def refusal(self, run: Any) -> dict[str, Any] | None:
+    def refusal(self, run: Any) -> Failure | None:
         """A trial no device can hold, by its predicted GPU peak: its failure, else None."""
         if run.attempt != 1 or run.attempt_params is not None:
             return None  # one already under way runs again as it is
@@ -125,7 +126,7 @@ class GpuPool:
         message = None if prediction is None else gpu_refusal(prediction, self.config.budgets)
         if message is None or prediction is None:
             return None
-        return {"status": "predicted_over_limit", "message": message, "prediction": prediction.to_dict()}
+        return Failure("predicted_over_limit", message, prediction=prediction.to_dict())
 
     def holds(self, worker: WorkerRecord) -> float:
         """What a worker holds or is expected to reach on its GPU."""

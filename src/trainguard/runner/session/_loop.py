@@ -56,6 +56,7 @@ from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from trainguard.outcomes import Failure
     from trainguard.runner._config import RunConfig
     from trainguard.runner._fnref import FnSpec
     from trainguard.runner.backends.base import BaseBackend
@@ -295,7 +296,7 @@ class Session:
             room = (pool.planner.budget_bytes or 0) - pool.reserved(exclude=worker)
         return self.predictions.next_run(self._queue, room, self._not_started)
 
-    def _not_started(self, run: Attempt, error: dict[str, Any]) -> bool:
+    def _not_started(self, run: Attempt, error: Failure) -> bool:
         """A trial ended unstarted (predicted over the limit); False once the run stops."""
         going = self.outcomes.stop_result is None
         self.outcomes.finish_trial(run, "failed", None, error, None, None, None)
@@ -499,8 +500,8 @@ def _load_error(ref: str, worker: WorkerRecord, msg: dict[str, Any]) -> ConfigEr
 
 def _raise_stopped(r: TrialResult) -> None:
     """``on_error='stop'``: the run stopped at a failed trial; raise its error."""
-    error = r.error or {}
-    why, status = error.get("message", r.status), error.get("status", r.status)
+    error = r.error
+    why, status = (error.message, error.status) if error is not None else (r.status, r.status)
     # a kill or a crash: the error of that cause, chained (the function itself did not raise)
     cause = FAILURE_ERRORS.get(status)
     raise TrialError(

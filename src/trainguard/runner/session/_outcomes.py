@@ -14,12 +14,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from trainguard.runner.session._eta import eta_seconds
 from trainguard.runner.session._results import RunProgress, TrialResult, WorkerProgress
 
 if TYPE_CHECKING:
+    from trainguard.outcomes import Failure
     from trainguard.runner.policy import Policy
     from trainguard.runner.session._predict import Predictions
     from trainguard.runner.session._recorder import Recorder
@@ -93,7 +95,7 @@ class Outcomes:
         worker_id = worker.worker_id if worker else None
         run.peak_gpu_bytes = worker.trial_peak_gpu if worker else None
         error = self.recovery.failure(run, status, end.error, worker_id)
-        stored = error if end.flight is None else {**(error or {}), "flight_recorder": end.flight}
+        stored = error if end.flight is None or error is None else replace(error, flight_recorder=end.flight)
         if status != "ok":
             self.stages.attempt_ended(run.index)  # a half-written checkpoint is never resumed
         self.recorder.finish_attempt(
@@ -116,7 +118,7 @@ class Outcomes:
         run: Attempt,
         status: str,
         value: Any,
-        error: dict[str, Any] | None,
+        error: Failure | None,
         peak: int | None,
         worker_id: int | None,
         duration_s: float | None,
@@ -124,7 +126,7 @@ class Outcomes:
         """Store a trial's outcome and hand its result out (also for a trial never started: its
         ``attempts`` are then the ones before this session's); a failed one under
         ``on_error='stop'`` becomes :attr:`stop_result`."""
-        started = error is None or error.get("status") != "predicted_over_limit"
+        started = error is None or error.status != "predicted_over_limit"
         if started:
             peak, duration_s = self.stages.whole_trial(run, peak, duration_s)
         fields: dict[str, Any] = {

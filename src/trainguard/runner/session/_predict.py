@@ -15,6 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainguard.outcomes import Failure
 from trainguard.runner.policy._peaks import PeakPrediction
 from trainguard.runner.policy._prediction_scope import PredictionScope
 
@@ -214,7 +215,7 @@ class Predictions:
         self._shape: Any = None
         self.by_index: dict[int, PeakPrediction] = {}  # what each trial's latest attempt started with
         #: another owner's refusal of a trial before it starts (the GPU budget's): its failure or None
-        self.refuse: Callable[[Any], dict[str, Any] | None] | None = None
+        self.refuse: Callable[[Any], Failure | None] | None = None
 
     def open(self, *, budgeted: bool = False) -> None:
         """Fitted on the ``ok`` trials of the runs :attr:`scope` names: this run's own (its
@@ -286,7 +287,7 @@ class Predictions:
         return out
 
     def next_run(
-        self, queue: Any, room_bytes: float | None, not_started: Callable[[Any, dict[str, Any]], bool]
+        self, queue: Any, room_bytes: float | None, not_started: Callable[[Any, Failure], bool]
     ) -> Any | None:
         """The pending trial a worker takes next, left in ``queue``: the trials of the queue's
         head predicted over the memory limit are taken out and ended through ``not_started``
@@ -308,7 +309,7 @@ class Predictions:
                 return self.pick(window, room_bytes)
         return None
 
-    def refused(self, window: Sequence[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    def refused(self, window: Sequence[Any]) -> list[tuple[Any, Failure]]:
         """The trials of ``window`` that :attr:`refuse` does not let start, each recorded."""
         if self.refuse is None:
             return []
@@ -318,8 +319,8 @@ class Predictions:
             if error is not None:
                 self.recorder.event(
                     "peak_skip",
-                    f"trial {run.index} {error['message']}",
-                    data=error.get("prediction"),
+                    f"trial {run.index} {error.message}",
+                    data=None if error.prediction is None else dict(error.prediction),
                     index=run.index,
                 )
                 out.append((run, error))
@@ -350,7 +351,7 @@ class Predictions:
         sources = self.forecaster.sources()
         self.recorder.event("peak_model", f"peak model: {words}{note}; {sources}", data=described)
 
-    def skipped(self, run: Any, prediction: PeakPrediction) -> dict[str, Any]:
+    def skipped(self, run: Any, prediction: PeakPrediction) -> Failure:
         """Record a trial not started for its prediction; returns its failure."""
         from trainguard.runner.policy._peaks import not_started_message
         from trainguard.units import format_bytes
@@ -371,11 +372,7 @@ class Predictions:
             data={**prediction.to_dict(), "limit_bytes": limit, "runs": runs},
             index=run.index,
         )
-        return {
-            "status": "predicted_over_limit",
-            "message": message,
-            "prediction": {**prediction.to_dict(), "runs": runs},
-        }
+        return Failure("predicted_over_limit", message, prediction={**prediction.to_dict(), "runs": runs})
 
     def apply_size(self, run: Any) -> None:
         """With ``on_oom=Shrink(...)``: start a trial predicted not to fit at the largest size of

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trainguard.exceptions import DiskFullError, FunctionChangedWarning, SettingsChangedWarning
 
 if TYPE_CHECKING:
+    from trainguard.outcomes import Failure
     from trainguard.process.tmpfs import TmpfsFile
     from trainguard.runner.session._records import Attempt, WorkerRecord
     from trainguard.store import RunInfo, Store, TrialRecord
@@ -276,7 +277,7 @@ class Recorder:
         attempt: int,
         *,
         status: str,
-        error: dict[str, Any] | None,
+        error: Failure | None,
         peak_rss_bytes: int | None,
         duration_s: float | None,
     ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from trainguard.outcomes import Failure
 from trainguard.runner.backends.base import BaseWorker
 from trainguard.runner.policy import BudgetKill, KillDecision, RecycleDecision
 
@@ -125,7 +126,7 @@ class Finish:
 
     run: Attempt
     status: str
-    error: dict[str, Any] | None = None
+    error: Failure | None = None
     value: Any = None
     peak: int | None = None
     duration_s: float | None = None

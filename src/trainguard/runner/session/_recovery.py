@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from trainguard.outcomes import OOM_STATUSES, Failure
@@ -82,26 +83,25 @@ class Recovery:
         self._fitted: dict[str, int] = {}
 
     def failure(
-        self, run: Attempt, status: str, error: dict[str, Any] | None, worker_id: int | None
-    ) -> dict[str, Any] | None:
+        self, run: Attempt, status: str, error: Failure | None, worker_id: int | None
+    ) -> Failure | None:
         """The stored failure of an attempt: its cause plus the attempt, the worker and, under
-        ``on_oom``, the sizes it ran with (a new dict; the cause is not changed)."""
-        failure = Failure.from_json(error)
-        if failure is None:
+        ``on_oom``, the sizes it ran with (a new record; the cause is not changed)."""
+        if error is None:
             return None
-        failure = failure.with_fields(attempt=run.attempt, worker_id=worker_id)
+        failure = replace(error, attempt=run.attempt, worker_id=worker_id)
         if self.policy.on_oom is not None and status in OOM_STATUSES:
-            failure = failure.with_fields(ran_with=self._sized_keys(run.sent_params))
-        return failure.to_json()
+            failure = replace(failure, ran_with=self._sized_keys(run.sent_params))
+        return failure
 
     def next_attempt(
         self,
         worker: WorkerRecord | None,
         run: Attempt,
         status: str,
-        error: dict[str, Any] | None,
+        error: Failure | None,
         peak: int | None,
-    ) -> tuple[Attempt | None, dict[str, Any] | None]:
+    ) -> tuple[Attempt | None, Failure | None]:
         """The attempt that follows this one (None: the trial is finished) and the failure to keep
         when it is finished (an OOM give-up says why no smaller size was tried)."""
         rule = self.policy.on_oom
@@ -113,7 +113,7 @@ class Recovery:
             self._remember(run, peak)
         if status != "ok" and should_retry(self.policy, status, run.session_attempts):
             logger.info("trial %d attempt %d: %s; retrying", run.index, run.attempt, status)
-            cause = str((error or {}).get("message") or status)
+            cause = (error.message if error is not None else "") or status
             where = f" on worker {worker.worker_id}" if worker is not None else ""
             self.recorder.event(
                 "retry",
@@ -127,7 +127,7 @@ class Recovery:
         return None, error
 
     def rerun_after_loss(
-        self, worker: WorkerRecord, run: Attempt, error: dict[str, Any], peak: int | None, duration_s: float
+        self, worker: WorkerRecord, run: Attempt, error: Failure, peak: int | None, duration_s: float
     ) -> Attempt | None:
         """A trial whose worker was lost with its cluster job (``detail["rerun"]``: a Slurm pilot
         cancelled, preempted or out of time): the attempt is recorded and the trial runs again
@@ -137,20 +137,20 @@ class Recovery:
         if done >= LOST_RERUNS_PER_TRIAL:
             return None
         self._lost_reruns[run.index] = done + 1
-        failure = {**error, "attempt": run.attempt, "worker_id": worker.worker_id}
+        failure = replace(error, attempt=run.attempt, worker_id=worker.worker_id)
         self.recorder.finish_attempt(
             run.index,
             run.attempt,
-            status=str(error["status"]),
+            status=error.status,
             error=failure,
             peak_rss_bytes=peak,
             duration_s=duration_s,
         )
         self.recorder.event(
             "rerun",
-            f"trial {run.index} attempt {run.attempt} on worker {worker.worker_id} was lost ({error['message']}); "
+            f"trial {run.index} attempt {run.attempt} on worker {worker.worker_id} was lost ({error.message}); "
             f"it runs again as attempt {run.attempt + 1} (no retry used)",
-            data={"status": error["status"], "message": error["message"], "attempt": run.attempt},
+            data={"status": error.status, "message": error.message, "attempt": run.attempt},
             worker=worker,
             index=run.index,
         )
@@ -248,9 +248,9 @@ class Recovery:
         worker: WorkerRecord | None,
         run: Attempt,
         status: str,
-        error: dict[str, Any] | None,
+        error: Failure | None,
         peak: int | None,
-    ) -> tuple[Attempt | None, dict[str, Any] | None]:
+    ) -> tuple[Attempt | None, Failure | None]:
         """The next, smaller attempt of an out-of-memory trial; None (and the failure saying why)
         when there is none."""
         rule = self.policy.on_oom
@@ -259,7 +259,7 @@ class Recovery:
         step = None
         if run.oom_attempts + 1 < rule.max_attempts:
             step = shrink_step(rule, current, mixed_precision_on=run.mixed_precision)
-        cause = str((error or {}).get("message") or status)
+        cause = (error.message if error is not None else "") or status
         sized = self._sized_keys(current)
         words = ", ".join(f"{k}={v}" for k, v in sized.items())
         where = f" on worker {worker.worker_id}" if worker is not None else ""
@@ -270,10 +270,8 @@ class Recovery:
                 if int(current[rule.key]) <= rule.minimum
                 else f"max_attempts={rule.max_attempts} out-of-memory attempts reached"
             )
-            failure = Failure.from_json(error)
-            if failure is not None:
-                said = f"{failure.message or status} (out of memory at {words}; {why})"
-                error = failure.with_message(said).to_json()
+            if error is not None:
+                error = replace(error, message=f"{error.message or status} (out of memory at {words}; {why})")
             self.recorder.event(
                 "oom_give_up",
                 f"trial {run.index} attempt {run.attempt}{where} ran out of memory ({status}) with {words}"

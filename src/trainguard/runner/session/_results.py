@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from trainguard._outcome import TrialOutcome
+from trainguard.outcomes import plain_record
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
@@ -21,10 +22,12 @@ __all__ = ["TrialResult", "RunProgress", "WorkerProgress", "default_run_name", "
 class TrialResult(TrialOutcome):
     """The outcome of one trial.
 
-    ``status`` is ``"ok"`` or ``"failed"``; for a failure ``error`` holds ``status`` (the last attempt's
-    cause: ``exception``, ``framework_oom``, ``crashed``, ``os_oom``, ``killed_memory``,
-    ``killed_gpu_memory``, ``timeout``, ``not_serializable``), ``message`` and, for an exception,
-    ``type`` and ``traceback``. ``attempts`` counts every attempt, earlier sessions' included.
+    ``status`` is ``"ok"`` or ``"failed"``; for a failure ``error`` is a frozen :class:`Failure`
+    (None for ``ok``): its ``status`` is the last attempt's cause (``exception``, ``framework_oom``,
+    ``crashed``, ``os_oom``, ``killed_memory``, ``killed_gpu_memory``, ``timeout``,
+    ``not_serializable``...), with its ``message`` and, for an exception, ``exc_type`` and
+    ``traceback`` (``result.error.message``). ``attempts`` counts every attempt, earlier sessions'
+    included.
     ``ran_with`` holds the params the last attempt ran with when out-of-memory recovery changed
     them (a smaller batch size), else None.
     ``reused`` is True for a result an earlier session of the same run stored: it was not run again.
@@ -50,7 +53,7 @@ class TrialResult(TrialOutcome):
         Returns:
             Every field as plain JSON values.
         """
-        return asdict(self)
+        return plain_record(self)
 
     @classmethod
     def from_record(cls, rec: TrialRecord) -> TrialResult:

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from trainguard.exceptions import StoreError
+from trainguard.outcomes import Failure
 from trainguard.runner.policy import RecycleDecision, decide_recycle
 from trainguard.runner.session._ending import trial_filled_the_disk
 from trainguard.runner.session._records import Finish
@@ -90,26 +92,42 @@ def read_result(
         worker.cur_rss = rss_after
         peak = max(worker.trial_peak_rss, rss_after, hwm)
         worker.trial_ended(rss_after, peak, (msg.get("stats") or {}).get("bytes_in_use"))
+    status, value, error = _result_of(msg)
+    stats = msg.get("stats") or {}
+    duration = float(msg["duration_s"])
+    if status != "ok" and error is not None and error.disk_full:
+        # before any other write to the store: on the same disk it would fail first
+        trial_filled_the_disk(stages, recorder, worker, run, error, peak, duration)  # raises
+    if any(k in stats for k in ("census", "tfjs", "node", "fragmentation")) or stats.get("cleanup_s"):
+        recorder.trial_stats(worker.worker_id, run.index, stats_message(run.index, stats), stats)
+    recorder.bytes_in_use(worker.worker_id, run.index, run.attempt, stats)
+    flight = last.result(recorder, worker, error, status, stats, rss_after)
+    finish = Finish(run, status, error, value, peak, duration, flight)
+    return TrialEnd(finish, peak, rss_after, stats)
+
+
+def _result_of(msg: dict[str, Any]) -> tuple[str, Any, Failure | None]:
+    """A result message's status, value and failure, read at the pipe: a value that is not JSON,
+    or an error that is not a failure's record, is the worker's ``protocol_error``."""
     status = msg["status"]
     try:
         value = json.loads(msg["value_json"]) if status == "ok" else None
     except (TypeError, ValueError) as err:
-        status, value = "protocol_error", None
-        msg = {
-            **msg,
-            "error": {"status": status, "message": f"the worker sent a result that is not JSON: {err}"},
-        }
-    stats = msg.get("stats") or {}
-    duration = float(msg["duration_s"])
-    if status != "ok" and (msg.get("error") or {}).get("disk_full"):
-        # before any other write to the store: on the same disk it would fail first
-        trial_filled_the_disk(stages, recorder, worker, run, msg["error"], peak, duration)  # raises
-    if any(k in stats for k in ("census", "tfjs", "node", "fragmentation")) or stats.get("cleanup_s"):
-        recorder.trial_stats(worker.worker_id, run.index, stats_message(run.index, stats), stats)
-    recorder.bytes_in_use(worker.worker_id, run.index, run.attempt, stats)
-    flight = last.result(recorder, worker, msg, status, stats, rss_after)
-    finish = Finish(run, status, msg.get("error"), value, peak, duration, flight)
-    return TrialEnd(finish, peak, rss_after, stats)
+        return (
+            "protocol_error",
+            None,
+            Failure("protocol_error", f"the worker sent a result that is not JSON: {err}"),
+        )
+    try:
+        error = None if msg.get("error") is None else Failure.from_dict(msg["error"])
+    except StoreError as err:
+        words = str(err).partition(";")[0]
+        return (
+            "protocol_error",
+            None,
+            Failure("protocol_error", f"the worker sent a malformed error ({words})"),
+        )
+    return status, value, error
 
 
 def decide_worker_next(

@@ -14,6 +14,7 @@ This module imports nothing heavy at the top: a worker pays only for what its tr
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -23,6 +24,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from trainguard.outcomes import Failure
 from trainguard.runner._channel import child_ends
 from trainguard.runner._protocol import WORKER_CONFIG_ENV, write_message
 
@@ -260,7 +262,7 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
     ``result_too_large`` and its size, so the supervisor and the store never hold it."""
     params = msg["params"]
     _reset_peak()
-    error: dict[str, Any] | None = None
+    error: Failure | None = None
     value_json: str | None = None
     snapshot: str | None = None
     ctx = None
@@ -287,7 +289,7 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
 
         full = disk_full_note(ctx, exc)
         if full is not None:  # the supervisor stops the run: every next write would fail too
-            error["disk_full"] = full
+            error = dataclasses.replace(error, disk_full=full)
         if framework == "torch":
             from trainguard.runner.device import dump_torch_memory_snapshot
 
@@ -299,24 +301,24 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
             value_json = json.dumps(value, default=_json_default)
         except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             status = "not_serializable"
-            error = {
-                "status": status,
-                "type": type(exc).__name__,
-                "message": f"the result is not JSON-serializable: {exc}; return plain numbers, strings, lists and dicts",
-            }
+            error = Failure(
+                status,
+                f"the result is not JSON-serializable: {exc}; return plain numbers, strings, lists and dicts",
+                exc_type=type(exc).__name__,
+            )
         del value
         # json.dumps escapes non-ASCII by default: len() is the size in bytes
         if value_json is not None and max_result_bytes is not None and len(value_json) > max_result_bytes:
             size = len(value_json)
             value_json = None
             status = "result_too_large"
-            error = {
-                "status": status,
-                "type": "ResultTooLarge",
-                "message": f"the result is {size} bytes of JSON, over max_result_bytes={max_result_bytes}: "
+            error = Failure(
+                status,
+                f"the result is {size} bytes of JSON, over max_result_bytes={max_result_bytes}: "
                 "return a summary (write large outputs to a file and return its path), or raise max_result_bytes",
-                "result_bytes": size,
-            }
+                exc_type="ResultTooLarge",
+                detail={"result_bytes": size},
+            )
     reaped = _REAPER[0].reap() if _REAPER[0] is not None else []
     stats = _after_trial(msg)
     if reaped:
@@ -329,7 +331,7 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         "attempt": msg["attempt"],
         "status": status,
         "value_json": value_json,
-        "error": error,
+        "error": None if error is None else error.to_dict(),
         "duration_s": duration,
         "rss_bytes": _status_kb("VmRSS:") or 0,
         "hwm_bytes": _peak(fn),
@@ -337,23 +339,25 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
     }
 
 
-def _exception_error(exc: BaseException, status: str, framework: str | None) -> dict[str, Any]:
-    """The error a trial's exception becomes (a command trial's carries its words and stderr)."""
-    error: dict[str, Any] = {
-        "status": status,
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        # its classes, most derived first: the supervisor rebuilds a type a `catch=` names
-        "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__[:-1]][:16],
-        "message": f"{type(exc).__name__}: {exc}"[:2000],
-        "traceback": "".join(traceback.format_exception(exc))[-20000:],
-    }
-    if framework:
-        error["framework"] = framework
+def _exception_error(exc: BaseException, status: str, framework: str | None) -> Failure:
+    """The failure a trial's exception becomes (a command trial's carries its words and stderr)."""
     if getattr(exc, "trial_status", None) is not None:  # a command trial: its words, its stderr
-        error["message"] = str(exc)[:2000]
-        error["traceback"] = str(getattr(exc, "detail", "") or "")[-20000:]
-        error["type"] = "CommandFailed"
-    return error
+        message = str(exc)[:2000]
+        exc_type = "CommandFailed"
+        trace = str(getattr(exc, "detail", "") or "")[-20000:]
+    else:
+        message = f"{type(exc).__name__}: {exc}"[:2000]
+        exc_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        trace = "".join(traceback.format_exception(exc))[-20000:]
+    return Failure(
+        status,
+        message,
+        exc_type=exc_type,
+        # its classes, most derived first: the supervisor rebuilds a type a `catch=` names
+        mro=tuple(f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__[:-1])[:16],
+        traceback=trace,
+        framework=framework or None,
+    )
 
 
 def _after_trial(msg: dict[str, Any]) -> dict[str, Any]:

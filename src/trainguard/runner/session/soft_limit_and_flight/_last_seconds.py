@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from trainguard import process
+from trainguard.outcomes import Failure
 from trainguard.runner.backends import BaseWorker
 from trainguard.runner.policy import Policy, PressureDecision, PressureSince, RecycleDecision
 from trainguard.runner.session.soft_limit_and_flight._flight_recorder import FlightRecorder
@@ -242,7 +243,7 @@ class LastSeconds:
         self,
         recorder: Any,
         worker: Any,
-        msg: dict[str, Any],
+        error: Failure | None,
         status: str,
         stats: dict[str, Any],
         rss_after: int,
@@ -251,8 +252,7 @@ class LastSeconds:
         flight recorder of an out-of-memory attempt (a CUDA memory snapshot moved next to the
         store, out of the run's private folder, which goes at the end)."""
         self.on_stats(worker.worker_id, stats)
-        error_type = str((msg.get("error") or {}).get("type") or "")
-        failed = error_type.endswith("CheckpointError")
+        failed = error is not None and (error.exc_type or "").endswith("CheckpointError")
         self.record_end(recorder, worker, "checkpoint_failed" if failed else "finished", rss_bytes=rss_after)
         if status != "framework_oom":
             return None
