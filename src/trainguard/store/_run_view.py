@@ -14,15 +14,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import _load_failure, _loads
+from trainguard.store._codec import _loads
 from trainguard.store._records import EventRecord, TrialRecord
+from trainguard.store._trial_rows import TRIAL_COLUMNS, trial_record
 
 __all__ = ["RunViewRows", "pooled_max"]
 
-_TRIAL_COLUMNS = (
-    "run_id, idx, params_json, status, value_json, error_json, attempts, peak_rss_bytes, worker_id,"
-    " duration_s, finished_at"
-)
 _EVENT_COLUMNS = "event_id, run_id, time, kind, message, data_json, worker_id, idx"
 
 
@@ -71,7 +68,7 @@ class RunViewRows(StoreRows):
         """The run's first ``limit`` trials in index order, with their seeds."""
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE run_id=? ORDER BY idx LIMIT ?", (run_id, limit)
+                f"SELECT {TRIAL_COLUMNS} FROM trials WHERE run_id=? ORDER BY idx LIMIT ?", (run_id, limit)
             ).fetchall()
             seeds: dict[int, int] = {}
             if rows:
@@ -85,23 +82,7 @@ class RunViewRows(StoreRows):
                 except sqlite3.OperationalError as err:
                     if not _missing_table(err):
                         raise
-        return [
-            TrialRecord(
-                run_id=r[0],
-                index=r[1],
-                params=_loads(r[2]),
-                status=r[3],
-                value=_loads(r[4]),
-                error=_load_failure(r[5]),
-                attempts=r[6],
-                peak_rss_bytes=r[7],
-                worker_id=r[8],
-                duration_s=r[9],
-                finished_at=r[10],
-                seed=seeds.get(r[1]),
-            )
-            for r in rows
-        ]
+        return [trial_record(r, seeds) for r in rows]
 
     def trial_count(self, run_id: int) -> int:
         """How many trials the run has."""

@@ -20,7 +20,6 @@ from trainguard.store._codec import (
     _dump_failure,
     _dumps,
     _load_failure,
-    _loads,
 )
 from trainguard.store._records import (
     AttemptRecord,
@@ -30,6 +29,7 @@ from trainguard.store._schema import (
     ATTEMPT_STATUSES,
     TRIAL_STATUSES,
 )
+from trainguard.store._trial_rows import TRIAL_COLUMNS, trial_record
 
 
 class TrialRows(StoreRows):
@@ -205,28 +205,10 @@ class TrialRows(StoreRows):
         """Every trial of the run, in index order."""
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT run_id, idx, params_json, status, value_json, error_json, attempts, peak_rss_bytes,"
-                " worker_id, duration_s, finished_at FROM trials WHERE run_id=? ORDER BY idx",
-                (run_id,),
+                f"SELECT {TRIAL_COLUMNS} FROM trials WHERE run_id=? ORDER BY idx", (run_id,)
             ).fetchall()
         seeds = self.trial_seeds(run_id)
-        return [
-            TrialRecord(
-                run_id=r[0],
-                index=r[1],
-                params=_loads(r[2]),
-                status=r[3],
-                value=_loads(r[4]),
-                error=_load_failure(r[5]),
-                attempts=r[6],
-                peak_rss_bytes=r[7],
-                worker_id=r[8],
-                duration_s=r[9],
-                finished_at=r[10],
-                seed=seeds.get(r[1]),
-            )
-            for r in rows
-        ]
+        return [trial_record(r, seeds) for r in rows]
 
     def attempts(self, run_id: int, index: int | None = None) -> list[AttemptRecord]:
         """The run's attempts (of one trial when ``index`` is given), in the order they started."""
