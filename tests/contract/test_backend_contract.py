@@ -87,7 +87,8 @@ class Backend:
     name: str
     make: Callable[[Path], Any]
 
-    def runner(self, folder: Path, **kwargs: Any) -> Runner:
+    def runner(self, folder: Path, **kwargs: Any) -> Any:
+        """A Runner on this backend, its store in ``folder`` (typed loosely: tests read its store)."""
         kwargs.setdefault("store", folder / f"{self.name}.db")
         return Runner(backend=self.make(folder), **kwargs)
 
@@ -161,7 +162,7 @@ def _run_faults(backend: Backend, folder: Path) -> Faults:
     shm = f"/dev/shm/contract-{os.getpid()}-{backend.name}"
     if SHM:  # 400 MB written, none of it in any RSS: killed for what tmpfs holds
         params[FAULTS.index("fill_shm")].update(path=shm, mb=400)
-    policy = Policy(memory_limit=LIMIT, timeout="2s", max_trials_per_worker=2, peak_ratio=None)
+    policy = Policy(memory_limit=LIMIT, timeout=2.0, max_trials_per_worker=2, peak_ratio=None)
     try:
         with backend.runner(folder, policy=policy, seed=7) as runner:
             results = runner.map(ref("fault"), params, name="faults")
@@ -318,7 +319,8 @@ class TestBackendContract:
                 runner.map(ref("boom"), params, name="stopper")
             run = runner.store.get_run("stopper")
             attempts = runner.store.attempts(run.run_id)
-        assert info.value.status == "exception" and info.value.index == 0
+        stopped: Any = info.value  # the TrialError names the trial and its cause
+        assert stopped.status == "exception" and stopped.index == 0
         assert [a.index for a in attempts] == [0] and run.status == "stopped"
 
     def test_a_cancelled_run_ends_its_running_worker(self, killed: Killed) -> None:
