@@ -154,16 +154,7 @@ class Recovery:
             worker=worker,
             index=run.index,
         )
-        return Attempt(
-            run.index,
-            run.params,
-            run.attempt + 1,
-            run.session_attempts,
-            attempt_params=run.attempt_params,
-            mixed_precision=run.mixed_precision,
-            oom_attempts=run.oom_attempts,
-            sized=True,
-        )
+        return _same_attempt_again(run)
 
     def rerun_after_budget_kill(
         self, worker: WorkerRecord, run: Attempt, *, alone: bool, workers: int
@@ -185,17 +176,7 @@ class Recovery:
             worker=worker,
             index=run.index,
         )
-        return Attempt(
-            run.index,
-            run.params,
-            run.attempt + 1,
-            run.session_attempts,
-            attempt_params=run.attempt_params,
-            mixed_precision=run.mixed_precision,
-            oom_attempts=run.oom_attempts,
-            sized=True,
-            budget_kills=run.budget_kills + 1,
-        )
+        return _same_attempt_again(run, budget_kills=run.budget_kills + 1)
 
     # -- sizes ------------------------------------------------------------------------------------
 
@@ -349,3 +330,19 @@ class Recovery:
             },
             index=run.index,
         )
+
+
+def _same_attempt_again(run: Attempt, *, budget_kills: int = 0) -> Attempt:
+    """The next attempt of ``run`` when the run, not the trial, ended it (a lost worker, a kill at
+    the memory budget): the same params and size, no retry used (``session_attempts`` unchanged)."""
+    return Attempt(
+        run.index,
+        run.params,
+        run.attempt + 1,
+        run.session_attempts,
+        attempt_params=run.attempt_params,
+        mixed_precision=run.mixed_precision,
+        oom_attempts=run.oom_attempts,
+        sized=True,
+        budget_kills=budget_kills,
+    )
