@@ -26,7 +26,6 @@ from trainguard.runner.policy import Policy, PressureDecision, PressureSince, Re
 from trainguard.runner.session.soft_limit_and_flight._flight_recorder import FlightRecorder
 from trainguard.runner.session.soft_limit_and_flight._pressure_tracker import (
     Action,
-    PressureEvent,
     PressureTracker,
 )
 
@@ -212,17 +211,6 @@ class LastSeconds:
             f"under memory pressure ({state.decision.message})",
         )
 
-    def resolve(
-        self,
-        worker_id: int,
-        action: Action,
-        *,
-        now_s: float,
-        rss_bytes: int | None = None,
-        stage: int | None = None,
-    ) -> PressureEvent | None:
-        return self.pressure.resolve(worker_id, action, now_s=now_s, rss_bytes=rss_bytes, stage=stage)
-
     def record_end(
         self,
         recorder: Any,
@@ -233,7 +221,7 @@ class LastSeconds:
         stage: int | None = None,
     ) -> None:
         """Record (loop thread) how a pressure on this worker's trial ended; nothing when none."""
-        event = self.resolve(
+        event = self.pressure.resolve(
             worker.worker_id, action, now_s=time.monotonic(), rss_bytes=rss_bytes, stage=stage
         )
         if event is not None:
