@@ -67,7 +67,7 @@ def test_the_same_training_ignoring_the_flag_is_killed_with_a_flight_recorder(tm
     with Runner(store=db, policy=Policy(**LIMITS)) as runner:
         (result,) = runner.map(TRAIN, [{**PARAMS, "listen": False}], name="ignores")
     assert result.status == "failed" and result.error.status == "killed_memory"
-    assert "flight_recorder" not in result.error  # on the attempt, not the trial's error
+    assert result.error.flight_recorder is None  # on the attempt, not the trial's error
     attempts, pressure, _ = _recorded(db, "ignores")
     (attempt,) = attempts
     recorder = attempt.error.flight_recorder
