@@ -34,4 +34,6 @@ export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check --quiet src tests bench
 # types: strict on runner/, store/, probes/ and leaks/stats.py (settings in pyproject.toml)
 .venv/bin/mypy
-exec .venv/bin/python -m pytest "${FAST[@]}" "${ARGS[@]}"
+# Two test processes (pytest-xdist): most of the suite's time is spent waiting on workers, pilots,
+# kernels and a browser, so two share 2 cores well. TEST_PROCESSES=0 runs the suite in this process.
+exec .venv/bin/python -m pytest -n "${TEST_PROCESSES:-2}" "${FAST[@]}" "${ARGS[@]}"
