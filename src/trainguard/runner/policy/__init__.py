@@ -38,18 +38,8 @@ from typing import Any, Literal
 from trainguard.exceptions import ConfigError
 from trainguard.outcomes import ATTEMPT_STATUSES, OOM_STATUSES, RETRY_CATEGORIES
 from trainguard.process import signal_name
-from trainguard.runner.policy._budget import (
-    BUDGET_HEADROOM,
-    BudgetDecision,
-    BudgetKill,
-    budget_workers,
-    choose_budget_kill,
-    choose_threads,
-    decide_budget,
-    next_peak_estimate,
-    recycle_expected_soon,
-    should_prestart,
-)
+from trainguard.runner.policy import _budget
+from trainguard.runner.policy._budget import *  # noqa: F403 - the budget rules are the face's, as _budget lists them
 from trainguard.runner.policy._limit_verdict import (
     LimitReading,
     LimitVerdict,
@@ -128,16 +118,7 @@ __all__ = [
     "slope_interval",
     "EndCause",
     "classify_end",
-    "BUDGET_HEADROOM",
-    "BudgetDecision",
-    "next_peak_estimate",
-    "budget_workers",
-    "decide_budget",
-    "should_prestart",
-    "BudgetKill",
-    "choose_budget_kill",
-    "recycle_expected_soon",
-    "choose_threads",
+    *_budget.__all__,
     "signal_name",
     "PressureDecision",
     "RATE_WINDOW_S",
