@@ -29,7 +29,20 @@ __all__ = [
 ]
 
 
-class AttemptStatus(str, Enum):
+class _StoredWord(str, Enum):
+    """A ``str`` enum whose member is its stored word (the first item of its tuple): the rest of
+    the tuple goes to the subclass's ``__init__``, which keeps it as the member's attributes."""
+
+    def __new__(cls, value: str, *attributes: Any) -> Any:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        return member
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class AttemptStatus(_StoredWord):
     """How one attempt of a trial ended, with its words and the ``retry_on`` family it belongs to.
 
     ``retry_category`` is None for outcomes that are never retried (success, a checkpoint left on
@@ -42,24 +55,18 @@ class AttemptStatus(str, Enum):
     out_of_memory: bool
     by_store: bool
 
-    def __new__(
-        cls,
+    def __init__(
+        self,
         value: str,
         words: str,
         retry_category: str | None,
         out_of_memory: bool = False,
         by_store: bool = False,
-    ) -> AttemptStatus:
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.words = words
-        member.retry_category = retry_category
-        member.out_of_memory = out_of_memory
-        member.by_store = by_store
-        return member
-
-    def __str__(self) -> str:
-        return str(self.value)
+    ) -> None:
+        self.words = words
+        self.retry_category = retry_category
+        self.out_of_memory = out_of_memory
+        self.by_store = by_store
 
     OK = ("ok", "ok", None)
     # a staged trial's worker stopped at a checkpoint to shed memory: the trial goes on
@@ -102,19 +109,13 @@ class AttemptStatus(str, Enum):
     )
 
 
-class WorkerReason(str, Enum):
+class WorkerReason(_StoredWord):
     """Why a worker ended (``Store.end_worker(reason=...)``), with the words ``show`` prints."""
 
     words: str
 
-    def __new__(cls, value: str, words: str) -> WorkerReason:
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.words = words
-        return member
-
-    def __str__(self) -> str:
-        return str(self.value)
+    def __init__(self, value: str, words: str) -> None:
+        self.words = words
 
     RECYCLED = ("recycled", "recycled by policy")
     KILLED_MEMORY = ("killed_memory", "killed at the memory limit")
@@ -158,7 +159,7 @@ _KILL_REASONS = frozenset(
 )
 
 
-class EventKind(str, Enum):
+class EventKind(_StoredWord):
     """The kinds of a run's events (``Store.add_event(kind=...)``), each in the view that lists it:
     ``"pool"`` (the pool's shape: ``show``'s workers/threads/budget table), ``"memory"`` (per-trial
     memory figures and OOM recovery), ``"pressure"`` (memory pressure under a soft limit: its own
@@ -166,14 +167,8 @@ class EventKind(str, Enum):
 
     view: str
 
-    def __new__(cls, value: str, view: str) -> EventKind:
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.view = view
-        return member
-
-    def __str__(self) -> str:
-        return str(self.value)
+    def __init__(self, value: str, view: str) -> None:
+        self.view = view
 
     WORKERS = ("workers", "pool")
     THREADS = ("threads", "pool")
