@@ -48,7 +48,6 @@ from trainguard.runner.backends.base import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner.backends.slurm_folder import make_private, make_session_folder, prepare_root
 from trainguard.runner.backends.slurm_listen import MAX_HANDSHAKES, PilotDoor, bind_listener
 from trainguard.runner.backends.slurm_rules import (
-    PilotEnd,
     SlurmOptions,
     ctld_hosts,
     job_name_for,
@@ -165,7 +164,7 @@ class SlurmWorker(RemoteWorker):
         )
         super()._unreported()  # the pilot was already lost: this worker ends all the same
 
-    def _pilot_cause(self) -> PilotEnd | None:
+    def _pilot_cause(self) -> EndCause | None:
         """The pilot's end, when the worker died of a signal while Slurm was ending its job."""
         if self._link.end is not None:
             return self._link.end
@@ -213,7 +212,7 @@ class _PilotLink(AgentLink):
         self.replies: dict[int, queue.Queue[tuple[str, Any]]] = {}
         self.send_lock = threading.Lock()
         self.dead: str | None = None
-        self.end: PilotEnd | None = None
+        self.end: EndCause | None = None
         self.ending: str | None = None
         #: Slurm sent the job SIGTERM: it is being cancelled, preempted or timed out
         self.terminating = False

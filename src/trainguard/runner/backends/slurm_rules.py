@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainguard.exceptions import ConfigError
+from trainguard.runner.policy._limits import EndCause
 
 __all__ = [
     "SlurmOptions",
     "parse_slurm_options",
-    "PilotEnd",
     "pilot_end",
     "slurm_oom_line",
     "sbatch_refusal",
@@ -186,17 +186,6 @@ def parse_scontrol(text: str) -> dict[str, str]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class PilotEnd:
-    """Why a pilot job ended, for the workers it ran: the attempt's status, the worker's reason,
-    the detail recorded, and the words."""
-
-    attempt_status: str
-    worker_reason: str
-    detail: dict[str, Any]
-    message: str
-
-
 _STATE_WORDS = {
     "CANCELLED": "was cancelled (scancel)",
     "PREEMPTED": "was preempted",
@@ -210,9 +199,10 @@ _STATE_WORDS = {
 }
 
 
-def pilot_end(job_id: str, state: str | None, node: str | None, reason: str | None) -> PilotEnd:
+def pilot_end(job_id: str, state: str | None, node: str | None, reason: str | None) -> EndCause:
     """The cause recorded for every worker of a pilot job that ended or lost its connection,
-    from Slurm's job state (``scontrol``'s ``JobState``, None when Slurm no longer knows it)."""
+    from Slurm's job state (``scontrol``'s ``JobState``, None when Slurm no longer knows it).
+    Its ``attempt_status`` is what a trial running on such a worker records (never None here)."""
     where = f" on node {node}" if node else ""
     base = (state or "").split()[0].rstrip("+") if state else ""
     detail: dict[str, Any] = {
@@ -223,7 +213,7 @@ def pilot_end(job_id: str, state: str | None, node: str | None, reason: str | No
     }
     if base == "OUT_OF_MEMORY":
         detail["why"] = "Slurm's cgroup out-of-memory handler"
-        return PilotEnd(
+        return EndCause(
             "os_oom",
             "os_oom",
             detail,
@@ -244,7 +234,7 @@ def pilot_end(job_id: str, state: str | None, node: str | None, reason: str | No
         words = "ended (Slurm no longer knows the job)"
     extra = f"; {reason}" if reason and reason not in ("None", "(null)") else ""
     detail["why"] = words
-    return PilotEnd("crashed", reason_key, detail, f"the Slurm pilot job {job_id}{where} {words}{extra}")
+    return EndCause("crashed", reason_key, detail, f"the Slurm pilot job {job_id}{where} {words}{extra}")
 
 
 _OOM = re.compile(r"^.*slurmstepd: .*oom[-_ ]kill.*$", re.IGNORECASE | re.MULTILINE)
