@@ -1,5 +1,6 @@
 """What every table's section of the store may use of the store itself: its connection
-context managers, its path as the user wrote it, and the few methods one section calls on another.
+context managers, its path as the user wrote it, the few methods one section calls on another, and
+the query of one run's rows that several sections read (optionally one trial's or one worker's).
 
 The sections are mixins of :class:`~trainguard.store.Store`, one table each; the connection, the
 schema and the locking are the store's own (``_store.py``). This base is last in its method order,
@@ -38,6 +39,28 @@ class StoreRows:
 
     def _require_trial(self, conn: sqlite3.Connection, run_id: int, index: int) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    def _rows_of_run(
+        self,
+        select: str,
+        run_id: int,
+        narrow_to: tuple[str, Any | None],
+        *,
+        order_by: str,
+        added_later: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        """One run's rows of ``select`` (written up to its table's name), ordered by ``order_by``:
+        only those whose column ``narrow_to[0]`` is ``narrow_to[1]`` when that value is not None
+        (one trial's, one worker's). A table ``added_later`` than the store's first release gives
+        no rows from a store written before it."""
+        column, value = narrow_to
+        where = "run_id=?" if value is None else f"run_id=? AND {column}=?"
+        args: tuple[Any, ...] = (run_id,) if value is None else (run_id, value)
+        query = f"{select} WHERE {where} ORDER BY {order_by}"
+        if added_later:
+            return self._rows_if_table(query, args)
+        with self._read() as conn:
+            return list(conn.execute(query, args).fetchall())
 
     def _rows_if_table(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """The rows ``sql`` reads from a table added after the store's first release: none from a

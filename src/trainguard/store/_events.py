@@ -15,6 +15,26 @@ from trainguard.store._base import StoreRows
 from trainguard.store._codec import _check_int, _dumps, _loads
 from trainguard.store._records import EventRecord
 
+__all__ = ["EventRows", "EVENT_COLUMNS", "event_record"]
+
+#: The columns :func:`event_record` decodes, in its order.
+EVENT_COLUMNS = "event_id, run_id, time, kind, message, data_json, worker_id, idx"
+
+
+def event_record(row: Sequence[Any]) -> EventRecord:
+    """The event in ``row`` (the :data:`EVENT_COLUMNS`): the one reading that :meth:`Store.events`
+    and the run view's newest events share."""
+    return EventRecord(
+        event_id=row[0],
+        run_id=row[1],
+        time=row[2],
+        kind=row[3],
+        message=row[4],
+        data=_loads(row[5]),
+        worker_id=row[6],
+        index=row[7],
+    )
+
 
 class EventRows(StoreRows):
     """The store's events."""
@@ -92,7 +112,7 @@ class EventRows(StoreRows):
     ) -> list[EventRecord]:
         """The run's events, oldest first; with ``limit``, only the newest ``limit`` of them; with
         ``kinds``, only those kinds; with ``exclude``, none of those kinds."""
-        query = "SELECT event_id, run_id, time, kind, message, data_json, worker_id, idx FROM events WHERE run_id=?"
+        query = f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id=?"
         args: list[Any] = [run_id]
         if kinds:
             query += f" AND kind IN ({','.join('?' * len(kinds))})"
@@ -106,16 +126,4 @@ class EventRows(StoreRows):
             args.append(_check_int(limit, "limit", minimum=0))
         with self._read() as conn:
             rows = conn.execute(query, args).fetchall()
-        return [
-            EventRecord(
-                event_id=r[0],
-                run_id=r[1],
-                time=r[2],
-                kind=r[3],
-                message=r[4],
-                data=_loads(r[5]),
-                worker_id=r[6],
-                index=r[7],
-            )
-            for r in reversed(rows)
-        ]
+        return [event_record(r) for r in reversed(rows)]

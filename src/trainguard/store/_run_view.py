@@ -15,30 +15,16 @@ from typing import Any
 
 from trainguard.store._base import StoreRows
 from trainguard.store._codec import _loads
+from trainguard.store._events import EVENT_COLUMNS, event_record
 from trainguard.store._records import EventRecord, TrialRecord
 from trainguard.store._trial_rows import TRIAL_COLUMNS, trial_record
 
 __all__ = ["RunViewRows", "pooled_max"]
 
-_EVENT_COLUMNS = "event_id, run_id, time, kind, message, data_json, worker_id, idx"
-
 
 def _missing_table(err: sqlite3.OperationalError) -> bool:
     """A store written before the table existed (a reader never creates it)."""
     return "no such table" in str(err)
-
-
-def _event(row: Sequence[Any]) -> EventRecord:
-    return EventRecord(
-        event_id=row[0],
-        run_id=row[1],
-        time=row[2],
-        kind=row[3],
-        message=row[4],
-        data=_loads(row[5]),
-        worker_id=row[6],
-        index=row[7],
-    )
 
 
 def pooled_max(values: Iterator[float], count: int, width: int) -> list[float]:
@@ -218,11 +204,11 @@ class RunViewRows(StoreRows):
         marks = ",".join("?" * len(kinds))
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id=? AND kind IN ({marks})"
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id=? AND kind IN ({marks})"
                 " ORDER BY event_id DESC LIMIT ?",
                 (run_id, *kinds, limit),
             ).fetchall()
-        return [_event(r) for r in reversed(rows)]
+        return [event_record(r) for r in reversed(rows)]
 
     def trials_per_session(self, run_id: int, starts: Sequence[float]) -> list[int]:
         """How many of the run's trials finished in each session (from its start to the next's),

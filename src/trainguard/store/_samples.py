@@ -20,6 +20,9 @@ from trainguard.store._records import (
     Sample,
 )
 
+#: the columns :meth:`SampleRows.samples` decodes, in its order
+_SELECT_SAMPLES = "SELECT time, worker_id, rss_bytes, uss_bytes, gpu_bytes FROM samples"
+
 
 class SampleRows(StoreRows):
     """The store's memory samples, max-pooled into time buckets whose width doubles when a worker's series would pass its bound."""
@@ -111,13 +114,9 @@ class SampleRows(StoreRows):
 
     def samples(self, run_id: int, worker_id: int | None = None) -> list[Sample]:
         """The stored (downsampled) samples of the run, or of one worker, in time order."""
-        query = "SELECT time, worker_id, rss_bytes, uss_bytes, gpu_bytes FROM samples WHERE run_id=?"
-        args: tuple[Any, ...] = (run_id,)
-        if worker_id is not None:
-            query += " AND worker_id=?"
-            args += (worker_id,)
-        with self._read() as conn:
-            rows = conn.execute(query + " ORDER BY time, worker_id", args).fetchall()
+        rows = self._rows_of_run(
+            _SELECT_SAMPLES, run_id, ("worker_id", worker_id), order_by="time, worker_id"
+        )
         return [
             Sample(time=r[0], worker_id=r[1], rss_bytes=r[2], uss_bytes=r[3], gpu_bytes=r[4]) for r in rows
         ]

@@ -6,7 +6,6 @@ One table's section of :class:`~trainguard.store.Store` (see ``_base.py``).
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from trainguard.exceptions import ConfigError
 from trainguard.store._base import StoreRows
@@ -18,6 +17,11 @@ from trainguard.store._records import (
 )
 from trainguard.store._schema import (
     STAGE_EVENTS,
+)
+
+#: the columns of a :class:`StageRecord`, in its fields' order
+_SELECT_STAGES = (
+    "SELECT run_id, idx, attempt, stage, worker_id, time, rss_bytes, peak_rss_bytes, event, note FROM stages"
 )
 
 
@@ -57,13 +61,7 @@ class StageRows(StoreRows):
 
     def stages(self, run_id: int, index: int | None = None) -> list[StageRecord]:
         """A run's stage history (of one trial when ``index`` is given), in the order written."""
-        query = (
-            "SELECT run_id, idx, attempt, stage, worker_id, time, rss_bytes, peak_rss_bytes, event, note"
-            " FROM stages WHERE run_id=?"
+        rows = self._rows_of_run(
+            _SELECT_STAGES, run_id, ("idx", index), order_by="stage_pk", added_later=True
         )
-        args: tuple[Any, ...] = (run_id,)
-        if index is not None:
-            query += " AND idx=?"
-            args += (index,)
-        rows = self._rows_if_table(query + " ORDER BY stage_pk", args)
         return [StageRecord(*row) for row in rows]

@@ -31,6 +31,12 @@ from trainguard.store._schema import (
 )
 from trainguard.store._trial_rows import TRIAL_COLUMNS, trial_record
 
+#: the columns :meth:`TrialRows.attempts` decodes, in its order
+_SELECT_ATTEMPTS = (
+    "SELECT run_id, idx, attempt, worker_id, status, error_json, peak_rss_bytes, duration_s,"
+    " started_at, finished_at FROM attempts"
+)
+
 
 class TrialRows(StoreRows):
     """The store's trials (one result each, written once) and their attempts."""
@@ -212,16 +218,7 @@ class TrialRows(StoreRows):
 
     def attempts(self, run_id: int, index: int | None = None) -> list[AttemptRecord]:
         """The run's attempts (of one trial when ``index`` is given), in the order they started."""
-        query = (
-            "SELECT run_id, idx, attempt, worker_id, status, error_json, peak_rss_bytes, duration_s,"
-            " started_at, finished_at FROM attempts WHERE run_id=?"
-        )
-        args: tuple[Any, ...] = (run_id,)
-        if index is not None:
-            query += " AND idx=?"
-            args += (index,)
-        with self._read() as conn:
-            rows = conn.execute(query + " ORDER BY attempt_pk", args).fetchall()
+        rows = self._rows_of_run(_SELECT_ATTEMPTS, run_id, ("idx", index), order_by="attempt_pk")
         return [
             AttemptRecord(
                 run_id=r[0],
