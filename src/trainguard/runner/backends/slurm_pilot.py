@@ -29,6 +29,7 @@ import platform
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from trainguard.runner.backends.base import WorkerSpec
@@ -111,35 +112,23 @@ def split_gpus(visible: str | None, slots: int, per_worker: int) -> list[str | N
     return out
 
 
+# the object's own repr and identity, as before: a repr would show the run's token and function
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False, eq=False)
 class Pilot:
     """What a pilot job runs (a picklable callable; submitit ships it)."""
 
-    def __init__(
-        self,
-        *,
-        address: tuple[str, int],
-        token: bytes,
-        pilot: int,
-        slots: int,
-        gpus_per_worker: int,
-        policy: Any,
-        interval_s: float,
-        uss: bool,
-        fn: tuple[str, Any] | None,
-        sys_path: list[str],
-        only_slot: bool = False,
-    ) -> None:
-        self.address = address
-        self.token = token
-        self.pilot = pilot
-        self.slots = slots
-        self.gpus_per_worker = gpus_per_worker
-        self.policy = policy
-        self.interval_s = interval_s
-        self.uss = uss
-        self.only_slot = only_slot
-        self.fn = fn
-        self.sys_path = sys_path
+    address: tuple[str, int]
+    #: the run's HMAC key for the connection back
+    token: bytes
+    pilot: int
+    slots: int
+    gpus_per_worker: int
+    policy: Any
+    interval_s: float
+    uss: bool
+    fn: tuple[str, Any] | None
+    sys_path: list[str]
+    only_slot: bool = False
 
     def __call__(self) -> str:
         from multiprocessing.connection import Client
