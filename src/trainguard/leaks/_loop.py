@@ -63,7 +63,8 @@ class StepTimes:
 class LoopBase:
     """One leak check's state and the phases both loops share. A subclass gives ``call_block``
     (call the step; False when it raised), ``measure`` (append a reading to ``series``),
-    ``after_measure`` (calibrate when due) and may change ``host_key`` and ``count_support``."""
+    ``after_measure`` (calibrate when due), ``calibrate`` (make ``plan``), ``dense_rising`` (what
+    keeps the call-by-call phase going) and may change ``host_key`` and ``count_support``."""
 
     def __init__(
         self,
@@ -83,6 +84,9 @@ class LoopBase:
         self.looks_done = 0
         #: the call at which the loop went on past max_time for min_calls (None: it did not)
         self.past_max_time_at: int | None = None
+        #: reading after every call while counts may give evidence soon (``_plan.dense_next``)
+        self.dense = _plan.dense_next(config, iterations=0, rising=True, spent_s=0.0, budget_s=0.0)
+        self.dense_spent = 0.0
 
     # -- what a loop gives -----------------------------------------------------------------------
 
@@ -94,6 +98,14 @@ class LoopBase:
 
     def after_measure(self) -> None:
         """After each reading in the loop, before the look: calibrate when due."""
+
+    def calibrate(self, looks_done: int = 0, k: int | None = None) -> None:
+        """Make ``plan`` from the readings so far (``k``: the batch size the readings were thinned to)."""
+        raise NotImplementedError
+
+    def dense_rising(self) -> bool:
+        """Whether the counts that keep the call-by-call phase going still rise."""
+        raise NotImplementedError
 
     def host_key(self, final: bool) -> str:
         """The series key the host verdict is decided on."""
@@ -125,12 +137,36 @@ class LoopBase:
                 break
 
     def block_size(self) -> int:
-        """Calls before the next reading: the plan's batch (or the configured one before there
-        is a plan), within ``max_iterations``."""
+        """Calls before the next reading: one in the call-by-call phase, else the plan's batch (or
+        the configured one before there is a plan), within ``max_iterations``."""
         block = self.plan.calls_per_measurement if self.plan else (self.config.calls_per_measurement or 1)
         if self.config.max_iterations is not None:
             block = min(block, self.config.max_iterations - self.iterations)
-        return int(block)
+        return min(int(block), 1) if self.dense else int(block)
+
+    def budget_s(self) -> float:
+        """Step time the whole check may spend: max_time, or max_iterations calls."""
+        if self.config.max_time_s is not None:
+            return float(self.config.max_time_s)
+        return (self.config.max_iterations or 0) * self.step_time()
+
+    def end_dense_if_due(self) -> None:
+        """Leave the call-by-call phase once counts stop rising, its budget is spent or it has
+        lasted DENSE_MAX_CALLS calls: the readings taken so far are thinned to the batch size the
+        plan chose and the plan (batching, looks) is made again from here."""
+        self.dense = _plan.dense_next(
+            self.config,
+            iterations=self.iterations,
+            rising=self.dense_rising(),
+            spent_s=self.dense_spent,
+            budget_s=self.budget_s(),
+        )
+        if self.dense or self.plan is None:
+            return
+        k = self.plan.calls_per_measurement
+        if k > 1:
+            self.series[:] = _plan.thin(self.series, k)
+        self.calibrate(looks_done=self.looks_done, k=k)
 
     def step_time(self) -> float:
         return self.step_times.median(50)

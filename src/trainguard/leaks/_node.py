@@ -260,9 +260,6 @@ class _NodeLoop(LoopBase):
     ) -> None:
         super().__init__(config, progress, series)
         self.driver, self.ready = driver, ready
-        #: reading after every call while TF.js's tensor count rises (``_plan.dense_next``)
-        self.dense = _plan.dense_next(config, iterations=0, rising=True, spent_s=0.0, budget_s=0.0)
-        self.dense_spent = 0.0
         self.trend: stats.CountTrend | None = None
         #: what TF.js only logs (tf.tidy given an async function, errors the step caught)
         self.misuse = _js_misuse.Misuse()
@@ -271,9 +268,6 @@ class _NodeLoop(LoopBase):
         self.loop()
         return self.report()
 
-    def block_size(self) -> int:
-        return min(super().block_size(), 1) if self.dense else super().block_size()
-
     def count_support(self, key: str) -> bool:
         """TF.js's exact tensor count rising like a leak (``tensor_trend``)."""
         if self.plan is None:
@@ -281,31 +275,17 @@ class _NodeLoop(LoopBase):
         self.trend = tensor_trend(self.series, alpha=self.plan.alpha_per_look)
         return self.trend is not None and self.trend.status == "grows"
 
-    def budget_s(self) -> float:
-        if self.config.max_time_s is not None:
-            return float(self.config.max_time_s)
-        return (self.config.max_iterations or 0) * self.step_time()
+    def dense_rising(self) -> bool:
+        """TF.js's tensor count, read after every call while it rises."""
+        return tensors_rising(self.series)
 
     def after_measure(self) -> None:
         if self.dense:
             self.dense_spent += self.measure_cost
         if self.plan is None and len(self.series) >= 3:
             self.calibrate()
-        if not self.dense:
-            return
-        self.dense = _plan.dense_next(
-            self.config,
-            iterations=self.iterations,
-            rising=tensors_rising(self.series),
-            spent_s=self.dense_spent,
-            budget_s=self.budget_s(),
-        )
-        if self.dense or self.plan is None:
-            return
-        k = self.plan.calls_per_measurement
-        if k > 1:
-            self.series[:] = _plan.thin(self.series, k)
-        self.calibrate(looks_done=self.looks_done, k=k)
+        if self.dense:
+            self.end_dense_if_due()
 
     def calibrate(self, looks_done: int = 0, k: int | None = None) -> None:
         plan = _plan.calibrate(

@@ -568,9 +568,6 @@ class _Loop(LoopBase):
         self.measure_costs: list[float] = []
         self.counts = _Counts(config.attribution, watch)
         self.rebased = False  # whether the first call's objects joined the frozen baseline
-        #: reading after every call while counts may give evidence soon (``_plan.dense_next``)
-        self.dense = _plan.dense_next(config, iterations=0, rising=True, spent_s=0.0, budget_s=0.0)
-        self.dense_spent = 0.0
         self.native_support: _native.NativeSupport | None = None
         #: the step time summed up to the last reading (what the next reading may spend on heaps)
         self.steps_at_reading_s = 0.0
@@ -600,8 +597,7 @@ class _Loop(LoopBase):
 
     def call_block(self) -> bool:
         """Call the step ``k`` times; False when it raised (the error is kept)."""
-        block = min(self.block_size(), 1) if self.dense else self.block_size()
-        for _ in range(block):
+        for _ in range(self.block_size()):
             t0 = time.perf_counter()
             try:
                 self.call()
@@ -639,29 +635,9 @@ class _Loop(LoopBase):
         if self.dense:
             self.dense_spent += self.measure_cost + census_s
 
-    def budget_s(self) -> float:
-        """Step time the whole check may spend: max_time, or max_iterations calls."""
-        if self.config.max_time_s is not None:
-            return self.config.max_time_s
-        return (self.config.max_iterations or 0) * self.step_time()
-
-    def end_dense_if_due(self) -> None:
-        """Leave the call-by-call phase once counts stop rising, its budget is spent or it has
-        lasted DENSE_MAX_CALLS calls: the readings taken so far are thinned to the batch size the
-        plan chose and the plan (batching, looks) is made again from here."""
-        self.dense = _plan.dense_next(
-            self.config,
-            iterations=self.iterations,
-            rising=self.counts.rising() or _native.rising(self.series),
-            spent_s=self.dense_spent,
-            budget_s=self.budget_s(),
-        )
-        if self.dense or self.plan is None:
-            return
-        k = self.plan.calls_per_measurement
-        if k > 1:
-            self.series[:] = _plan.thin(self.series, k)
-        self.calibrate(looks_done=self.looks_done, k=k)
+    def dense_rising(self) -> bool:
+        """Object counts or native heap bytes still rising: evidence may come soon."""
+        return self.counts.rising() or _native.rising(self.series)
 
     def calibrate(self, looks_done: int = 0, k: int | None = None) -> None:
         self.plan = _plan.calibrate(
