@@ -44,14 +44,14 @@ class StoreRows:
         self,
         select: str,
         run_id: int,
-        narrow_to: tuple[str, Any | None],
+        narrow_to: tuple[str, Any | None] = ("", None),
         *,
         order_by: str,
         added_later: bool = False,
     ) -> list[tuple[Any, ...]]:
         """One run's rows of ``select`` (written up to its table's name), ordered by ``order_by``:
         only those whose column ``narrow_to[0]`` is ``narrow_to[1]`` when that value is not None
-        (one trial's, one worker's). A table ``added_later`` than the store's first release gives
+        (one trial's, one worker's; every row of the run by default). A table ``added_later`` than the store's first release gives
         no rows from a store written before it."""
         column, value = narrow_to
         where = "run_id=?" if value is None else f"run_id=? AND {column}=?"

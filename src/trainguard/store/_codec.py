@@ -1,14 +1,23 @@
 """How the store encodes what it keeps: JSON text (never pickle) with one-line errors that name
-the part that cannot be encoded, and the checks of its integer and number arguments."""
+the part that cannot be encoded, the checks of its integer and number arguments, and how a row
+read back becomes its record."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import sys
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainguard.exceptions import ConfigError
 from trainguard.outcomes import Failure
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Record = TypeVar("_Record", bound="DataclassInstance")
 
 
 def _json_path_of_bad_value(value: Any, path: str) -> tuple[str, str] | None:
@@ -60,6 +69,28 @@ def _canonical(value: Any) -> str:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _loads_object(text: str | None) -> Any:
+    """A JSON object column read back, ``{}`` where it holds NULL (or an empty value)."""
+    return _loads(text) or {}
+
+
+@functools.cache
+def _field_positions(record: type[DataclassInstance]) -> dict[str, int]:
+    """Each field's position in the record (the same for every row: computed once per record)."""
+    return {f.name: i for i, f in enumerate(dataclasses.fields(record))}
+
+
+def _record_of_row(record: type[_Record], row: Sequence[Any], **decode: Callable[[Any], Any]) -> _Record:
+    """The ``record`` dataclass of a row whose columns are its fields in their order, the fields
+    named in ``decode`` read through their function first (``error=_load_failure``, ``data=_loads``).
+    """
+    values = list(row)
+    positions = _field_positions(record)
+    for name, read in decode.items():
+        values[positions[name]] = read(values[positions[name]])
+    return record(*values)
 
 
 def _load_failure(text: str | None) -> Failure | None:

@@ -12,28 +12,19 @@ from typing import Any
 
 from trainguard.exceptions import ConfigError
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import _check_int, _dumps, _loads
+from trainguard.store._codec import _check_int, _dumps, _loads, _record_of_row
 from trainguard.store._records import EventRecord
 
 __all__ = ["EventRows", "EVENT_COLUMNS", "event_record"]
 
-#: The columns :func:`event_record` decodes, in its order.
+#: The columns of an :class:`EventRecord`, in its fields' order (a row is read positionally).
 EVENT_COLUMNS = "event_id, run_id, time, kind, message, data_json, worker_id, idx"
 
 
 def event_record(row: Sequence[Any]) -> EventRecord:
     """The event in ``row`` (the :data:`EVENT_COLUMNS`): the one reading that :meth:`Store.events`
     and the run view's newest events share."""
-    return EventRecord(
-        event_id=row[0],
-        run_id=row[1],
-        time=row[2],
-        kind=row[3],
-        message=row[4],
-        data=_loads(row[5]),
-        worker_id=row[6],
-        index=row[7],
-    )
+    return _record_of_row(EventRecord, row, data=_loads)
 
 
 class EventRows(StoreRows):

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainguard.exceptions import ConfigError
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import _check_int, _dumps, _loads
+from trainguard.store._codec import _check_int, _dumps, _loads, _record_of_row
 from trainguard.store._records import FittedSize
 
 
@@ -65,22 +65,9 @@ class FittedSizeRows(StoreRows):
         return self._fitted("WHERE fn_ref=?", (fn_ref,))
 
     def _fitted(self, where: str, args: tuple[Any, ...]) -> list[FittedSize]:
-        rows = self._rows_if_table(
+        rows = self._rows_if_table(  # the columns of a FittedSize, in its fields' order
             "SELECT fn_ref, params_key, device, key, size, peak_rss_bytes, source, detail_json, updated_at "
             f"FROM fitted_sizes {where} ORDER BY updated_at DESC",
             args,
         )
-        return [
-            FittedSize(
-                fn_ref=fn_ref,
-                params_key=params_key,
-                device=device,
-                key=key,
-                size=size,
-                peak_rss_bytes=peak,
-                source=source,
-                detail=_loads(detail),
-                updated_at=updated_at,
-            )
-            for fn_ref, params_key, device, key, size, peak, source, detail, updated_at in rows
-        ]
+        return [_record_of_row(FittedSize, r, detail=_loads) for r in rows]

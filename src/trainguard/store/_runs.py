@@ -17,7 +17,7 @@ from typing import Any
 from trainguard._text import require_utf8, utf8_problem
 from trainguard.exceptions import ConfigError, StoreError
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import _canonical, _check_int, _dumps, _loads
+from trainguard.store._codec import _canonical, _check_int, _dumps, _loads_object, _record_of_row
 from trainguard.store._lock import RunLock
 from trainguard.store._records import RunInfo, RunSummary, SessionSettings
 
@@ -457,6 +457,7 @@ def settings_change_words(changed: dict[str, list[Any]], *, flags: bool = False)
     return change_words(setting_changes(before, after), flags=flags)
 
 
+#: the columns of a :class:`RunInfo`, in its fields' order (a row is read positionally)
 _RUN_SELECT = (
     "SELECT run_id, name, fn_ref, status, config_json, trial_count, created_at, updated_at, finished_at, sessions"
     " FROM runs"
@@ -527,18 +528,7 @@ def _work_s(work: tuple[list[float], list[float]] | None, created: float, last: 
 
 
 def _run_info(row: tuple[Any, ...]) -> RunInfo:
-    return RunInfo(
-        run_id=row[0],
-        name=row[1],
-        fn_ref=row[2],
-        status=row[3],
-        config=_loads(row[4]) or {},
-        trial_count=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-        finished_at=row[8],
-        sessions=row[9],
-    )
+    return _record_of_row(RunInfo, row, config=_loads_object)
 
 
 def _replace_run(info: RunInfo, *, resumed: bool) -> RunInfo:

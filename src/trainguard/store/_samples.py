@@ -20,7 +20,7 @@ from trainguard.store._records import (
     Sample,
 )
 
-#: the columns :meth:`SampleRows.samples` decodes, in its order
+#: the columns of a :class:`Sample`, in its fields' order (a row is read positionally)
 _SELECT_SAMPLES = "SELECT time, worker_id, rss_bytes, uss_bytes, gpu_bytes FROM samples"
 
 
@@ -117,9 +117,7 @@ class SampleRows(StoreRows):
         rows = self._rows_of_run(
             _SELECT_SAMPLES, run_id, ("worker_id", worker_id), order_by="time, worker_id"
         )
-        return [
-            Sample(time=r[0], worker_id=r[1], rss_bytes=r[2], uss_bytes=r[3], gpu_bytes=r[4]) for r in rows
-        ]
+        return [Sample(*r) for r in rows]
 
     def sample_envelope(self, run_id: int, *, buckets: int = 2000) -> list[Sample]:
         """The run's samples pooled into ``buckets`` equal stretches of its time span, per worker:

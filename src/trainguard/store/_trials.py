@@ -20,6 +20,7 @@ from trainguard.store._codec import (
     _dump_failure,
     _dumps,
     _load_failure,
+    _record_of_row,
 )
 from trainguard.store._records import (
     AttemptRecord,
@@ -31,7 +32,7 @@ from trainguard.store._schema import (
 )
 from trainguard.store._trial_rows import TRIAL_COLUMNS, trial_record
 
-#: the columns :meth:`TrialRows.attempts` decodes, in its order
+#: the columns of an :class:`AttemptRecord`, in its fields' order (a row is read positionally)
 _SELECT_ATTEMPTS = (
     "SELECT run_id, idx, attempt, worker_id, status, error_json, peak_rss_bytes, duration_s,"
     " started_at, finished_at FROM attempts"
@@ -209,31 +210,14 @@ class TrialRows(StoreRows):
 
     def trials(self, run_id: int) -> list[TrialRecord]:
         """Every trial of the run, in index order."""
-        with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT {TRIAL_COLUMNS} FROM trials WHERE run_id=? ORDER BY idx", (run_id,)
-            ).fetchall()
+        rows = self._rows_of_run(f"SELECT {TRIAL_COLUMNS} FROM trials", run_id, order_by="idx")
         seeds = self.trial_seeds(run_id)
         return [trial_record(r, seeds) for r in rows]
 
     def attempts(self, run_id: int, index: int | None = None) -> list[AttemptRecord]:
         """The run's attempts (of one trial when ``index`` is given), in the order they started."""
         rows = self._rows_of_run(_SELECT_ATTEMPTS, run_id, ("idx", index), order_by="attempt_pk")
-        return [
-            AttemptRecord(
-                run_id=r[0],
-                index=r[1],
-                attempt=r[2],
-                worker_id=r[3],
-                status=r[4],
-                error=_load_failure(r[5]),
-                peak_rss_bytes=r[6],
-                duration_s=r[7],
-                started_at=r[8],
-                finished_at=r[9],
-            )
-            for r in rows
-        ]
+        return [_record_of_row(AttemptRecord, r, error=_load_failure) for r in rows]
 
     def _require_trial(self, conn: sqlite3.Connection, run_id: int, index: int) -> None:
         if conn.execute("SELECT 1 FROM trials WHERE run_id=? AND idx=?", (run_id, index)).fetchone() is None:

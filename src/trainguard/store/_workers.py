@@ -11,11 +11,17 @@ from typing import Any
 
 from trainguard.exceptions import ConfigError
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import _check_int, _dumps, _loads
+from trainguard.store._codec import _check_int, _dumps, _loads, _loads_object, _record_of_row
 from trainguard.store._records import WorkerRecord
 from trainguard.store._schema import WORKER_REASONS
 
 logger = logging.getLogger("trainguard.store._store")
+
+
+#: the columns of a :class:`WorkerRecord`, in its fields' order (a row is read positionally)
+_SELECT_WORKERS = (
+    "SELECT run_id, worker_id, pid, config_json, started_at, ended_at, reason, detail_json FROM workers"
+)
 
 
 class WorkerRows(StoreRows):
@@ -61,22 +67,5 @@ class WorkerRows(StoreRows):
 
     def workers(self, run_id: int) -> list[WorkerRecord]:
         """The run's workers in the order they started."""
-        with self._read() as conn:
-            rows = conn.execute(
-                "SELECT run_id, worker_id, pid, config_json, started_at, ended_at, reason, detail_json"
-                " FROM workers WHERE run_id=? ORDER BY worker_pk",
-                (run_id,),
-            ).fetchall()
-        return [
-            WorkerRecord(
-                run_id=r[0],
-                worker_id=r[1],
-                pid=r[2],
-                config=_loads(r[3]) or {},
-                started_at=r[4],
-                ended_at=r[5],
-                reason=r[6],
-                detail=_loads(r[7]),
-            )
-            for r in rows
-        ]
+        rows = self._rows_of_run(_SELECT_WORKERS, run_id, order_by="worker_pk")
+        return [_record_of_row(WorkerRecord, r, config=_loads_object, detail=_loads) for r in rows]
