@@ -19,7 +19,7 @@ from trainguard.store._schema import (
     STAGE_EVENTS,
 )
 
-#: the columns of a :class:`StageRecord`, in its fields' order
+#: the columns of a :class:`StageRecord`, in its fields' order (a row is read positionally)
 _SELECT_STAGES = (
     "SELECT run_id, idx, attempt, stage, worker_id, time, rss_bytes, peak_rss_bytes, event, note FROM stages"
 )
