@@ -1,9 +1,9 @@
 """What the three MemoryCallbacks (Keras, the Hugging Face Trainer, Lightning) share around the one
 decision (:mod:`~trainguard.integrations._memory_watch`): the options checked and kept (the Keras
 and Lightning callbacks take the same ones, so their ``__init__`` is this one), the record read
-through the watch, an epoch's reading, the reading every N batches, the checkpoint noted and
-committed, the checkpoint to resume from, and the readings a test may replace with a recorded
-series. Each framework's callback keeps only its hooks."""
+through the watch, the start of training and of an epoch, an epoch's reading, the reading every N
+batches, the checkpoint noted and committed, the checkpoint to resume from, and the readings a
+test may replace with a recorded series. Each framework's callback keeps only its hooks."""
 
 from __future__ import annotations
 
@@ -107,6 +107,20 @@ class CallbackShell:
         return readings.live_tensors()
 
     # -- what the hooks share -----------------------------------------------------------------------
+
+    def _train_begins(self) -> None:
+        """At the start of training: a fresh record and counters; with ``"checkpoint"``, the trial
+        context found now (outside a ``Runner`` trial: one error before the first batch)."""
+        self.watch.begin()
+        self._epoch_peak = 0
+        self._batches = 0
+        if self.action == "checkpoint":
+            self._ctx = trial_context(self._ctx, "MemoryCallback")
+
+    def _epoch_begins(self) -> None:
+        """At the start of an epoch: its peak and its start time (the census's time budget)."""
+        self._epoch_peak = 0
+        self._epoch_start = time.perf_counter()
 
     def _batch_rss(self) -> int | None:
         """At a batch's end: every ``every_n_batches``-th batch, the RSS read (and kept in the

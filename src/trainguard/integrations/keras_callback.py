@@ -20,7 +20,6 @@ TensorFlow, torch and JAX allocators when those are loaded.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from trainguard.exceptions import ConfigError
@@ -93,15 +92,10 @@ class MemoryCallback(CallbackShell, _keras.callbacks.Callback):
     # -- Keras hooks ------------------------------------------------------------------------------
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        self.watch.begin()
-        self._epoch_peak = 0
-        self._batches = 0
-        if self.action == "checkpoint":
-            self._context()  # outside a Runner's trial: one line before the first epoch
+        self._train_begins()
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        self._epoch_peak = 0
-        self._epoch_start = time.perf_counter()
+        self._epoch_begins()
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         rss = self._batch_rss()

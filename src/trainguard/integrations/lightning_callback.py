@@ -15,12 +15,10 @@ the fresh worker that carries the trial on.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from trainguard.exceptions import CheckpointError
 from trainguard.integrations._callback_shell import CallbackShell
-from trainguard.integrations._memory_watch import trial_context
 
 __all__ = ["MemoryCallback", "CHECKPOINT_FILE"]
 
@@ -131,15 +129,10 @@ class MemoryCallback(CallbackShell, _Callback):
     # -- Lightning hooks --------------------------------------------------------------------------
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.watch.begin()
-        self._epoch_peak = 0
-        self._batches = 0
-        if self.action == "checkpoint":
-            self._ctx = trial_context(self._ctx, "MemoryCallback")  # one line before the first batch
+        self._train_begins()
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._epoch_peak = 0
-        self._epoch_start = time.perf_counter()
+        self._epoch_begins()
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int

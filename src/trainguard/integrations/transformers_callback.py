@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from typing import Any
 
 from trainguard.exceptions import CheckpointError
 from trainguard.integrations._callback_shell import CallbackShell
-from trainguard.integrations._memory_watch import trial_context
 
 __all__ = ["MemoryCallback", "CHECKPOINT_FOLDER"]
 
@@ -109,9 +107,7 @@ class MemoryCallback(_transformers.TrainerCallback, CallbackShell):
             confidence=confidence,
         )
         self._saving_epoch: int | None = None
-        self._epoch_peak = 0
         self._log_peak = 0
-        self._epoch_start = 0.0
 
     def _read(self) -> int:
         rss = self._rss()
@@ -122,15 +118,12 @@ class MemoryCallback(_transformers.TrainerCallback, CallbackShell):
     # -- Trainer hooks ----------------------------------------------------------------------------
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.watch.begin()
-        self._epoch_peak = self._log_peak = 0
+        self._log_peak = 0
         self._saving_epoch = None
-        if self.action == "checkpoint":
-            self._ctx = trial_context(self._ctx, "MemoryCallback")  # one line before the first step
+        self._train_begins()
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._epoch_peak = 0
-        self._epoch_start = time.perf_counter()
+        self._epoch_begins()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.every_n_steps is None or state.global_step % self.every_n_steps:
