@@ -224,6 +224,30 @@ class LoopBase:
         self.last_progress = time.perf_counter()
         self.progress(_plan.progress_event(self.series, iterations=self.iterations, elapsed_s=elapsed, k=k))
 
+    def report_fields(
+        self, series: list[dict[str, Any]], tolerance: float, alpha: float, elapsed_s: float
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What both loops' reports say alike of the check: ``LeakReport`` fields (calls, readings
+        of the reported ``series``, tolerance, time, the step's median time) and the first keys of
+        its ``extra`` (the levels, the looks planned, the metric asked for, the call from which it
+        went on past max_time)."""
+        fields = {
+            "iterations": self.iterations,
+            "measurements": len(series),
+            "tolerance_bytes_per_iter": float(tolerance),
+            "elapsed_s": elapsed_s,
+            "step_time_s": self.step_times.median() if self.step_times else None,
+            "series": tuple(series),
+        }
+        extra = {
+            "alpha": self.config.alpha,
+            "alpha_per_look": alpha,
+            "looks": len(self.plan.schedule) + 1 if self.plan else 1,
+            "metric_requested": self.config.metric,
+            "past_max_time_at_call": self.past_max_time_at,
+        }
+        return fields, extra
+
     def final_decisions(self) -> tuple[stats.Decision, stats.Decision | None, float, float]:
         """The decisions reported, with the tolerance and per-look alpha they used: the last
         look's, or a final look now when there was none, it did not decide, or the step raised.

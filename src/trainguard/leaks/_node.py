@@ -403,28 +403,20 @@ class _NodeLoop(LoopBase):
         reason += self.count_reason(verdict)
         verdict, reason = self.misuse_verdict(verdict, reason)
         hints = _js_misuse.hints(self.misuse) + hints
+        fields, extra = self.report_fields(self.series, tolerance, alpha, elapsed)
         return LeakReport(
             verdict=verdict,
             reason=reason,
             metric=metric,
             **slopes,
-            iterations=self.iterations,
-            measurements=len(self.series),
+            **fields,
             calls_per_measurement=plan.calls_per_measurement if plan else 1,
-            tolerance_bytes_per_iter=float(tolerance),
-            elapsed_s=elapsed,
-            step_time_s=self.step_times.median() if self.step_times else None,
-            series=tuple(self.series),
             growth_by_kind=growth,
             hints=hints,
             error=self.error,
             isolated=True,
             extra={
-                "alpha": self.config.alpha,
-                "alpha_per_look": alpha,
-                "looks": len(plan.schedule) + 1 if plan else 1,
-                "metric_requested": self.config.metric,
-                "past_max_time_at_call": self.past_max_time_at,
+                **extra,
                 "runtime": "node",
                 "node": self.ready.get("node"),
                 "tfjs": self.ready.get("tfjs"),

@@ -819,20 +819,16 @@ def _build_report(
     gpu = {"source": loop.plan.gpu_key, **analysis_dict(gpu_decision)} if gpu_decision and loop.plan else None
     look = loop.last_look
     plan = loop.plan
+    fields, extra = loop.report_fields(series, tolerance, alpha, elapsed)
     return LeakReport(
         verdict=verdict,
         reason=reason,
         metric=metric,
         **slopes,
-        iterations=loop.iterations,
-        measurements=len(series),
+        **fields,
         calls_per_measurement=plan.calls_per_measurement
         if plan
         else (loop.config.calls_per_measurement or 1),
-        tolerance_bytes_per_iter=float(tolerance),
-        elapsed_s=elapsed,
-        step_time_s=loop.step_times.median() if loop.step_times else None,
-        series=tuple(series),
         growth_by_kind=growth,
         hints=hints,
         gpu=gpu,
@@ -850,11 +846,7 @@ def _build_report(
         isolated=loop.isolated,
         counts=loop.counts.report(),
         extra={
-            "alpha": loop.config.alpha,
-            "alpha_per_look": alpha,
-            "looks": len(plan.schedule) + 1 if plan else 1,
-            "metric_requested": loop.config.metric,
-            "past_max_time_at_call": loop.past_max_time_at,
+            **extra,
             "min_iterations_for_leak": look.leak_gate
             if look
             else (loop.config.min_iterations or _plan.LEAK_GATE_ITERATIONS),
