@@ -9,6 +9,7 @@ event that never comes, so it is generous; reaching it is a failure that says wh
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -116,3 +117,15 @@ def process_starts() -> Iterator[list[str]]:
         yield started
     finally:
         _RECORDING.remove(started)
+
+
+def signals_as_in_a_terminal() -> None:
+    """``preexec_fn`` for a child that a test interrupts or terminates: SIGINT, SIGTERM and SIGHUP at
+    their default action, as a program started in a terminal has them.
+
+    A test run started in the background of a non-interactive shell (or under nohup, as CI may run it)
+    hands its children SIGINT (or SIGHUP) ignored, and Python, a session and joblib all rightly leave
+    an ignored signal ignored: without this, the child never sees the Ctrl-C the test sends.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

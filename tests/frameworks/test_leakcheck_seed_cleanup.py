@@ -85,6 +85,7 @@ def _check_the_default_budget(rc: int, out: str, err: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_seed_keras_fit_with_cleanup_is_no_leak_by_cli_and_api_and_a_short_budget_goes_on_to_it() -> None:
     cli = _start([sys.executable, "-m", "trainguard", "leakcheck", f"{CASE}:step", "--json"])
     api = _start([sys.executable, "-c", API])

@@ -26,7 +26,7 @@ CORPUS = Path(__file__).resolve().parents[2] / "bench" / "leak_corpus"
 #: the leak check's warm-up wait: no verdict on RSS alone before it (``_plan``)
 WARMUP_WAIT_CALLS = 120
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 
 
 def leakcheck(case: str, *args: str) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from tfjs_support import JS_DIR, needs_tfjs
 
-pytestmark = needs_tfjs
+pytestmark = [needs_tfjs, pytest.mark.solo]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tfjs" / "train.js"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from _waits import wait_for, wait_gone
+from _waits import signals_as_in_a_terminal, wait_for, wait_gone
 from trainguard.cli import main
 from trainguard.cli.run import expand_grid, load_params
 from trainguard.exceptions import ConfigError
@@ -178,7 +178,10 @@ def test_ctrl_c_stops_the_run_kills_workers_and_records_it(tmp_path):
     params.write_text(json.dumps([{"x": i, "sleep_s": 30} for i in range(3)]))
     args = [sys.executable, "-m", "trainguard", "run", f"{TRIALS}:echo", "--params", str(params)]
     proc = subprocess.Popen(
-        args + ["--store", str(db), "--name", "int", "--no-progress"], stderr=subprocess.PIPE, text=True
+        args + ["--store", str(db), "--name", "int", "--no-progress"],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=signals_as_in_a_terminal,  # Ctrl-C as a terminal delivers it
     )
 
     def workers_once_a_trial_runs() -> list[int] | None:

@@ -21,19 +21,12 @@ import pytest
 pytest.importorskip("joblib")
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _waits import wait_for, wait_gone  # noqa: E402
+from _waits import signals_as_in_a_terminal, wait_for, wait_gone  # noqa: E402
 from trainguard.store import Store  # noqa: E402
 
 HERE = Path(__file__).parent
 TASKS = HERE / "interrupt_tasks.py"
 TOTAL = 120
-
-
-def _sigint_as_in_a_terminal() -> None:
-    # a terminal's Ctrl-C reaches a program whose SIGINT is at its default action; a test run
-    # started in the background of a non-interactive shell hands its children SIGINT ignored, and
-    # Python then leaves it ignored (so would every joblib backend): put the default back
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _interrupt(how: str, folder: Path) -> tuple[subprocess.CompletedProcess[str], list[int], Path]:
@@ -49,7 +42,7 @@ def _interrupt(how: str, folder: Path) -> tuple[subprocess.CompletedProcess[str]
     else:
         argv = [sys.executable, str(TASKS), how, str(markers), str(store), str(TOTAL)]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_in_a_terminal
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=signals_as_in_a_terminal
     )
     try:
         wait_for(lambda: len(list(markers.iterdir())) >= 2, 180, "two tasks to start")

@@ -7,6 +7,8 @@ import ctypes
 import ctypes.util
 import time
 
+import pytest
+
 import trainguard
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"))
@@ -24,6 +26,7 @@ def native_leak() -> None:
     _libc.memset(ptr, 1, 256 * 1024)
 
 
+@pytest.mark.solo
 def test_memory_held_by_c_code_says_counts_found_nothing() -> None:
     report = trainguard.leakcheck(native_leak)  # the default 2-minute budget; it stops at the verdict
     assert report.verdict.value == "leak", report.summary()

@@ -141,6 +141,7 @@ def test_flat_gives_exit_0_and_a_table(targets: Path, tmp_path: Path) -> None:
     assert f"plot written to {plot}" in res.stderr  # says where the file went
 
 
+@pytest.mark.solo
 def test_a_slow_step_has_rss_split_at_glibcs_heaps_in_the_table_and_json(targets: Path) -> None:
     # the readings split RSS at glibc's heaps on (almost) every call, a slow reading (a loaded
     # machine) not switching the split off for the rest of the run; what a reading costs is a bench's

@@ -113,6 +113,7 @@ def test_public_names_are_pinned():
             "Device",
             "DiskFullError",
             "DoesNotFitError",
+            "Failure",
             "FitResult",
             "FrameworkOOMError",
             "FunctionChangedWarning",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from _waits import signals_as_in_a_terminal
 from trainguard.exceptions import ConfigError, RunLockedError
 from trainguard.runner import Policy, Runner
 from trainguard.store import Store
@@ -277,11 +278,6 @@ _SIGNALLED = textwrap.dedent(
 )
 
 
-def _default_signals() -> None:
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize(
     ("sig", "tracking"),
     [
@@ -304,7 +300,7 @@ def test_nothing_a_trial_started_outlives_a_signalled_supervisor(tmp_path, sig, 
         env=_env(),
         # the signals at their default action, as in a terminal: under nohup (as CI may run) SIGHUP
         # is inherited ignored, and a session rightly leaves an ignored signal ignored
-        preexec_fn=_default_signals,
+        preexec_fn=signals_as_in_a_terminal,
     )
     daemon = _pid_from(pid_file, 60)
     with Store(store, readonly=True) as s:
