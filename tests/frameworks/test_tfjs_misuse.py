@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from tfjs_support import FIXTURES, needs_tfjs
 
 pytestmark = needs_tfjs
@@ -65,6 +66,7 @@ def test_an_async_tidy_that_does_not_fail_keeps_its_verdict_and_names_the_misuse
     assert report["extra"]["failed_calls"] == 0
 
 
+@pytest.mark.solo  # a clean loop's verdict: the calls a time budget holds
 def test_the_fix_has_no_misuse():
     rc, report = _leakcheck("step_scoped")
     assert report["verdict"] in ("no_leak", "plateau") and rc == 0, report["reason"]

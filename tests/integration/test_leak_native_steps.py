@@ -108,7 +108,10 @@ def test_unknown_allocator_rests_on_what_it_has(tmp_path):
     got = _cli({"LD_PRELOAD": str(tmp_path / "libmimalloc.so")}, "native_temporaries", "--max-time", "15s")
     assert got["allocator"]["available"] is False
     assert "allocator evidence unavailable" in got["allocator"]["note"]
-    assert got["verdict"] in ("no_leak", "plateau", "inconclusive")
+    # the verdict rests on memory alone (this step's RSS creeps a few hundred bytes a call, near the
+    # tolerance: which side of it a 15 s run lands on is not this case's point), never on the
+    # allocator evidence it does not have
+    assert "allocator evidence" not in got["reason"], got["reason"]
 
 
 def test_step_with_a_child_process_says_the_figure_is_its_own():
