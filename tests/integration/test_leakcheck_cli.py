@@ -132,6 +132,7 @@ def test_leak_gives_exit_1_and_one_json_object(targets: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_flat_gives_exit_0_and_a_table(targets: Path, tmp_path: Path) -> None:
     plot = tmp_path / "flat.png"
     res = cli(f"{targets}:flat", "--max-time", "10s", "--plot", str(plot))
