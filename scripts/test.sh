@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: builds the test environment in .venv (idempotent) and runs the suite.
-#   bash scripts/test.sh            # ruff, mypy, then the whole suite (about 23 min on 2 cores)
+#   bash scripts/test.sh            # ruff, mypy, then the whole suite (about 24 min on 2 cores)
 #   bash scripts/test.sh --fast     # ruff, mypy, then the fast lane (under 5 min on 2 cores; tests/_lanes.py)
 #   bash scripts/test.sh -k scope   # extra arguments go to pytest
 # As root it installs the Debian packages the tests need, and says which before it does; as any other
