@@ -2,7 +2,7 @@
 # The test command: builds the test environment in .venv (idempotent) and runs the suite.
 #   bash scripts/test.sh            # ruff, mypy, then the whole suite (about 24 min on 2 cores)
 #   bash scripts/test.sh --fast     # ruff, mypy, then the fast lane (under 5 min on 2 cores; tests/_lanes.py)
-#   bash scripts/test.sh -k scope   # extra arguments go to pytest
+#   bash scripts/test.sh -k scope   # extra arguments go to pytest, in both phases
 # As root it installs the Debian packages the tests need, and says which before it does; as any other
 # user it installs none (the tests that need a missing one are skipped, each with its reason).
 set -euo pipefail
@@ -36,8 +36,8 @@ export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/mypy
 # Two phases. First every test but the `solo` ones on three processes (pytest-xdist): most of the
 # suite's time is spent waiting on workers, pilots, kernels and a browser, so three share 2 cores
-# well (18.7 min against 21.2 on two, quiet; TEST_PROCESSES=0 runs it in this process). Then the `solo` tests, one at a time with nothing beside
-# them: leak verdicts that depend on how many calls fit a time budget on this machine. Extra arguments
+# well (18.7 min against 21.2 on two, quiet; TEST_PROCESSES=0 runs it in this process). Then the
+# `solo` tests, one at a time with nothing beside them: leak verdicts that depend on how many calls fit a time budget on this machine. Extra arguments
 # go to both; a phase that selects no test (pytest's exit 5) is not a failure.
 run_phase() {
   local rc=0
