@@ -144,16 +144,19 @@ def test_flat_gives_exit_0_and_a_table(targets: Path, tmp_path: Path) -> None:
 
 @pytest.mark.solo
 def test_a_slow_step_has_rss_split_at_glibcs_heaps_in_the_table_and_json(targets: Path) -> None:
-    # the readings split RSS at glibc's heaps on (almost) every call, a slow reading (a loaded
-    # machine) not switching the split off for the rest of the run; what a reading costs is a bench's
+    # the readings split RSS at glibc's heaps on (almost) every call, slow readings (a loaded
+    # machine) making the split sparser, never switching it off for the rest of the run (a loaded CI
+    # run: 8 of 35 split, all at the start); what a reading costs is a bench's
     res = cli(f"{targets}:slow", "--max-time", "8s")
     assert "heaps" in res.stdout and "RSS inside glibc's heaps" in res.stdout, res.stdout
     res = cli(f"{targets}:slow", "--json", "--max-time", "8s")
     data = json.loads(res.stdout)
     alloc = data["allocator"]
     assert alloc["heaps_available"] is True and alloc["heaps_cost_per_reading_s"] is not None
-    rows = [r for r in data["series"] if r.get("live_bytes") is not None]
-    assert len(rows) >= len(data["series"]) - 2
+    series = data["series"]
+    split = [i for i, r in enumerate(series) if r.get("live_bytes") is not None]
+    assert len(split) >= len(series) / 3 and split[-1] >= len(series) - 4, split
+    rows = [series[i] for i in split]
     for r in rows:
         assert r["heap_resident_bytes"] + r["outside_heaps_bytes"] > 0
         assert r["live_bytes"] == r["outside_heaps_bytes"] + r["allocated_bytes"]

@@ -1,7 +1,7 @@
-"""When the leak check reads glibc's heaps: within 1 % of the step time between readings, decided
-on the recent cost, so that one slow reading does not switch the split off for the run."""
+"""When the leak check reads glibc's heaps: within 1 % of the step time since they were last read,
+decided on the recent cost, so that slow readings make the split sparser, never switch it off."""
 
-from trainguard.leaks._native import HEAP_SHARE, heaps_affordable
+from trainguard.leaks._native import HEAP_SHARE, AllocatorSeries, heaps_affordable
 
 
 def test_the_first_two_readings_always_read_the_heaps() -> None:
@@ -26,3 +26,34 @@ def test_readings_that_cost_more_than_the_share_stop() -> None:
     assert not heaps_affordable([0.0005, 0.003, 0.003, 0.003, 0.003, 0.003], step)  # the last five
     assert heaps_affordable([0.0008] * 3, step)
     assert HEAP_SHARE == 0.01
+
+
+class _Heaps:
+    """glibc's heaps as ``probes.heaps.HeapResidency`` shows them, read in no time."""
+
+    available = True
+
+    def read(self) -> int:
+        return 1 << 20
+
+
+def test_slow_readings_make_the_split_sparser_and_never_switch_it_off() -> None:
+    # five readings of 4 ms in a row beside a 0.1 s step between readings (1 ms affordable): with the
+    # step time of one reading alone the split stopped for the rest of the run (8 of 35 readings)
+    series = AllocatorSeries(enabled=False)
+    series.heaps = _Heaps()
+    series.heap_costs_s = [0.004] * 5
+    split = [series.read_heaps(0.1) is not None for _ in range(4)]
+    assert split == [False, False, False, True]  # 0.4 s of steps since the heaps were read: 4 ms
+    # that reading cost next to nothing, so the next one reads them again
+    assert series.read_heaps(0.1) is not None
+    assert len(series.heap_costs_s) == 7
+
+
+def test_an_unknown_step_time_still_reads_them_and_restarts_the_count() -> None:
+    series = AllocatorSeries(enabled=False)
+    series.heaps = _Heaps()
+    series.heap_costs_s = [0.004] * 5
+    assert series.read_heaps(None) is not None
+    series.heap_costs_s = [0.004] * 5  # the count starts again from that reading
+    assert [series.read_heaps(0.2) is not None for _ in range(2)] == [False, True]

@@ -66,12 +66,16 @@ RETENTION_NOTE = (
 
 
 def heaps_affordable(costs_s: list[float], calls_s: float | None) -> bool:
-    """Whether reading the heaps at this reading keeps their cost within :data:`HEAP_SHARE` of
-    ``calls_s``, the step time since the last reading (None: not known yet). The first two readings
-    always read them; after that the cost is the least of the last five readings': a reading skipped
-    adds no new cost, so a cost that one slow reading set (the maps' first read, a loaded machine:
-    1.7 ms, then 5.8 ms beside a 0.4 s step on two busy cores) would switch the split off for the rest
-    of the run, which it did when the last reading's cost decided."""
+    """Whether reading the heaps now keeps their cost within :data:`HEAP_SHARE` of ``calls_s``, the
+    step time since the heaps were last read (None: not known yet). The first two readings always
+    read them; after that the cost is the least of the last five readings'.
+
+    ``calls_s`` runs from the last reading *of the heaps*, not from the last reading: a reading that
+    skips them adds no new cost, so with the step time of one reading alone five slow readings in a
+    row (a loaded machine: 1.7 ms, then 5.8 ms beside a 0.4 s step on two busy cores) switched the
+    split off for the rest of the run (8 of 35 readings split, a loaded CI run). Counted from the
+    last heaps reading, each skipped reading earns the next one: the split gets sparser under load,
+    holds the share over the run, and its cost is measured again."""
     if len(costs_s) < 2 or calls_s is None:
         return True
     return min(costs_s[-5:]) <= HEAP_SHARE * calls_s
@@ -97,6 +101,8 @@ class AllocatorSeries:
             HeapResidency(self.probe.name) if self.probe is not None and self.probe.available else None
         )
         self.heap_costs_s: list[float] = []
+        #: the step time since the heaps were last read (:func:`heaps_affordable`)
+        self._calls_since_heaps_s: float | None = None
 
     @property
     def available(self) -> bool:
@@ -114,8 +120,8 @@ class AllocatorSeries:
 
     def read_heaps(self, calls_s: float | None) -> tuple[int, int] | None:
         """Resident bytes of glibc's heaps and RSS outside them, when available and affordable
-        (:func:`heaps_affordable`: at most :data:`HEAP_SHARE` of ``calls_s``, the step time since
-        the last reading).
+        (:func:`heaps_affordable`: at most :data:`HEAP_SHARE` of the step time since the heaps were
+        last read; ``calls_s`` is the step time since the last reading, added up here).
 
         RSS is read again right after the heaps, not taken from the reading before them: reading
         ``/proc/self/maps`` (150 KB for TensorFlow) allocates inside the heaps, touching pages
@@ -129,8 +135,11 @@ class AllocatorSeries:
         threads (a stack freed as a thread ends) as the check's."""
         if self.heaps is None or not self.heaps.available:
             return None
-        if not heaps_affordable(self.heap_costs_s, calls_s):
+        if calls_s is not None:
+            self._calls_since_heaps_s = (self._calls_since_heaps_s or 0.0) + calls_s
+        if not heaps_affordable(self.heap_costs_s, self._calls_since_heaps_s):
             return None
+        self._calls_since_heaps_s = None
         from trainguard.process import statm_rss_bytes
 
         t0 = time.perf_counter()
