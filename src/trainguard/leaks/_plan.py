@@ -29,7 +29,7 @@ batch size it would have used (:func:`thin`) and plans the rest of the looks fro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -482,15 +482,32 @@ def flat_decision(
     )
 
 
+#: Live memory speaks for the run when it was read within the last quarter of the readings, and
+#: at least within the last :data:`LIVE_RECENT_READINGS`: on a loaded machine the heaps' split is
+#: read every few readings (``_native.heaps_affordable``), and asking it of the latest reading
+#: alone left RSS to call a leak on its own (retention inside the heaps) whenever that reading
+#: went without the split; read longer ago, it may miss a late rise.
+LIVE_RECENT_READINGS = 5
+
+
+def live_is_recent(series: list[dict[str, Any]]) -> bool:
+    """Whether the live series (``_native.LIVE_KEY``) was read recently enough to speak for the
+    run (:data:`LIVE_RECENT_READINGS`)."""
+    from trainguard.leaks._native import LIVE_KEY
+
+    window = max(LIVE_RECENT_READINGS, len(series) // 4)
+    return any(r.get(LIVE_KEY) is not None for r in series[-window:])
+
+
 def live_decision(series: list[dict[str, Any]], *, alpha: float, tolerance: float) -> stats.Decision | None:
     """The test of the live series (``_native.LIVE_KEY``: bytes in use plus RSS outside glibc's
-    heaps, read up to the last reading), or None where it is not read. RSS less the free memory
-    malloc keeps inside its heaps: what grows or swings there while bytes in use do not is
+    heaps, read recently: :func:`live_is_recent`), or None where it is not read. RSS less the free
+    memory malloc keeps inside its heaps: what grows or swings there while bytes in use do not is
     retention, fragmentation, or pages ``malloc_trim`` gave back touched again, never live memory;
     memory held outside malloc (an ``mmap`` kept a call, pymalloc's arenas) stays in it."""
     from trainguard.leaks._native import LIVE_KEY
 
-    if not series or series[-1].get(LIVE_KEY) is None:
+    if not series or not live_is_recent(series):
         return None
     return decide_series(series, LIVE_KEY, alpha, tolerance, False, True, min_points=COUNT_CONFIRM_POINTS)
 
@@ -515,17 +532,27 @@ def retention_hold(
     words: tuple[str, str] | None = None,
 ) -> stats.Decision:
     """A ``leak`` that RSS alone calls, checked against live memory (:func:`live_decision`'s
-    series, at this look's gates) where it is read: when live memory does not grow like a leak,
-    RSS grew inside glibc's heaps, free memory the allocator keeps, which is never a leak by
-    itself. The look then waits (or, at the final look, says what live memory says), with the
-    reason naming where RSS grew. ``memory`` as it is where live memory is not read or agrees."""
+    series, at this look's gates) where it was read recently (:func:`live_is_recent`): when live
+    memory does not grow like a leak, RSS grew inside glibc's heaps, free memory the allocator
+    keeps, which is never a leak by itself. The look then waits (or, at the final look, says what
+    live memory says), with the reason naming where RSS grew; it waits too while live memory has
+    too few readings for a slope (read every few readings on a loaded machine), except at the final
+    look. ``memory`` as it is where live memory is not read or agrees."""
     from trainguard.leaks._native import LIVE_KEY
 
-    if not series or series[-1].get(LIVE_KEY) is None:
+    if not series or not live_is_recent(series):
         return memory
     live = decide_series(series, LIVE_KEY, alpha, tolerance, final, *gates)
-    if live.verdict is Verdict.LEAK or live.slope is None or memory.slope is None:
+    if live.verdict is Verdict.LEAK or memory.slope is None:
         return memory
+    if live.slope is None:
+        # read, but sparsely (a loaded machine): too few readings of it for a slope yet
+        if final:
+            return memory
+        read = sum(1 for r in series if r.get(LIVE_KEY) is not None)
+        return replace(
+            memory, verdict=None, reason=f"{memory.reason}; waiting for live memory ({read} readings of it)"
+        )
     fmt = _fmt_signed
     name, beyond = words or MALLOC_LIVE_WORDS
     where = (
