@@ -174,7 +174,7 @@ def predict_next_peak(history: WorkerHistory) -> float | None:
     # the latest PREDICT_WINDOW readings, each at its trial number: a median over the whole
     # history made every decision slower as the worker aged (45 ms a trial at 15,000 trials)
     start = max(0, len(rss) - PREDICT_WINDOW)
-    level = median([r - slope * (k + history.earlier if k else 0) for k, r in enumerate(rss) if k >= start])
+    level = median([rss[k] - slope * (k + history.earlier if k else 0) for k in range(start, len(rss))])
     next_after = level + slope * n
     excess = 0.0
     if history.peak_bytes:
