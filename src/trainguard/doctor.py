@@ -8,6 +8,7 @@ devices and settings. Each warning says what to do instead.
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import sys
@@ -231,56 +232,65 @@ def _host_warnings(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _read_torch(out: dict[str, Any]) -> None:
+    torch = importlib.import_module("torch")
+    out["torch_num_threads"] = int(torch.get_num_threads())
+    out["torch_cuda_available"] = bool(torch.cuda.is_available())
+    out["torch_cuda_devices"] = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if out["torch_cuda_available"]
+        else []
+    )
+    out["torch_cuda_version"] = torch.version.cuda
+
+
+def _read_tensorflow(out: dict[str, Any]) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from trainguard.frameworks import adapter, install_quiet_imports
+
+    # TF prints its absl and oneDNN banners before it reads TF_CPP_MIN_LOG_LEVEL: capture them
+    install_quiet_imports()
+
+    tf_adapter = adapter("tensorflow")
+    out["tensorflow_gpus"] = tf_adapter.gpu_names(import_framework=True)  # type: ignore[attr-defined]
+    out["tensorflow_memory_growth"] = tf_adapter.memory_growth(import_framework=True)  # type: ignore[attr-defined]
+    tf = sys.modules["tensorflow"]
+    out["tensorflow_built_with_cuda"] = bool(tf.test.is_built_with_cuda())
+
+
+def _read_jax(out: dict[str, Any]) -> None:
+    jax = importlib.import_module("jax")
+    out["jax_devices"] = [str(d) for d in jax.devices()]
+
+
+def _read_keras(out: dict[str, Any]) -> None:
+    keras = importlib.import_module("keras")
+    out["keras_backend_imported"] = keras.backend.backend()
+
+
+#: What ``--deep`` asks each installed framework, in this order: its name, what it reads (the
+#: progress line says it), and the reader that writes its findings into the deep dict as it goes
+#: (a reader that fails part way leaves what it read before the error).
+_DEEP_READERS: tuple[tuple[str, str, Callable[[dict[str, Any]], None]], ...] = (
+    ("torch", "its threads and devices", _read_torch),
+    ("tensorflow", "its GPUs and memory growth", _read_tensorflow),
+    ("jax", "its devices", _read_jax),
+    ("keras", "its backend", _read_keras),
+)
+
+
 def _deep(frameworks: dict[str, str | None], say: Callable[[str], None]) -> dict[str, Any]:
     """Import each installed framework and ask it about devices and settings; ``say`` hears which
-    one is being imported (each takes seconds: the command is not silent meanwhile)."""
-    import importlib
-
+    one is being imported (each takes seconds: the command is not silent meanwhile). A framework
+    that fails leaves its error under ``errors``, by name."""
     out: dict[str, Any] = {"errors": {}}
-    if frameworks.get("torch"):
-        say("doctor --deep: importing torch to read its threads and devices...")
-        try:
-            torch = importlib.import_module("torch")
-            out["torch_num_threads"] = int(torch.get_num_threads())
-            out["torch_cuda_available"] = bool(torch.cuda.is_available())
-            out["torch_cuda_devices"] = (
-                [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-                if out["torch_cuda_available"]
-                else []
-            )
-            out["torch_cuda_version"] = torch.version.cuda
-        except Exception as err:
-            out["errors"]["torch"] = f"{type(err).__name__}: {err}"
-    if frameworks.get("tensorflow"):
-        say("doctor --deep: importing tensorflow to read its GPUs and memory growth...")
-        try:
-            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            from trainguard.frameworks import adapter, install_quiet_imports
-
-            # TF prints its absl and oneDNN banners before it reads TF_CPP_MIN_LOG_LEVEL: capture them
-            install_quiet_imports()
-
-            tf_adapter = adapter("tensorflow")
-            out["tensorflow_gpus"] = tf_adapter.gpu_names(import_framework=True)  # type: ignore[attr-defined]
-            out["tensorflow_memory_growth"] = tf_adapter.memory_growth(import_framework=True)  # type: ignore[attr-defined]
-            tf = sys.modules["tensorflow"]
-            out["tensorflow_built_with_cuda"] = bool(tf.test.is_built_with_cuda())
-        except Exception as err:
-            out["errors"]["tensorflow"] = f"{type(err).__name__}: {err}"
-    if frameworks.get("jax"):
-        say("doctor --deep: importing jax to read its devices...")
-        try:
-            jax = importlib.import_module("jax")
-            out["jax_devices"] = [str(d) for d in jax.devices()]
-        except Exception as err:
-            out["errors"]["jax"] = f"{type(err).__name__}: {err}"
-    if frameworks.get("keras"):
-        say("doctor --deep: importing keras to read its backend...")
-        try:
-            keras = importlib.import_module("keras")
-            out["keras_backend_imported"] = keras.backend.backend()
-        except Exception as err:
-            out["errors"]["keras"] = f"{type(err).__name__}: {err}"
+    for name, reads, read in _DEEP_READERS:
+        if frameworks.get(name):
+            say(f"doctor --deep: importing {name} to read {reads}...")
+            try:
+                read(out)
+            except Exception as err:
+                out["errors"][name] = f"{type(err).__name__}: {err}"
     return out
 
 
