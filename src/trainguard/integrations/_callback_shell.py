@@ -2,8 +2,9 @@
 decision (:mod:`~trainguard.integrations._memory_watch`): the options checked and kept (the Keras
 and Lightning callbacks take the same ones, so their ``__init__`` is this one), the record read
 through the watch, the start of training and of an epoch, an epoch's reading, the reading every N
-batches, the checkpoint noted and committed, the checkpoint to resume from, and the readings a
-test may replace with a recorded series. Each framework's callback keeps only its hooks."""
+batches, the trial context, whether an epoch's end checkpoints, the error of a failed save, the
+checkpoint noted and committed, the checkpoint to resume from, and the readings a test may replace
+with a recorded series. Each framework's callback keeps only its hooks."""
 
 from __future__ import annotations
 
@@ -12,11 +13,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainguard.exceptions import ConfigError
+from trainguard.exceptions import CheckpointError, ConfigError
 from trainguard.integrations import _memory_readings as readings
 from trainguard.integrations._memory_watch import MemoryWatch, positive_int, trial_context
 
-__all__ = ["CallbackShell"]
+__all__ = ["CallbackShell", "save_error"]
+
+
+def save_error(what: str, err: OSError) -> CheckpointError:
+    """The error of a checkpoint the framework could not write, ``what`` saying which and why
+    (``"the model of epoch 3 could not be saved"``): the committed one before it stays."""
+    return CheckpointError(
+        f"MemoryCallback(action='checkpoint'): {what} ({type(err).__name__}: {err}); "
+        "the earlier checkpoint is kept"
+    )
 
 
 class CallbackShell:
@@ -115,7 +125,7 @@ class CallbackShell:
         self._epoch_peak = 0
         self._batches = 0
         if self.action == "checkpoint":
-            self._ctx = trial_context(self._ctx, "MemoryCallback")
+            self._context()
 
     def _epoch_begins(self) -> None:
         """At the start of an epoch: its peak and its start time (the census's time budget)."""
@@ -146,6 +156,21 @@ class CallbackShell:
             reading["live_tensors"] = tensors
         return reading
 
+    def _context(self) -> Any:
+        """The trial context ``"checkpoint"`` commits to: the one given, else the running trial's,
+        found once and kept (none: ``ConfigError``)."""
+        self._ctx = trial_context(self._ctx, "MemoryCallback")
+        return self._ctx
+
+    def _checkpoint_due(self) -> bool:
+        """At an epoch's end: whether ``"checkpoint"`` saves now, asked for during the epoch or
+        at the supervisor's safe point (asked only when the epoch did not ask); the request is
+        then cleared."""
+        if self.action != "checkpoint" or not (self._checkpoint_wanted or self._ctx.safe_point()):
+            return False
+        self._checkpoint_wanted = False
+        return True
+
     def _commit_checkpoint(self, epoch: int, state: dict[str, Any], total_epochs: int | None) -> None:
         """After the framework saved epoch ``epoch``: note it in ``events`` and commit it with
         ``ctx.checkpoint`` (which may end this worker here, to resume in a fresh one)."""
@@ -158,10 +183,10 @@ class CallbackShell:
     def _resume_target(self, name: str, exists: Callable[[str], bool]) -> str | None:
         """The file or folder ``name`` in the checkpoint this trial resumed from, when there is
         one (``exists`` says so), else None (a fresh start)."""
-        self._ctx = trial_context(self._ctx, "MemoryCallback")
-        if not self._ctx.resumed or self._ctx.restore_path is None:
+        ctx = self._context()
+        if not ctx.resumed or ctx.restore_path is None:
             return None
-        path = os.path.join(self._ctx.restore_path, name)
+        path = os.path.join(ctx.restore_path, name)
         return path if exists(path) else None
 
     def __repr__(self) -> str:

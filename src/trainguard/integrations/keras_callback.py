@@ -23,8 +23,8 @@ import os
 from typing import Any
 
 from trainguard.exceptions import ConfigError
-from trainguard.integrations._callback_shell import CallbackShell
-from trainguard.integrations._memory_watch import ACTIONS, trial_context
+from trainguard.integrations._callback_shell import CallbackShell, save_error
+from trainguard.integrations._memory_watch import ACTIONS
 
 __all__ = ["MemoryCallback", "ACTIONS"]
 #: the files ``action="checkpoint"`` writes into the checkpoint folder
@@ -120,10 +120,6 @@ class MemoryCallback(CallbackShell, _keras.callbacks.Callback):
 
     # -- checkpoint under pressure ------------------------------------------------------------------
 
-    def _context(self) -> Any:
-        self._ctx = trial_context(self._ctx, "MemoryCallback")
-        return self._ctx
-
     def restore(self, model: Any) -> int:
         """Before ``fit``: when the trial resumed from a checkpoint this callback wrote, load the
         model's weights and its optimizer's state; returns the epoch to pass as ``initial_epoch``
@@ -164,11 +160,10 @@ class MemoryCallback(CallbackShell, _keras.callbacks.Callback):
 
     def _checkpoint_if_pressed(self, epoch: int) -> None:
         ctx = self._context()
+        # safe_point() first, every epoch (it runs the on_pressure callbacks), unlike _checkpoint_due
         if not (ctx.safe_point() or self._checkpoint_wanted):
             return
         self._checkpoint_wanted = False
-        from trainguard.exceptions import CheckpointError
-
         folder = ctx.checkpoint_path
         try:
             self.model.save_weights(os.path.join(folder, WEIGHTS_FILE))
@@ -179,8 +174,5 @@ class MemoryCallback(CallbackShell, _keras.callbacks.Callback):
                 arrays = {f"v{i}": _keras.ops.convert_to_numpy(v) for i, v in enumerate(optimizer.variables)}
                 np.savez(os.path.join(folder, OPTIMIZER_FILE), **arrays)
         except OSError as err:
-            raise CheckpointError(
-                f"MemoryCallback(action='checkpoint'): the model of epoch {epoch} could not be saved "
-                f"({type(err).__name__}: {err}); the earlier checkpoint is kept"
-            ) from None
+            raise save_error(f"the model of epoch {epoch} could not be saved", err) from None
         self._commit_checkpoint(epoch, {"epoch": epoch + 1}, int((self.params or {}).get("epochs") or 0))

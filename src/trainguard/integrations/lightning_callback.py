@@ -17,8 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trainguard.exceptions import CheckpointError
-from trainguard.integrations._callback_shell import CallbackShell
+from trainguard.integrations._callback_shell import CallbackShell, save_error
 
 __all__ = ["MemoryCallback", "CHECKPOINT_FILE"]
 
@@ -148,8 +147,7 @@ class MemoryCallback(CallbackShell, _Callback):
         estimate = self.watch.record(epoch, reading)
         pl_module.log_dict(self.watch.log_values(reading, self.prefix), on_step=False, on_epoch=True)
         self._carry_out(self.watch.decide(reading, estimate), trainer)
-        if self.action == "checkpoint" and (self._checkpoint_wanted or self._ctx.safe_point()):
-            self._checkpoint_wanted = False
+        if self._checkpoint_due():
             self._checkpoint(trainer, epoch)
 
     def _carry_out(self, response: str | None, trainer: Any) -> None:
@@ -166,10 +164,7 @@ class MemoryCallback(CallbackShell, _Callback):
         try:
             trainer.save_checkpoint(os.path.join(ctx.checkpoint_path, CHECKPOINT_FILE))
         except OSError as err:
-            raise CheckpointError(
-                f"MemoryCallback(action='checkpoint'): the checkpoint of epoch {epoch} could not be saved "
-                f"({type(err).__name__}: {err}); the earlier checkpoint is kept"
-            ) from None
+            raise save_error(f"the checkpoint of epoch {epoch} could not be saved", err) from None
         finally:
             self._saving = False
         epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None

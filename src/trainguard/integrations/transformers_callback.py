@@ -18,8 +18,7 @@ import os
 import shutil
 from typing import Any
 
-from trainguard.exceptions import CheckpointError
-from trainguard.integrations._callback_shell import CallbackShell
+from trainguard.integrations._callback_shell import CallbackShell, save_error
 
 __all__ = ["MemoryCallback", "CHECKPOINT_FOLDER"]
 
@@ -137,8 +136,7 @@ class MemoryCallback(_transformers.TrainerCallback, CallbackShell):
         epoch = round(state.epoch) - 1 if state.epoch else len(self.history)
         estimate = self.watch.record(epoch, reading)
         self._carry_out(self.watch.decide(reading, estimate), control)
-        if self.action == "checkpoint" and (self._checkpoint_wanted or self._ctx.safe_point()):
-            self._checkpoint_wanted = False
+        if self._checkpoint_due():
             self._saving_epoch = epoch
             control.should_save = True  # the Trainer saves right after this hook, then calls on_save
 
@@ -179,10 +177,7 @@ class MemoryCallback(_transformers.TrainerCallback, CallbackShell):
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(source, target)
         except OSError as err:
-            raise CheckpointError(
-                f"MemoryCallback(action='checkpoint'): the Trainer's checkpoint of epoch {epoch} could not "
-                f"be kept ({type(err).__name__}: {err}); the earlier checkpoint is kept"
-            ) from None
+            raise save_error(f"the Trainer's checkpoint of epoch {epoch} could not be kept", err) from None
         total = int(args.num_train_epochs) if args.max_steps is None or args.max_steps <= 0 else 0
         self._commit_checkpoint(epoch, {"epoch": epoch + 1, "global_step": state.global_step}, total)
 
