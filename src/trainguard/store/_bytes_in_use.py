@@ -31,6 +31,12 @@ CREATE TABLE IF NOT EXISTS bytes_in_use (
 """
 
 
+#: the columns of a :class:`BytesInUseReading`, in its fields' order (a row is read positionally)
+SELECT_BYTES_IN_USE = (
+    "SELECT run_id, idx, attempt, worker_id, allocator, bytes_in_use, time FROM bytes_in_use"
+)
+
+
 class BytesInUseRows(StoreRows):
     """Rows of ``bytes_in_use``."""
 
@@ -52,8 +58,6 @@ class BytesInUseRows(StoreRows):
     def bytes_in_use(self, run_id: int) -> list[BytesInUseReading]:
         """The run's readings in the order they were taken (none for a store written before them)."""
         rows = self._rows_if_table(
-            "SELECT run_id, idx, attempt, worker_id, allocator, bytes_in_use, time FROM bytes_in_use"
-            " WHERE run_id=? ORDER BY time, idx, attempt",
-            (run_id,),
+            f"{SELECT_BYTES_IN_USE} WHERE run_id=? ORDER BY time, idx, attempt", (run_id,)
         )
         return [BytesInUseReading(*row) for row in rows]

@@ -13,6 +13,9 @@ from trainguard.store._base import StoreRows
 from trainguard.store._codec import _check_int, _dumps, _loads, _record_of_row
 from trainguard.store._records import FittedSize
 
+#: the columns of a :class:`FittedSize`, in its fields' order (a row is read positionally)
+SELECT_FITTED = "SELECT fn_ref, params_key, device, key, size, peak_rss_bytes, source, detail_json, updated_at FROM fitted_sizes"
+
 
 class FittedSizeRows(StoreRows):
     """The store's fitted sizes."""
@@ -65,9 +68,5 @@ class FittedSizeRows(StoreRows):
         return self._fitted("WHERE fn_ref=?", (fn_ref,))
 
     def _fitted(self, where: str, args: tuple[Any, ...]) -> list[FittedSize]:
-        rows = self._rows_if_table(  # the columns of a FittedSize, in its fields' order
-            "SELECT fn_ref, params_key, device, key, size, peak_rss_bytes, source, detail_json, updated_at "
-            f"FROM fitted_sizes {where} ORDER BY updated_at DESC",
-            args,
-        )
+        rows = self._rows_if_table(f"{SELECT_FITTED} {where} ORDER BY updated_at DESC", args)
         return [_record_of_row(FittedSize, r, detail=_loads) for r in rows]
