@@ -32,6 +32,7 @@ if command -v npm >/dev/null 2>&1 && { [ ! -d js/trainguard/node_modules/@tensor
 fi
 export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check --quiet src tests bench
+.venv/bin/ruff format --check --quiet src tests bench
 # types: strict on runner/, store/, probes/ and leaks/stats.py (settings in pyproject.toml)
 .venv/bin/mypy
 # Two phases. First every test but the `solo` ones on three processes (pytest-xdist): most of the

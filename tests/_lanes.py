@@ -33,7 +33,10 @@ def load_durations(path: Path = DURATIONS) -> dict[str, float]:
 
 
 def fast_lane_excludes(
-    node_ids: Iterable[str], slow: Iterable[str], durations: Mapping[str, float], max_s: float = FAST_TEST_MAX_S
+    node_ids: Iterable[str],
+    slow: Iterable[str],
+    durations: Mapping[str, float],
+    max_s: float = FAST_TEST_MAX_S,
 ) -> set[str]:
     """The node ids the fast lane leaves out: marked slow, or recorded longer than ``max_s``."""
     slow_ids = set(slow)

@@ -35,7 +35,9 @@ def test_a_checkpoint_bigger_than_the_disk_stops_the_run_and_resumes_after_space
     assert "\n" not in message
     # the store and the checkpoints share this disk: the checkpoint's write fills it, and either
     # that write or the supervisor's next write to the store is the one that fails first
-    by_checkpoint = f"the disk under {store}.checkpoints (the run's checkpoints) filled up while trial 0 wrote"
+    by_checkpoint = (
+        f"the disk under {store}.checkpoints (the run's checkpoints) filled up while trial 0 wrote"
+    )
     by_store = f"the disk under {small_disk.path} (the store {store}"
     assert by_checkpoint in message or by_store in message, message
     assert "free space there" in message and "resume" in message

@@ -45,7 +45,13 @@ def _install(bin_dir: Path, *, as_nobody: bool) -> subprocess.CompletedProcess[s
     script = f". {ROOT}/scripts/system_packages.sh && install_system_packages"
     command = ["bash", "-c", script]
     if as_nobody:
-        command = [str(shutil.which("setpriv")), "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
+        command = [
+            str(shutil.which("setpriv")),
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            *command,
+        ]
     return subprocess.run(
         command, capture_output=True, text=True, env={"PATH": str(bin_dir), "HOME": "/tmp"}, timeout=60
     )

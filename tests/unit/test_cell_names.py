@@ -79,7 +79,9 @@ def _run(source: str, inputs: dict, show_value: bool = True):
     from trainguard.notebook._cell import run_cell
 
     _, assigned = names(source)
-    values, not_returned, shown, _ = run_cell(source, "<cell>", cloudpickle.dumps(inputs), assigned, show_value)
+    values, not_returned, shown, _ = run_cell(
+        source, "<cell>", cloudpickle.dumps(inputs), assigned, show_value
+    )
     return values, not_returned, shown
 
 

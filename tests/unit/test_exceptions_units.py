@@ -83,13 +83,18 @@ def test_a_size_text_without_a_unit_is_refused_not_read_as_bytes(bad, example):
     # "--soft-limit 1.5" was a soft limit of 2 bytes
     with pytest.raises(UnitError) as err:
         parse_size(bad, name="soft_limit")
-    assert str(err.value) == f"soft_limit={bad!r} has no unit: give a unit, such as {example} or {example[:-3]}MiB'"
+    assert (
+        str(err.value)
+        == f"soft_limit={bad!r} has no unit: give a unit, such as {example} or {example[:-3]}MiB'"
+    )
     assert err.value.problem == "has no unit"
 
 
 @pytest.mark.parametrize("bad", [1.5, 0.25, 1e3 + 0.5])
 def test_a_fraction_of_a_byte_is_refused(bad):
-    with pytest.raises(UnitError, match=r"is a fraction of a byte: give a whole number of bytes, or a unit such as"):
+    with pytest.raises(
+        UnitError, match=r"is a fraction of a byte: give a whole number of bytes, or a unit such as"
+    ):
         parse_size(bad, name="max_result_bytes")
 
 

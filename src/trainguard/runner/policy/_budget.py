@@ -222,9 +222,7 @@ def choose_budget_kill(
         worker_id,
         alone,
         f"killed at {budget_name}: {summed} summed "
-        + "{} > {}; ".format(
-            *format_bytes_apart(total, budget_bytes)
-        )
+        + "{} > {}; ".format(*format_bytes_apart(total, budget_bytes))
         + f"worker {worker_id} was ended because {how}",
         {
             "sum_bytes": int(total),
