@@ -23,6 +23,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$REPO/bench/results/suite_under_load.txt"
 mkdir -p "$(dirname "$OUT")"
 WORK=$(mktemp -d /tmp/suite-under-load.XXXXXX)
+chmod 755 "$WORK"  # a clone others can read, as a checkout is: tests run parts of it as nobody
 git clone -q "$REPO" "$WORK/clone"
 COMMIT=$(git -C "$WORK/clone" rev-parse --short HEAD)
 

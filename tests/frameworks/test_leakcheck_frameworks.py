@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from trainguard.cli.leakcheck import EXIT
+
 pytest.importorskip("torch")
 
 KERAS = textwrap.dedent(
@@ -48,9 +50,6 @@ TORCH = textwrap.dedent(
 )
 
 
-VERDICT_EXIT = {"no_leak": 0, "leak": 1, "inconclusive": 3}
-
-
 def leakcheck(tmp_path: Path, source: str, target: str, *args: str, backend: str | None = None) -> dict:
     path = tmp_path / "work.py"
     path.write_text(source)
@@ -66,8 +65,8 @@ def leakcheck(tmp_path: Path, source: str, target: str, *args: str, backend: str
     )
     data = json.loads(res.stdout) if res.stdout.startswith("{") else {}
     assert data, res.stderr[-3000:]
-    # the exit code is the one its verdict gives: 0 no leak, 1 leak, 3 inconclusive
-    assert res.returncode == VERDICT_EXIT[data["verdict"]], res.stderr[-3000:]
+    # the exit code is the one its verdict gives: 0 no leak or plateau, 1 leak, 3 inconclusive
+    assert res.returncode == EXIT[data["verdict"]], res.stderr[-3000:]
     return data
 
 

@@ -37,12 +37,19 @@ def bare_path():
     (bin_dir / "ldconfig").write_text("#!/bin/sh\nexit 0\n")
     for stub in ("apt-get", "ldconfig"):
         (bin_dir / stub).chmod(0o755)
+    # the scripts as a fresh clone has them, where nobody can read them whatever this checkout's
+    # folders allow (a clone in a private temporary folder is not readable by nobody)
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    for name in ("system_packages.sh", "apt_install.sh"):
+        shutil.copy(ROOT / "scripts" / name, scripts / name)
+        (scripts / name).chmod(0o644)
     yield bin_dir, calls
     shutil.rmtree(tmp_path)
 
 
 def _install(bin_dir: Path, *, as_nobody: bool) -> subprocess.CompletedProcess[str]:
-    script = f". {ROOT}/scripts/system_packages.sh && install_system_packages"
+    script = f". {bin_dir.parent}/scripts/system_packages.sh && install_system_packages"
     command = ["bash", "-c", script]
     if as_nobody:
         command = [
