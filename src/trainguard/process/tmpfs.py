@@ -8,8 +8,9 @@ through one trial:
 - **Which files are the trial's.** Files its processes hold open on a tmpfs (``/proc/PID/fd``:
   ``/dev/shm``, a tmpfs ``/tmp``, a ``memfd``) that were not in ``/dev/shm`` when the trial began,
   and files that appeared in ``/dev/shm`` during the trial, owned by the worker's user, while this
-  worker ran the run's only trial (with several trials at once, only a file one of them holds open
-  is known to be its). trainguard's own files (``trainguard-share-...``, named by
+  worker ran the run's only trial and no process outside its tree held them open when they first
+  showed (a file another program is writing is that program's; with several trials at once, only a
+  file one of them holds open is known to be its). trainguard's own files (``trainguard-share-...``, named by
   :mod:`trainguard._tempdirs`) are never the trial's.
 - **Cheap on the watchdog's path.** Each tick costs one ``stat`` of ``/dev/shm`` (its mtime moves
   when an entry is made or removed) and one ``stat`` of each file already found (a file being
@@ -221,6 +222,8 @@ class TmpfsWatch:
         self._active = False
         self._baseline: set[Key] = set()
         self._files: dict[Key, TmpfsFile] = {}
+        #: new files another process held open when first seen: theirs, never the trial's
+        self._others: set[Key] = set()
         self._mtime: int | None = None
         self._last_scan = 0.0
         self._sole = False
@@ -249,6 +252,7 @@ class TmpfsWatch:
         self._mtime = _mtime_ns(self.folder)
         self._baseline = set(folder_files(self.folder))
         self._files = {}
+        self._others = set()
         self._last_scan = time.monotonic()
         self._active = True
 
@@ -280,6 +284,7 @@ class TmpfsWatch:
             self._scan(pids, sole)
 
     def _scan(self, pids: Iterable[int], sole: bool) -> None:
+        pids = tuple(pids)
         self._last_scan = time.monotonic()
         held = open_tmpfs_files(pids)
         listed = folder_files(self.folder)
@@ -290,11 +295,23 @@ class TmpfsWatch:
                 continue
             # a file in the folder keeps its path there (where it is removed from at the end)
             now[key] = replace(listed[key], held=True) if key in listed else found
-        for key, found in listed.items():
-            if key in now or key in self._baseline or found.uid != self.uid:
-                continue
+        unheld = {
+            key: found
+            for key, found in listed.items()
+            if key not in now
+            and key not in self._baseline
+            and key not in self._others
+            and found.uid == self.uid
+        }
+        first_seen = {k for k in unheld if k not in self._files}
+        if sole and first_seen:
+            # a file another process holds open as it first shows (one being written: another run's
+            # trial, another job of this user) is theirs: counted, it charged this trial (and stopped
+            # a run as "alone over the budget") for memory another program wrote
+            self._others |= held_outside(first_seen, pids)
+        for key, found in unheld.items():
             before = self._files.get(key)
-            if before is not None or sole:
+            if before is not None or (sole and key not in self._others):
                 now[key] = replace(found, held=before.held) if before is not None else found
         self._files = now
         self.cgroup_shmem = cgroup_shmem_bytes(self._cgroup_path())
