@@ -107,6 +107,20 @@ def test_a_file_held_open_outside_the_tree_is_left_in_place_and_not_counted(fold
     assert sorted(os.listdir(folder)) == ["shared", "unheld"]
 
 
+def test_a_shared_array_the_tree_holds_open_in_trainguards_own_folder_is_not_the_trials(folder):
+    # share()'s arrays are files inside a trainguard-share-... folder; a worker holds one open while
+    # it maps it: seen then, it was charged as the trial's tmpfs file on top of the worker's USS
+    own = f"{folder}/trainguard-share-{ME}-123-abcd"
+    os.mkdir(own)
+    watch = TmpfsWatch(os.getuid(), folder=folder)
+    watch.begin()
+    _write(f"{own}/x.npy", 2)
+    with open(f"{own}/x.npy", "rb"):
+        watch.scan([ME], sole=True)  # a scan while it is held (the folder changed, or a second went by)
+        assert _counted(watch, folder) == 0
+    assert watch.end([ME]) == [] and os.path.exists(f"{own}/x.npy")
+
+
 def test_trainguards_own_files_and_other_users_files_are_never_the_trials(folder):
     watch = TmpfsWatch(os.getuid(), folder=folder)
     watch.begin()

@@ -43,6 +43,7 @@ __all__ = [
     "open_tmpfs_files",
     "folder_files",
     "held_outside",
+    "trainguards_own",
     "cgroup_shmem_bytes",
 ]
 
@@ -146,6 +147,14 @@ def folder_files(folder: str = SHM_FOLDER) -> dict[Key, TmpfsFile]:
         if stat.S_ISREG(st.st_mode):
             found[(st.st_dev, st.st_ino)] = _file_of(entry.path, entry.path, st, False)
     return found
+
+
+def trainguards_own(path: str) -> bool:
+    """Whether a tmpfs path is trainguard's own: a file named by :mod:`trainguard._tempdirs`, or one
+    inside a folder so named (``share()``'s arrays, held open by a worker while it maps them:
+    counted as its trial's, a 64 MiB shared array charged a worker 64 MiB on top of its USS)."""
+    ours = owned_name_re()
+    return any(ours.match(part) for part in path.removesuffix(" (deleted)").split("/"))
 
 
 def held_outside(keys: set[Key], tree: Iterable[int]) -> set[Key]:
@@ -288,10 +297,9 @@ class TmpfsWatch:
         self._last_scan = time.monotonic()
         held = open_tmpfs_files(pids)
         listed = folder_files(self.folder)
-        ours = owned_name_re()
         now: dict[Key, TmpfsFile] = {}
         for key, found in held.items():
-            if key in self._baseline or ours.match(os.path.basename(found.path.removesuffix(" (deleted)"))):
+            if key in self._baseline or trainguards_own(found.path):
                 continue
             # a file in the folder keeps its path there (where it is removed from at the end)
             now[key] = replace(listed[key], held=True) if key in listed else found
