@@ -49,9 +49,15 @@ class Outside:
 
     def _rss_of_new_children(self) -> int:
         total = 0
-        for p in psutil.Process().children(recursive=True):
+        me = psutil.Process()
+        mine = me.cmdline()
+        for p in me.children(recursive=True):
             if p.pid not in self._before:
                 try:
+                    if p.cmdline() == mine:
+                        # a fork that has not exec'd yet maps this process's pages (an xdist worker's
+                        # 1.3 GB read as one 1.3 GB child): not a worker's memory
+                        continue
                     total += p.memory_info().rss
                 except psutil.Error:
                     pass  # ended between the listing and the reading
