@@ -52,6 +52,8 @@ logger = logging.getLogger(__name__)
 SHM_FOLDER = "/dev/shm"
 #: how often the tree's fds and the folder are listed when the folder has not changed
 RESCAN_S = 1.0
+#: the least size of a new unheld file whose holders outside the tree are looked for
+OTHERS_MIN_BYTES = 1 << 20
 
 Key = tuple[int, int]  # (st_dev, st_ino)
 
@@ -311,7 +313,11 @@ class TmpfsWatch:
             and key not in self._others
             and found.uid == self.uid
         }
-        first_seen = {k for k in unheld if k not in self._files}
+        # a small file (a multiprocessing semaphore, made and gone in a moment) is counted as before:
+        # reading every process's fds for each would cost the sampler more than it could charge
+        first_seen = {
+            k for k, f in unheld.items() if k not in self._files and f.memory_bytes >= OTHERS_MIN_BYTES
+        }
         if sole and first_seen:
             # a file another process holds open as it first shows (one being written: another run's
             # trial, another job of this user) is theirs: counted, it charged this trial (and stopped
