@@ -37,7 +37,9 @@ export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/mypy
 # Two phases. First every test but the `solo` ones on three processes (pytest-xdist): most of the
 # suite's time is spent waiting on workers, pilots, kernels and a browser, so three share 2 cores
-# well (18.7 min against 21.2 on two, quiet; TEST_PROCESSES=0 runs it in this process). Then the
+# well (18.7 min against 21.2 on two, quiet; TEST_PROCESSES=0 runs it in this process). The files
+# run longest first (tests/_lanes.py) and an idle process takes work from a busy one (worksteal),
+# so the phase does not end on one process running the last long file while two stand idle. Then the
 # `solo` tests, one at a time with nothing beside them: leak verdicts that depend on how many calls fit a time budget on this machine. Extra arguments
 # go to both; a phase that selects no test (pytest's exit 5) is not a failure.
 run_phase() {
@@ -47,6 +49,6 @@ run_phase() {
   return "$rc"
 }
 status=0
-run_phase -n "${TEST_PROCESSES:-3}" -m "not solo" "${FAST[@]}" "${ARGS[@]}" || status=$?
+run_phase -n "${TEST_PROCESSES:-3}" --dist worksteal -m "not solo" "${FAST[@]}" "${ARGS[@]}" || status=$?
 run_phase -n 0 -m solo "${FAST[@]}" "${ARGS[@]}" || status=$?
 exit "$status"

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-# the fast lane (--fast) and the durations it is cut from (--record-durations): tests/_lanes.py
+# the fast lane (--fast), the order files run in, and the durations both are cut from
+# (--record-durations): tests/_lanes.py
 pytest_plugins = ["_lanes"]
 
 # Quiet TF's C++ logs and keep each test process to modest threading on a 2-core machine.
@@ -29,9 +30,10 @@ _PLATFORM_MARKS = {"windows": "win32", "macos": "darwin"}
 
 
 def pytest_collection_modifyitems(config, items):
-    from _lanes import select_fast_lane
+    from _lanes import order_longest_files_first, select_fast_lane
 
     select_fast_lane(config, items)
+    order_longest_files_first(items)
     # code for another platform, written against its real API, runs only there (hosted CI)
     for mark, platform in _PLATFORM_MARKS.items():
         skip_other = pytest.mark.skip(

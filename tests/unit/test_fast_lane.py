@@ -8,7 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _lanes import DURATIONS, FAST_LANE_BUDGET_S, FAST_TEST_MAX_S, fast_lane_excludes, load_durations
+from _lanes import (
+    DURATIONS,
+    FAST_LANE_BUDGET_S,
+    FAST_TEST_MAX_S,
+    fast_lane_excludes,
+    load_durations,
+    longest_files_first,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,6 +24,16 @@ def test_slow_marks_and_long_recorded_tests_are_left_out_and_new_tests_kept():
     durations = {"a::quick": 0.2, "a::long": FAST_TEST_MAX_S + 1, "a::marked": 0.1}
     excluded = fast_lane_excludes(["a::quick", "a::long", "a::marked", "a::new"], ["a::marked"], durations)
     assert excluded == {"a::long", "a::marked"}
+
+
+def test_files_run_longest_first_each_files_tests_together_and_in_order():
+    nodes = ["a.py::one", "a.py::two", "b.py::one", "c.py::one", "b.py::two", "d.py::new"]
+    durations = {"a.py::one": 1.0, "a.py::two": 1.0, "b.py::one": 5.0, "b.py::two": 0.5, "c.py::one": 2.0}
+    order = [nodes[i] for i in longest_files_first(nodes, durations)]
+    # b 5.5 s, a 2.0, c 2.0 (a was collected first), d unknown: the median test (1.0 s)
+    assert order == ["b.py::one", "b.py::two", "a.py::one", "a.py::two", "c.py::one", "d.py::new"]
+    # with no record, collection order with each file's tests together
+    assert longest_files_first(nodes, {}) == [0, 1, 2, 4, 3, 5]
 
 
 def test_the_recorded_lane_fits_its_budget_and_covers_each_test_folder():
