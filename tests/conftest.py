@@ -49,6 +49,16 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _no_trial_context_left():
+    """A TrialContext a test made in this process is not the current one for the next test (a
+    MemoryCallback(action="checkpoint") there would find it instead of saying it has none)."""
+    yield
+    context = sys.modules.get("trainguard.runner.worker.context")
+    if context is not None:
+        context.end_current()
+
+
 @pytest.fixture
 def python_exe() -> str:
     return sys.executable

@@ -8,6 +8,7 @@ over the readings taken after the warm-up, so one noisy reading does not name a 
 
 from __future__ import annotations
 
+import fnmatch
 import gc
 import logging
 import sys
@@ -265,6 +266,12 @@ def _user_frame(traceback: tracemalloc.Traceback) -> tracemalloc.Frame | None:
 _PACKAGE_DIR = __file__.rsplit("/", 2)[0] + "/"
 
 
+def _measuring_frame(filename: str) -> bool:
+    """An allocation made by tracemalloc itself or by the import system (``<frozen ...>``), as
+    named by its most recent frame: never the step's."""
+    return filename == tracemalloc.__file__ or fnmatch.fnmatchcase(filename, "<frozen *>")
+
+
 class TracemallocProbe:
     """Python allocation sites that grow between two snapshots (slow: tracemalloc traces every allocation).
 
@@ -298,12 +305,14 @@ class TracemallocProbe:
         if self._first is None or iteration <= self._first_iteration:
             return ()
         snap = tracemalloc.take_snapshot()
-        filters = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen *>")]
-        stats = snap.filter_traces(filters).compare_to(self._first.filter_traces(filters), "traceback")
+        # grouped by whole traceback, then tracemalloc's own and the import system's allocations
+        # left out by their most recent frame: what Snapshot.filter_traces would leave, without its
+        # fnmatch per trace (60 s of a 10 s check in a test process of a few million traces)
+        stats = snap.compare_to(self._first, "traceback")
         span = iteration - self._first_iteration
         sites: dict[str, list[Any]] = {}
         for s in stats:
-            if s.size_diff <= 0:
+            if s.size_diff <= 0 or _measuring_frame(s.traceback[-1].filename):
                 continue
             frame = _user_frame(s.traceback)
             if frame is None:

@@ -98,6 +98,22 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
+@contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write inside :meth:`Store.batch`'s transaction: its statements land together or not at
+    all (a caller that catches its error leaves the batch's other writes whole), and nothing is
+    committed until the batch ends."""
+    conn.execute("SAVEPOINT one_write")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK TO one_write")
+            conn.execute("RELEASE one_write")
+        raise
+    conn.execute("RELEASE one_write")
+
+
 class Store(
     RunRows,
     TrialRows,
@@ -169,6 +185,8 @@ class Store(
         self._shown = os.fspath(path)
         self._readonly = bool(readonly)
         self._lock = threading.RLock()
+        #: the thread inside :meth:`batch` (its writes join the batch's transaction), or None
+        self._batch_thread: int | None = None
         self._conn: sqlite3.Connection | None = None
         self._check_path()
         self.journal = self._choose_journal(journal)
@@ -393,8 +411,33 @@ class Store(
         return self._conn
 
     @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The block's writes (from this thread) as one transaction, committed when the block ends,
+        by an exception too: each write inside lands whole or not at all (a savepoint), so the
+        store then holds just what it would had each write committed alone (a trial's end that
+        records ``disk_full`` and raises keeps that record). The supervisor writes a trial's end
+        this way: its attempt, result, stats and readings in one commit instead of one each.
+        Another thread's writes wait for the block."""
+        raised: BaseException | None = None
+        try:
+            with self._write():
+                self._batch_thread = threading.get_ident()
+                try:
+                    yield
+                except BaseException as err:  # committed all the same: what was written stays
+                    raised = err
+                finally:
+                    self._batch_thread = None
+        except BaseException:
+            if raised is None:
+                raise  # the commit failed (a full disk): the block's own error comes first
+        if raised is not None:
+            raise raised
+
+    @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One IMMEDIATE transaction: all of the block's statements land, or none of them."""
+        """One IMMEDIATE transaction: all of the block's statements land, or none of them (inside
+        :meth:`batch`, a savepoint of its transaction)."""
         with self._lock:
             conn = self._connection()
             if self._readonly:
@@ -402,8 +445,9 @@ class Store(
                     f"store {self._shown} was opened read-only: open it with readonly=False to write",
                     path=self._shown,
                 )
+            joins = self._batch_thread == threading.get_ident()
             try:
-                with _immediate(conn):
+                with _savepoint(conn) if joins else _immediate(conn):
                     yield conn
             except sqlite3.IntegrityError as err:
                 raise StoreError(

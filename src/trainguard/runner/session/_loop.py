@@ -383,16 +383,17 @@ class Session:
             self._queue.appendleft(resumed)
             self.pool.retire(worker, decision)
             return
-        end = read_result(
-            pool=self.pool,
-            recorder=self.recorder,
-            stages=self.stages,
-            last=self.last,
-            worker=worker,
-            run=run,
-            msg=msg,
-        )
-        self._apply(worker, end.finish)
+        with self.recorder.batch():  # the trial's end: its rows in one commit of the store
+            end = read_result(
+                pool=self.pool,
+                recorder=self.recorder,
+                stages=self.stages,
+                last=self.last,
+                worker=worker,
+                run=run,
+                msg=msg,
+            )
+            self._apply(worker, end.finish)
         worker.reserved_bytes = None
         status = end.finish.status
         if status == "ok":

@@ -12,6 +12,7 @@ import json
 import logging
 import time
 import warnings
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import DiskFullError, FunctionChangedWarning, SettingsChangedWarning
@@ -72,6 +73,15 @@ class Recorder:
         self.end_recorded = False
 
     # -- the run ----------------------------------------------------------------------------------
+
+    def batch(self) -> AbstractContextManager[None]:
+        """The writes of one step of the loop (a trial's end) as one transaction of the store
+        (:meth:`~trainguard.store.Store.batch`); each write on its own without a store, and once
+        the disk filled up (where a write that fails is skipped)."""
+        if self.run_id is None or isinstance(self.store, _SkipWhenFull):
+            return nullcontext()
+        batch: AbstractContextManager[None] = self.store.batch()
+        return batch
 
     def lock(self) -> None:
         """Hold the run's lock for the session (before ``begin``: with a second live supervisor the

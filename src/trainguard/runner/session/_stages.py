@@ -109,6 +109,8 @@ def prepare_resume(
     never read.
     """
     root = folders.trial_dir(index)
+    if not recorded_stage and not os.path.lexists(root):
+        return None, None  # nothing to resume from or to lose (most trials: one stat, not 3 opens)
     try:
         with open_private_dirs(root, folders.levels, create=False) as fd:
             found = latest_stage(root) if fd is not None else None

@@ -82,6 +82,13 @@ def current_context() -> TrialContext | None:
     return _CURRENT[0]
 
 
+def end_current() -> None:
+    """The trial is over: :func:`current_context` is None until the next trial's context is made
+    (a later trial of one argument in this worker must not find this one's, and commit a
+    ``MemoryCallback(action="checkpoint")`` to its folder)."""
+    _CURRENT[0] = None
+
+
 def wants_context(fn: Any) -> bool:
     """Whether a trial function takes a second positional argument (the context)."""
     import inspect

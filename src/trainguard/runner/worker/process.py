@@ -319,6 +319,9 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
                 exc_type="ResultTooLarge",
                 detail={"result_bytes": size},
             )
+    from trainguard.runner.worker.context import end_current
+
+    end_current()
     reaped = _REAPER[0].reap() if _REAPER[0] is not None else []
     stats = _after_trial(msg)
     if reaped:
