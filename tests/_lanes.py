@@ -25,7 +25,7 @@ import pytest
 DURATIONS = Path(__file__).with_name("durations.json")
 # a test longer than this on the recording machine (2 cores) stays out of the fast lane; chosen so the
 # lane's recorded total stays under 5 minutes on 2 cores (tests/unit/test_fast_lane.py checks that)
-FAST_TEST_MAX_S = 2.5
+FAST_TEST_MAX_S = 2.0
 FAST_LANE_BUDGET_S = 300.0
 
 
