@@ -81,16 +81,13 @@ def longest_files_first(node_ids: list[str], durations: Mapping[str, float]) -> 
     A test the record does not know counts as the record's median test."""
     known = sorted(durations.values())
     typical = known[len(known) // 2] if known else 0.0
+    paths = [node.split("::", 1)[0] for node in node_ids]
     totals: dict[str, float] = {}
     first: dict[str, int] = {}
-    for i, node in enumerate(node_ids):
-        path = node.split("::", 1)[0]
+    for i, (node, path) in enumerate(zip(node_ids, paths, strict=True)):
         totals[path] = totals.get(path, 0.0) + durations.get(node, typical)
         first.setdefault(path, i)
-    return sorted(
-        range(len(node_ids)),
-        key=lambda i: (-totals[node_ids[i].split("::", 1)[0]], first[node_ids[i].split("::", 1)[0]], i),
-    )
+    return sorted(range(len(node_ids)), key=lambda i: (-totals[paths[i]], first[paths[i]], i))
 
 
 def order_longest_files_first(items: list[pytest.Item]) -> None:

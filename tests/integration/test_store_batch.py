@@ -76,3 +76,17 @@ def test_a_write_that_fails_inside_a_batch_leaves_the_others_whole(tmp_path: Pat
             _finish(store, run.run_id, 0, value=3)
         assert [(t.status, t.value) for t in store.trials(run.run_id)] == [("ok", 3)]
         assert _stats(store, run.run_id) == ["kept"]
+
+
+def test_a_batch_inside_a_batch_leaves_the_outer_one_open(tmp_path: Path) -> None:
+    with Store(tmp_path / "runs.db") as store:
+        run = store.begin_run("r", "m:f", [{"a": 1}], {})
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        with store.batch():
+            with store.batch():
+                store.add_event(run.run_id, "trial_stats", "inner")
+            _finish(store, run.run_id, 0, value=5)  # still the outer batch's
+        store._conn.set_trace_callback(None)
+        assert [s for s in statements if s.startswith(("BEGIN", "COMMIT"))] == ["BEGIN IMMEDIATE", "COMMIT"]
+        assert [t.value for t in store.trials(run.run_id)] == [5] and _stats(store, run.run_id) == ["inner"]

@@ -421,13 +421,14 @@ class Store(
         raised: BaseException | None = None
         try:
             with self._write():
-                self._batch_thread = threading.get_ident()
+                # a batch inside a batch joins it (a savepoint) and leaves it open when it ends
+                outer, self._batch_thread = self._batch_thread, threading.get_ident()
                 try:
                     yield
                 except BaseException as err:  # committed all the same: what was written stays
                     raised = err
                 finally:
-                    self._batch_thread = None
+                    self._batch_thread = outer
         except BaseException:
             if raised is None:
                 raise  # the commit failed (a full disk): the block's own error comes first
