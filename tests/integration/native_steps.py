@@ -5,6 +5,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -40,6 +41,22 @@ def native_leak():
 def native_temporaries():
     for t in _temporaries():
         _libc.free(t)
+
+
+_CACHE: dict[int, np.ndarray] = {}
+_CALLS = [0]
+
+
+def cache_fills_to_60():
+    """A bounded cache: one 1 MB array a call until 60 are kept, then hits only. Bytes in use
+    rise by exactly what a leak of 1 MB a call would for 60 calls; 30 ms of "work" makes the
+    check read after every call."""
+    time.sleep(0.03)
+    _CALLS[0] += 1
+    key = _CALLS[0] % 60
+    if key not in _CACHE:
+        _CACHE[key] = np.ones(131072)
+    float(_CACHE[key].sum())
 
 
 def flat_fast():

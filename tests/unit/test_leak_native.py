@@ -328,3 +328,22 @@ def test_census_sees_the_results_of_an_lru_cache_built_before_the_check():
     assert data["bound"] == 64
     count, nbytes = data["arrays"]
     assert count >= 10 and nbytes >= 10 * 65536 * 8
+
+
+def test_a_rise_of_bytes_in_use_stands_alone_only_beside_a_census_that_looked():
+    from trainguard.leaks._evidence import KindEvidence
+
+    native = _native.NativeSupport("grows", 1 << 20, 16, 15)
+    # no census looked (counts off, left out for cost, or fewer than two): the rise cannot tell a
+    # filling cache from a leak, so it does not pass the warm-up wait
+    alone = _native.beside_counts(native, counted=False, kinds=())
+    assert alone.status == "uncounted" and not alone.supports
+    # a census that saw nothing rise: native memory, the rise stands
+    assert _native.beside_counts(native, counted=True, kinds=()).supports
+    # a census whose arrays explain the rise: the counts decide
+    arrays = stats.CountTrend("filling", 1.0, float(1 << 20), 16, 15, 15, 1e-13)
+    seen = [KindEvidence("numpy.ndarray", arrays, 1.0, True)]
+    assert _native.beside_counts(native, counted=True, kinds=seen).status == "visible"
+    # a flat reading is passed through whatever the census did
+    flat = _native.NativeSupport("flat", 0.0, 16, 15)
+    assert _native.beside_counts(flat, counted=False, kinds=()) is flat

@@ -24,6 +24,7 @@ in it, and the report says so.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import os
@@ -45,6 +46,7 @@ __all__ = [
     "report_dict",
     "RETENTION_NOTE",
     "VISIBLE_SHARE",
+    "beside_counts",
 ]
 
 #: the row key of bytes in use (the check's own bookkeeping subtracted)
@@ -214,6 +216,23 @@ def support(series: list[dict[str, Any]], *, alpha: float, tolerance: float) -> 
 #: arrays of 512 KB rises bytes in use by exactly its arrays' bytes until it is full, as a native
 #: leak would; the census sees the arrays, it sees nothing of memory kept through ``malloc``).
 VISIBLE_SHARE = 0.5
+
+
+def beside_counts(native: NativeSupport, counted: bool, kinds: Any) -> NativeSupport:
+    """What a rise of bytes in use may say once the census is weighed: ``native`` when no
+    Python-visible kind explains it; status ``"visible"`` when the census's rising kinds explain
+    :data:`VISIBLE_SHARE` of it by their exact bytes (a bounded cache of arrays: the counts' own
+    rules and fill allowances decide); status ``"uncounted"`` when no census could look
+    (``counted`` false: counts off, left out for cost, or fewer than two so far). A cache of 60
+    arrays of 1 MB rises bytes in use by exactly a leak's figure for 60 calls, so without a census
+    the rise cannot pass the warm-up wait early."""
+    if not native.supports:
+        return native
+    if not counted:
+        return dataclasses.replace(native, status="uncounted")
+    if visible_share(native, kinds) >= VISIBLE_SHARE:
+        return dataclasses.replace(native, status="visible")
+    return native
 
 
 def visible_share(native: NativeSupport, kinds: Any) -> float:

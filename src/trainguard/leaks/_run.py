@@ -673,19 +673,14 @@ class _Loop(LoopBase):
         return counted or self.native_support.supports
 
     def native_unseen(self, native: _native.NativeSupport) -> _native.NativeSupport:
-        """``native``, or its status ``"visible"`` when the census can see what holds the rise: at
-        least :data:`_native.VISIBLE_SHARE` of it is the exact bytes of kinds that rose (a bounded
-        cache of arrays), so the counts' own rules and fill allowances decide. With the census off or dropped, or
-        fewer than 2 censuses by this look (a census of seconds on a loaded Keras-TF process),
-        bytes in use stand alone, as nothing can tell."""
+        """``native`` weighed beside the census (``_native.beside_counts``): counts that spoke are
+        on, not left out for cost, with two censuses or more by this look."""
         counts = self.counts
-        if not native.supports or not counts.enabled or counts.fallback:
-            return native
-        if len(counts.points) < 2 or counts.support is None:
-            return native
-        if _native.visible_share(native, counts.support.kinds) >= _native.VISIBLE_SHARE:
-            return dataclasses.replace(native, status="visible")
-        return native
+        counted = (
+            counts.enabled and not counts.fallback and len(counts.points) >= 2 and counts.support is not None
+        )
+        kinds = counts.support.kinds if counted and counts.support is not None else ()
+        return _native.beside_counts(native, counted, kinds)
 
     def flat_support(self) -> _evidence.FlatCounts | None:
         """How long every counted kind has stayed exactly flat (``_evidence.flat_counts``), when
