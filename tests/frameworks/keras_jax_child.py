@@ -1,4 +1,4 @@
-"""Keras on JAX in a fresh process (KERAS_BACKEND=jax set by the test): 30 fits of a new small
+"""Keras on JAX in a fresh process (KERAS_BACKEND=jax set by the test): N fits of a new small
 model, each inside trainguard.scope() (whose exit runs trainguard.frameworks.cleanup(): Keras'
 clear_session, jax.clear_caches(), gc, malloc_trim); a jitted function's cache before and after
 cleanup(); and one fit with trainguard.keras.MemoryCallback. Prints one JSON line."""
