@@ -1,4 +1,4 @@
-"""Runs a 10-trial search of the tiny BERT, guarded (trainguard.transformers.hyperparameter_search)
+"""Runs a 6-trial search of the tiny BERT, guarded (trainguard.transformers.hyperparameter_search)
 or in this process (the Trainer's own hyperparameter_search with Optuna), with the same sampler
 seed; prints one JSON line: each trial's params and value, the caller's own RSS (not its
 workers') after each trial, and which frameworks it imported. Used by test_transformers.py in a
@@ -14,7 +14,7 @@ import optuna
 import psutil
 
 HERE = Path(__file__).parent
-N_TRIALS = 10
+N_TRIALS = 6
 
 
 def main(mode: str, out_dir: str) -> dict:

@@ -17,7 +17,7 @@ import tuner_models as models  # noqa: E402
 import trainguard.keras_tuner  # noqa: E402
 
 
-def _tuner(directory: str, build=models.build, trials: int = 8, cls=keras_tuner.RandomSearch):
+def _tuner(directory: str, build=models.build, trials: int = 5, cls=keras_tuner.RandomSearch):
     return cls(
         build,
         objective="val_loss",
@@ -50,7 +50,7 @@ def main(mode: str, directory: str) -> None:
         tuner = _tuner(directory)
         trainguard.keras_tuner.search(tuner, x, y, guard={"memory_limit": "3GB"}, **fit)
     elif mode == "resume":
-        tuner = _tuner(directory, trials=10)
+        tuner = _tuner(directory, trials=7)
         trainguard.keras_tuner.search(tuner, x, y, **fit)
     elif mode == "killed":
         tuner = _tuner(directory, build=models.build_hoarding, trials=2)

@@ -35,10 +35,10 @@ def _run(mode: str, directory: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_random_search_of_8_trials_guarded_equals_tuner_search_and_keeps_the_caller_flat(tmp_path):
+def test_random_search_of_5_trials_guarded_equals_tuner_search_and_keeps_the_caller_flat(tmp_path):
     guarded = _run("guarded", tmp_path / "guarded")
     plain = _run("plain", tmp_path / "plain")
-    assert guarded["statuses"] == ["COMPLETED"] * 8 == plain["statuses"]
+    assert guarded["statuses"] == ["COMPLETED"] * 5 == plain["statuses"]
     assert guarded["best"] == plain["best"]
     # get_best_models loads the weights the worker saved in the trial's folder
     assert guarded["best_model_params"] > 0
@@ -48,12 +48,12 @@ def test_random_search_of_8_trials_guarded_equals_tuner_search_and_keeps_the_cal
     assert guarded["caller_peak_growth_bytes"] < 150 * MiB
     # tuner.search grows with every trial, clear_session() and gc.collect() notwithstanding
     rss = plain["build_rss"]
-    assert len(rss) >= 8  # one per trial (and the search space's build first)
-    rss = rss[-8:]
+    assert len(rss) >= 5  # one per trial (and the search space's build first)
+    rss = rss[-5:]
     assert robust_slope(rss).slope > 2 * MiB, [b - rss[0] for b in rss]
-    # resume: the same directory, 10 trials asked: only 2 more run
+    # resume: the same directory, 7 trials asked: only 2 more run
     resumed = _run("resume", tmp_path / "guarded")
-    assert resumed["statuses"] == ["COMPLETED"] * 10
+    assert resumed["statuses"] == ["COMPLETED"] * 7
     assert len(resumed["build_rss"]) <= 1
 
 
