@@ -212,3 +212,33 @@ def test_a_trial_that_goes_on_elsewhere_keeps_its_files(folder):
     watch.tick([ME], sole=True)
     assert watch.end([ME], remove=False) == []
     assert os.listdir(folder) == ["next-stage-reads-it"] and not watch.active
+
+
+def test_an_end_reads_no_fds_only_when_nothing_can_have_been_made(folder, monkeypatch):
+    import time
+
+    from trainguard.process import tmpfs
+
+    scans = []
+    real = tmpfs.open_tmpfs_files
+    monkeypatch.setattr(tmpfs, "open_tmpfs_files", lambda *a, **k: scans.append(1) or real(*a, **k))
+    old = time.time_ns() - 10**9  # the folder last changed a second ago
+    os.utime(folder, ns=(old, old))
+    watch = TmpfsWatch(os.getuid(), folder=folder)
+    watch.begin()
+    assert watch.end([ME]) == [] and scans == []  # a trial that made nothing: one stat of the folder
+    # a file made and held with no sample between start and end (a trial of a few ms): the folder
+    # changed, so the end reads the tree's fds, finds it and removes it
+    os.utime(folder, ns=(old, old))
+    watch.begin()
+    held = open(f"{folder}/quick", "wb")
+    held.write(b"\1" * MIB)
+    held.flush()
+    removed = watch.end([ME])
+    held.close()
+    assert [os.path.basename(f.path) for f in removed] == ["quick"] and len(scans) == 1
+    assert not os.path.exists(f"{folder}/quick")
+    # a folder changed just before the trial began: its coarse mtime could hide a file made right
+    # after, so the end reads the fds
+    watch.begin()
+    assert watch.end([ME]) == [] and len(scans) == 2

@@ -198,6 +198,11 @@ def cgroup_shmem_bytes(cgroup_path: str | None) -> int | None:
     return None
 
 
+#: How much older than a trial's start the folder's last change must be for an unchanged mtime to
+#: mean "nothing made since" (the mtime ticks at the kernel's coarse clock: 1-10 ms).
+MTIME_CLEAR_NS = 50_000_000
+
+
 def _mtime_ns(folder: str) -> int | None:
     try:
         return os.stat(folder).st_mtime_ns
@@ -236,6 +241,8 @@ class TmpfsWatch:
         #: new files another process held open when first seen: theirs, never the trial's
         self._others: set[Key] = set()
         self._mtime: int | None = None
+        #: the wall clock (ns) when the trial began, against which the folder's mtime is old or not
+        self._began_ns = 0
         self._last_scan = 0.0
         self._sole = False
         self._lock = threading.Lock()
@@ -260,6 +267,7 @@ class TmpfsWatch:
             self._begin()
 
     def _begin(self) -> None:
+        self._began_ns = time.time_ns()
         self._mtime = _mtime_ns(self.folder)
         self._baseline = set(folder_files(self.folder))
         self._files = {}
@@ -330,6 +338,15 @@ class TmpfsWatch:
         self._files = now
         self.cgroup_shmem = cgroup_shmem_bytes(self._cgroup_path())
 
+    def _unchanged_and_empty(self) -> bool:
+        """Whether the trial cannot have left a file to remove, without reading the tree's fds:
+        none seen so far and the folder unchanged since it was last read, with that reading at
+        least :data:`MTIME_CLEAR_NS` older than the trial's start (a directory's mtime ticks at
+        the kernel's coarse clock, a few ms: a file made right after a change could keep the mtime)."""
+        if self._files or self._mtime is None:
+            return False
+        return _mtime_ns(self.folder) == self._mtime and self._began_ns - self._mtime >= MTIME_CLEAR_NS
+
     def end(self, pids: Iterable[int] = (), *, remove: bool = True) -> list[TmpfsFile]:
         """The trial ended: remove the files it made at the top of the folder; return them.
         ``remove=False``: it goes on elsewhere (a staged trial's next stage), its files are kept."""
@@ -337,7 +354,7 @@ class TmpfsWatch:
         with self._lock:
             if not self._active:
                 return []
-            if not remove:
+            if not remove or self._unchanged_and_empty():
                 self._active, self._files = False, {}
                 return []
             self._scan(pids, self._sole)

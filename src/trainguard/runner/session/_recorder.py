@@ -71,6 +71,10 @@ class Recorder:
         self._lock_handle: Any = None
         #: whether the run's end was written (False when a full disk refused it)
         self.end_recorded = False
+        #: the trials of the run with a stage row: read once, then kept by :meth:`add_stage` (the
+        #: session is the run's only writer while it holds the run's lock), so that a dispatch of
+        #: a trial that never staged reads nothing
+        self._staged: set[int] | None = None
 
     # -- the run ----------------------------------------------------------------------------------
 
@@ -129,6 +133,7 @@ class Recorder:
         info: RunInfo | None = self.store.begin_run(self.name, fn_ref, params, config)
         if info is not None:
             self.run_id = info.run_id
+            self._staged = None
         return info
 
     def trials(self) -> list[TrialRecord]:
@@ -314,11 +319,20 @@ class Recorder:
         return written
 
     def stages(self, index: int) -> list[Any]:
-        return list(self.store.stages(self.run_id, index)) if self.run_id is not None else []
+        """One trial's stage history (none without a store, or for a trial that never staged)."""
+        if self.run_id is None:
+            return []
+        if self._staged is None:
+            self._staged = {record.index for record in self.store.stages(self.run_id)}
+        if index not in self._staged:
+            return []
+        return list(self.store.stages(self.run_id, index))
 
     def add_stage(self, index: int, attempt: int, stage: int, **fields: Any) -> None:
         if self.run_id is not None:
             self.store.add_stage(self.run_id, index, attempt, stage, **fields)
+            if self._staged is not None:
+                self._staged.add(index)
 
     # -- workers and samples ----------------------------------------------------------------------
 

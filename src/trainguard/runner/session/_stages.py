@@ -68,7 +68,9 @@ class CheckpointFolders:
         }
 
     def remove_trial(self, index: int) -> None:
-        remove_private(self.trial_dir(index), self.levels)
+        path = self.trial_dir(index)
+        if os.path.lexists(path):  # most trials never made one: one stat, not the private walk
+            remove_private(path, self.levels)
 
     def remove_next(self, index: int) -> None:
         """Remove a trial's ``next/`` (the checkpoint being written; never resumed from)."""
