@@ -191,15 +191,45 @@ def test_retention_note_when_rss_grows_and_bytes_in_use_do_not():
     meter = _native.AllocatorSeries()
     rows = [{"iteration": i, _native.KEY: 10_000_000 + (i % 3) * 100, "bytes": 0} for i in range(30)]
     got = _native.report_dict(
-        meter, rows, warm_iter=0, rss_slope=500_000.0, tolerance=2048, last=None, children=True
+        meter, rows, warm_iter=0, rss_slope=500_000.0, tolerance=2048, alpha=1e-4, last=None, children=True
     )
     assert got["available"] and _native.RETENTION_NOTE in got["note"]
     assert "step process's only" in got["note"]
     leak = [{"iteration": i, _native.KEY: 10_000_000 + i * 500_000, "bytes": 0} for i in range(30)]
     got = _native.report_dict(
-        meter, leak, warm_iter=0, rss_slope=500_000.0, tolerance=2048, last=None, children=False
+        meter, leak, warm_iter=0, rss_slope=500_000.0, tolerance=2048, alpha=1e-4, last=None, children=False
     )
     assert got["note"] == "" and got["slope_bytes_per_iter"] == pytest.approx(500_000)
+
+
+def test_the_reports_live_slope_is_the_one_its_test_saw():
+    # RSS settles at call 10; live memory (a cache filling) rises 200 KiB a call until call 70, then
+    # stays: after RSS's warm-up its slope would be over the tolerance, after its own it is flat, and a
+    # no_leak on live memory must not sit beside a live slope over the tolerance in the same report
+    rng = np.random.default_rng(7)
+    rows = []
+    for i in range(0, 150, 2):
+        live = 50_000_000 + 204_800 * min(i, 70) + float(rng.normal(0, 2000))
+        rows.append(
+            {
+                "iteration": i,
+                "bytes": 900_000_000 + float(rng.normal(0, 2000)),
+                _native.KEY: live - 1_000_000,
+                _native.HEAP_KEY: 30_000_000.0,
+                _native.OUTSIDE_KEY: 1_000_000.0,
+                _native.LIVE_KEY: live,
+            }
+        )
+    meter = _native.AllocatorSeries()
+    meter.heaps = type("Heaps", (), {"available": True, "reason": ""})()
+    tolerance = 36_000.0
+    got = _native.heaps_dict(meter, rows, warm_iter=10, alpha=1e-4, tolerance=tolerance)
+    after_rss_warm_up = _native._slope(rows, 10, _native.LIVE_KEY)
+    assert after_rss_warm_up is not None and after_rss_warm_up > tolerance
+    decision = _plan.live_decision(rows, alpha=1e-4, tolerance=tolerance)
+    assert decision is not None and decision.slope is not None
+    assert got["live_slope_bytes_per_iter"] == pytest.approx(decision.slope.slope)
+    assert abs(got["live_slope_bytes_per_iter"]) < tolerance
 
 
 def test_tolerance_floor_from_measured_bookkeeping():

@@ -270,14 +270,30 @@ def _slope(series: list[dict[str, Any]], warm_iter: int, key: str = KEY) -> floa
     return float(stats.theil_sen([r[key] for r in rows], [r["iteration"] for r in rows]))
 
 
-def heaps_dict(meter: AllocatorSeries, series: list[dict[str, Any]], warm_iter: int) -> dict[str, Any]:
+def _live_slope(series: list[dict[str, Any]], warm_iter: int, alpha: float, tolerance: float) -> float | None:
+    """Live memory's slope as its own test saw it (its own warm-up, the estimate whose interval
+    decided a ``no_leak`` on live memory), so that the report's figure is the reason's; the slope
+    after RSS's warm-up where live memory was not read recently enough to be tested."""
+    from trainguard.leaks._plan import live_decision
+
+    decision = live_decision(series, alpha=alpha, tolerance=tolerance)
+    if decision is not None and decision.slope is not None:
+        return float(decision.slope.slope)
+    return _slope(series, warm_iter, LIVE_KEY)
+
+
+def heaps_dict(
+    meter: AllocatorSeries, series: list[dict[str, Any]], warm_iter: int, *, alpha: float, tolerance: float
+) -> dict[str, Any]:
     """The report's split of RSS at glibc's heaps (``probes.heaps``): the slopes of RSS inside and
-    outside them and of live memory after the warm-up, what a reading of them cost, and a line."""
+    outside them after RSS's warm-up, of live memory after its own (:func:`_live_slope`), what a
+    reading of them cost, and a line."""
     heaps = meter.heaps
     if heaps is None or not heaps.available:
         reason = heaps.reason if heaps is not None else "heap residency unavailable: no allocator evidence"
         return {"heaps_available": False, "heaps_text": reason}
-    inside, outside, live = (_slope(series, warm_iter, key) for key in (HEAP_KEY, OUTSIDE_KEY, LIVE_KEY))
+    inside, outside = (_slope(series, warm_iter, key) for key in (HEAP_KEY, OUTSIDE_KEY))
+    live = _live_slope(series, warm_iter, alpha, tolerance)
     cost = float(np.median(meter.heap_costs_s)) if meter.heap_costs_s else None
     if inside is None or outside is None:
         text = "RSS not split at glibc's heaps: too few readings could afford it (or child processes ran)"
@@ -307,6 +323,7 @@ def report_dict(
     warm_iter: int,
     rss_slope: float | None,
     tolerance: float,
+    alpha: float,
     last: NativeSupport | None,
     children: bool,
 ) -> dict[str, Any]:
@@ -343,7 +360,7 @@ def report_dict(
         text += f"; a reading costs {cost * 1e6:.1f} µs"
     if kept is not None:
         text += f"; the check kept {format_bytes(kept)} a reading (subtracted)"
-    return heaps_dict(meter, series, warm_iter) | {
+    return heaps_dict(meter, series, warm_iter, alpha=alpha, tolerance=tolerance) | {
         "allocator": name,
         "available": True,
         "slope_bytes_per_iter": slope,

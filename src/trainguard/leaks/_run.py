@@ -834,6 +834,7 @@ def _build_report(
             warm_iter=slopes["warmup_iterations"],
             rss_slope=slopes["slope_bytes_per_iter"],
             tolerance=tolerance,
+            alpha=alpha,
             last=loop.native_support,
             children=loop.meter.tree_seen,
         ),
