@@ -27,6 +27,11 @@ def env(params):
     }
 
 
+def imported(params):
+    """What the worker has imported by the time a trial runs: its own modules, none of the driver's."""
+    return sorted(m for m in sys.modules if m.startswith(("trainguard", "numpy", "sqlite3", "cloudpickle")))
+
+
 def fault(params):
     kind = params["kind"]
     if kind == "ok":

@@ -71,6 +71,25 @@ def test_map_returns_input_order_and_imap_yields_as_finished(tmp_path):
     assert len({r.value["pid"] for r in results}) == 2  # two workers, each reused
 
 
+def test_a_worker_imports_none_of_the_driver_side(tmp_path):
+    # the worker program lives inside trainguard.runner, whose names load on first use: a fresh worker
+    # imports its own modules (the channel, the trial's context, the tree's kill), not the Runner, its
+    # session, the store or numpy (halving what a worker start costs: BENCHMARKS.md)
+    runner = Runner(workers=1, store=tmp_path / "s.db")
+    (result,) = runner.map(ref("imported"), [{}], name="imports")
+    assert result.status == "ok", result.error
+    loaded = set(result.value)
+    assert "trainguard.runner.worker.context" in loaded
+    driver = (
+        "trainguard.runner._runner",
+        "trainguard.runner.session",
+        "trainguard.store",
+        "numpy",
+        "sqlite3",
+    )
+    assert sorted(m for m in loaded if m.startswith(driver)) == []
+
+
 def _closure_factory(offset):
     def add(params):
         return params["x"] + offset

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 
 def test_every_integration_is_an_attribute_of_the_root_loaded_on_first_use():
-    import subprocess
-    import sys
-
     code = (
         "import sys, trainguard\n"
         "names = ('optuna', 'keras', 'torch', 'joblib', 'keras_tuner', 'mlflow', 'lightning', 'transformers')\n"
@@ -21,3 +21,22 @@ def test_every_integration_is_an_attribute_of_the_root_loaded_on_first_use():
         "[] ['trainguard.optuna', 'trainguard.keras', 'trainguard.torch', 'trainguard.joblib', "
         "'trainguard.keras_tuner', 'trainguard.mlflow', 'trainguard.lightning', 'trainguard.transformers'] []"
     )
+
+
+def test_the_runner_packages_names_load_on_first_use_and_each_resolves():
+    code = (
+        "import sys, trainguard.runner as r\n"
+        "assert 'trainguard.runner._runner' not in sys.modules\n"
+        "assert dir(r) == sorted(r.__all__)\n"
+        "missing = [n for n in r.__all__ if getattr(r, n, None) is None]\n"
+        "assert missing == [], missing\n"
+        "from trainguard.runner import Runner, load_fn, prepare_fn\n"
+        "from trainguard.runner._fnref import load, prepare\n"
+        "assert (load_fn, prepare_fn) == (load, prepare) and Runner.__module__ == 'trainguard.runner._runner'\n"
+        "try:\n"
+        "    r.Nope\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "module 'trainguard.runner' has no attribute 'Nope'"
