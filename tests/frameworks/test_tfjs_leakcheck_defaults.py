@@ -46,7 +46,19 @@ def test_the_examples_disposed_loop_is_not_a_leak_with_the_defaults(tmp_path):
     # the example requires 'trainguard' as a user's project has it installed
     (tmp_path / "node_modules").mkdir()
     (tmp_path / "node_modules" / "trainguard").symlink_to(JS_DIR)
-    rc, report = _leakcheck(f"{EXAMPLE}:step", "--setup", "setup", node_path=str(tmp_path / "node_modules"))
+    args = (f"{EXAMPLE}:step", "--setup", "setup")
+    rc, report = _leakcheck(*args, node_path=str(tmp_path / "node_modules"))
+    assert report["verdict"] != "leak" and rc != 1, report["reason"]
+    if report["verdict"] == "inconclusive":
+        # the default budget (2 minutes) ends undecided in about 1 run in 20 quiet and half beside CPU
+        # hogs (BENCHMARKS.md, "TF.js leak verdicts with the defaults"; a loaded CI run: +1.4 KiB/iter,
+        # CI up to +2.9 KiB against a 2-3 KiB tolerance): the reason says how to go on, and going on
+        # as it says decides
+        assert "run more iterations" in report["reason"] or "raise max_time" in report["reason"], report[
+            "reason"
+        ]
+        assert rc == 3, report["reason"]
+        rc, report = _leakcheck(*args, "--max-time", "6m", node_path=str(tmp_path / "node_modules"))
     assert report["verdict"] in ("no_leak", "plateau"), report["reason"]
     assert rc == 0
     assert report["extra"]["tfjs_tensors"]["verdict"] == "no_leak"
