@@ -8,7 +8,6 @@ message, never by importing), and, only when it is loaded, its allocator statist
 
 from __future__ import annotations
 
-import importlib.metadata
 import sys
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -105,6 +104,8 @@ class BaseAdapter:
         version = getattr(mod, "__version__", None) if mod is not None else None
         if isinstance(version, str):
             return version
+        import importlib.metadata  # here: a worker's start does not pay for it (about 18 ms)
+
         for dist in self.distributions:
             try:
                 return importlib.metadata.version(dist)
