@@ -17,6 +17,7 @@ run() {
 run $PY bench/sampler_overhead.py
 run $PY bench/census_speed.py
 run $PY bench/supervisor_overhead.py
+run $PY bench/worker_start.py
 run $PY bench/leak_detection.py --runs 1000
 run $PY bench/leakcheck_overhead.py
 run $PY bench/oom_recovery.py
