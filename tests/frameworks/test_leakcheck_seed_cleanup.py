@@ -12,7 +12,8 @@ says where RSS grew (BENCHMARKS.md, "no_leak from exact evidence").
 Beside it, the same step through the Python API under a ``max_time`` that gives it only a dozen
 calls (a slow step, as two minutes gave a loaded machine 8, ``inconclusive`` before): the check goes
 on past ``max_time`` until its evidence decides, at most ``min_calls`` (100) calls, says so in a
-progress note, and gives the CLI's verdict, with what stays of a fit named in the reason. The two
+progress note, and says it is not a leak (``no_leak``, or ``plateau`` where the first fits grew the
+process before it stayed), with what stays of a fit named in the reason. The two
 checks run at once, each in its own process (they share nothing but the machine)."""
 
 from __future__ import annotations
@@ -100,5 +101,10 @@ def test_seed_keras_fit_with_cleanup_is_no_leak_by_cli_and_api_and_a_short_budge
     # what stays of a fit is named: a few KiB, where the seed's loop without cleanup() grows MiBs
     assert by_api["slope_bytes_per_iter"] < 2**20
     assert "KiB/iter" in by_api["reason"]
-    assert by_api["verdict"] == by_cli["verdict"] == "no_leak", by_api["reason"]
+    # not a leak: no_leak, or plateau where its first fits grew the process and it then stayed (a CI
+    # run: +6.0 MiB over the first 9 fits, then -19 KiB a fit), said so in the reason
+    assert by_api["verdict"] in ("no_leak", "plateau"), by_api["reason"]
+    if by_api["verdict"] == "plateau":
+        assert "then leveled off" in by_api["reason"], by_api["reason"]
+    assert by_cli["verdict"] == "no_leak", by_cli["reason"]
     assert any("is spent after" in n and "at most 100 calls" in n for n in notes), notes
