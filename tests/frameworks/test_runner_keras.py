@@ -40,7 +40,10 @@ def _run(policy: Policy, tmp_path, name: str):
 @pytest.mark.slow
 def test_recycling_keeps_keras_tf_memory_flat(tmp_path):
     naive, naive_workers = _run(Policy(predictive=False), tmp_path, "naive")
-    guarded, guarded_workers = _run(Policy(peak_ratio=1.05), tmp_path, "guarded")
+    # 2 % over the first trial's peak, about three fits' growth: 5 % let a worker run 6 of the 8
+    # trials before its one recycle, and a guarded run whose first peak was 8 MiB over the naive
+    # run's then peaked higher than it (a CI run)
+    guarded, guarded_workers = _run(Policy(peak_ratio=1.02), tmp_path, "guarded")
     naive_peaks = [r.peak_rss_bytes for r in naive]
     guarded_peaks = [r.peak_rss_bytes for r in guarded]
     naive_slope = theil_sen(naive_peaks)
@@ -51,12 +54,12 @@ def test_recycling_keeps_keras_tf_memory_flat(tmp_path):
     assert naive_slope > 2 * MiB
     assert len(naive_workers) == 1
     # ... and recycling by the predictive budget bounds it: the peaks stay within the budget
-    # (5 % over the first trial's) give or take two trials' growth, wherever the recycles fall.
+    # (2 % over the first trial's) give or take two trials' growth, wherever the recycles fall.
     # (A slope over 8 trials is not the measure: one recycle in the middle leaves a saw-tooth
     # whose median pairwise slope is still the leak's.)
     recycled = [w for w in guarded_workers if w.reason == "recycled"]
     assert recycled and {w.detail["rule"] for w in recycled} <= {"predictive_budget"}
-    assert max(guarded_peaks) <= 1.05 * guarded_peaks[0] + 2 * naive_slope
+    assert max(guarded_peaks) <= 1.02 * guarded_peaks[0] + 2 * naive_slope
     assert max(guarded_peaks) - guarded_peaks[0] < max(naive_peaks) - naive_peaks[0]
     assert max(guarded_peaks) < max(naive_peaks)
 

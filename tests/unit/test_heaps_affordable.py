@@ -1,6 +1,9 @@
 """When the leak check reads glibc's heaps: within 1 % of the step time since they were last read,
 decided on the recent cost, so that slow readings make the split sparser, never switch it off."""
 
+import pytest
+
+from trainguard.leaks import _native
 from trainguard.leaks._native import HEAP_SHARE, AllocatorSeries, heaps_affordable
 
 
@@ -35,6 +38,23 @@ class _Heaps:
 
     def read(self) -> int:
         return 1 << 20
+
+
+class _Clock:
+    """``time`` as ``_native`` reads it: each reading of the heaps costs 10 us, whatever the
+    machine's load (on a CI run's busy cores the real clock once gave that reading over 1 ms)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 5e-6
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def _steady_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_native, "time", _Clock())
 
 
 def test_slow_readings_make_the_split_sparser_and_never_switch_it_off() -> None:
