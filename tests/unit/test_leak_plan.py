@@ -6,6 +6,8 @@ of the 120-call gate lives in the tests.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -220,3 +222,54 @@ def test_default_tolerance_covers_the_checks_own_bookkeeping_per_reading() -> No
     assert _plan.auto_tolerance(6.0, 1) == pytest.approx(1024 * 1024 * 0.1)
     # very fast steps keep the 64 MiB per minute cap
     assert _plan.auto_tolerance(50e-6, 1) == pytest.approx(64 * 1024 * 1024 * 50e-6 / 60)
+
+
+def _node_plan(config, series):
+    """The plan a Node step gets: V8's warm-up as ``_node`` sets it, which no budget shortens."""
+    from trainguard.leaks import _node
+
+    plan = _plan.calibrate(
+        config, series[:3], iterations=2, measure_cost_s=0.001, step_time_s=0.02, elapsed_s=0.1
+    )
+    return dataclasses.replace(
+        plan, warmup_calls=_node.NODE_WARMUP_CALLS, warmup_leak_bytes=_node.NODE_WARMUP_LEAK_BYTES
+    )
+
+
+def test_a_short_budget_does_not_call_an_engines_warm_up_a_leak() -> None:
+    """A 2-second budget lowers the leak gate to 60 calls; V8's warm-up grows a clean TF.js step's
+    RSS 22-37 KiB a call for its first 300: memory alone within it is inconclusive at the final
+    look, with the budget that gets past it; a leak ten times the warm-up's growth still is one."""
+    rng = np.random.default_rng(5)
+    t = np.arange(101.0)
+    config = make_config(max_time="2s")
+    warm = rows(400 * MB + 30 * 1024 * t + rng.normal(0, 8192, t.size))
+    plan = _node_plan(config, warm)
+    args = dict(iterations=100, elapsed_s=2.0, step_time_s=0.02, key="bytes")
+    without = dataclasses.replace(plan, warmup_calls=0)
+    assert _plan.look(config, without, warm, final=True, **args).decision.verdict is Verdict.LEAK
+    waits = _plan.look(config, plan, warm, final=False, **args).decision
+    assert waits.verdict is None and "warm-up" in waits.reason
+    held = _plan.look(config, plan, warm, final=True, **args).decision
+    assert held.verdict is Verdict.INCONCLUSIVE, held.reason
+    assert (
+        "within the engine's warm-up" in held.reason
+        and "--max-time 12.0s would give about 500 calls" in held.reason
+    )
+    big = rows(400 * MB + 300 * 1024 * t + rng.normal(0, 8192, t.size))
+    assert _plan.look(config, plan, big, final=True, **args).decision.verdict is Verdict.LEAK
+    # past the warm-up the ordinary gates decide, and count evidence never waits for it
+    assert (
+        _plan.look(config, plan, warm, final=True, **{**args, "iterations": 300}).decision.verdict
+        is Verdict.LEAK
+    )
+    counted = _plan.look(config, plan, warm, final=True, count_support=True, **args).decision
+    assert counted.verdict is Verdict.LEAK
+
+
+def test_python_plans_have_no_engine_warm_up() -> None:
+    config = make_config(max_time="2m")
+    plan = _plan.calibrate(
+        config, rows(np.zeros(3)), iterations=2, measure_cost_s=0.001, step_time_s=0.02, elapsed_s=0.1
+    )
+    assert plan.warmup_calls == 0

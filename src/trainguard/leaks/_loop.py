@@ -265,6 +265,11 @@ class LoopBase:
         strong = _plan.strong_needed(self.config, self.iterations, gate)
         args = (alpha, tolerance, True, True, True, strong)
         decision = _plan.decide_series(self.series, self.host_key(True), *args)
+        if plan is not None and decision.verdict is stats.Verdict.LEAK and self.error is None:
+            elapsed = self.series[-1].get("elapsed_s", 0.0) if self.series else 0.0
+            decision = _plan.warmup_hold(
+                decision, plan, iterations=self.iterations, elapsed_s=elapsed, final=True
+            )
         second = _plan.decide_series(self.series, plan.gpu_key, *args) if plan and plan.gpu_key else None
         return decision, second, tolerance, alpha
 
