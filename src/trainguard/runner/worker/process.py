@@ -71,14 +71,25 @@ def _watch_supervisor(inbox_fd: int, parent_pid: int, channel: str = "pipes") ->
 
 
 def _status_kb(field: str) -> int | None:
+    return _status_bytes((field,)).get(field)
+
+
+def _status_bytes(fields: tuple[str, ...]) -> dict[str, int]:
+    """The ``fields`` of ``/proc/self/status`` (kB lines) in bytes, read in one pass: a trial's end
+    reads RSS and its peak from one read of the file (two reads cost about 0.13 ms a trial)."""
+    wanted = {field.encode(): field for field in fields}
+    found: dict[str, int] = {}
     try:
         with open("/proc/self/status", "rb") as fh:
             for line in fh:
-                if line.startswith(field.encode()):
-                    return int(line.split()[1]) * 1024
+                name = line[: line.find(b":") + 1]
+                if name in wanted:
+                    found[wanted[name]] = int(line.split()[1]) * 1024
+                    if len(found) == len(wanted):
+                        break
     except (OSError, ValueError, IndexError):
-        return None
-    return None
+        pass
+    return found
 
 
 def _reset_peak() -> None:
@@ -336,8 +347,7 @@ def run_trial(fn: Any, msg: dict[str, Any], max_result_bytes: int | None = None)
         "value_json": value_json,
         "error": None if error is None else error.to_dict(),
         "duration_s": duration,
-        "rss_bytes": _status_kb("VmRSS:") or 0,
-        "hwm_bytes": _peak(fn),
+        **_memory_now(fn),
         "stats": stats,
     }
 
@@ -452,9 +462,16 @@ def _make_context(fn: Any, msg: dict[str, Any], started: float) -> Any:
     )
 
 
-def _peak(fn: Any) -> int | None:
-    """This process's peak RSS since the trial began, or the command trial's program's, if higher."""
-    own = _status_kb("VmHWM:")
+def _memory_now(fn: Any) -> dict[str, int | None]:
+    """A trial's end: the worker's RSS and peak RSS since the trial began (one read of
+    ``/proc/self/status``), the peak the command trial's program's where that is higher."""
+    memory = _status_bytes(("VmRSS:", "VmHWM:"))
+    return {"rss_bytes": memory.get("VmRSS:") or 0, "hwm_bytes": _peak(fn, memory.get("VmHWM:"))}
+
+
+def _peak(fn: Any, own: int | None) -> int | None:
+    """This process's peak RSS since the trial began (``own``), or the command trial's program's,
+    if higher."""
     program = getattr(fn, "last_peak_bytes", None)
     if program is None:
         return own
@@ -734,8 +751,7 @@ def _stage_channel(inbox: Any, outbox: Any) -> Callable[..., None]:
                 "value_json": None,
                 "error": None,
                 "duration_s": time.perf_counter() - started,
-                "rss_bytes": _status_kb("VmRSS:") or 0,
-                "hwm_bytes": _peak(fn),
+                **_memory_now(fn),
                 "stats": {"stage": stage},
             },
         )
