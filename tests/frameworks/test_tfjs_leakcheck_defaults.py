@@ -85,7 +85,10 @@ def test_a_two_second_budget_does_not_call_the_clean_loop_a_leak(tmp_path):
         rc, report = _leakcheck(*args, node_path=str(tmp_path / "node_modules"))
         assert report["verdict"] != "leak" and rc != 1, report["reason"]
         if report["verdict"] == "inconclusive":
-            assert rc == 3 and "raise max_time" in report["reason"], report["reason"]
+            # the warm-up hold names the budget; the recent-readings test (a loaded CI run: +14 KiB
+            # a call over 100 calls, the last 19 readings apart) asks for more iterations
+            reason = report["reason"]
+            assert rc == 3 and ("raise max_time" in reason or "run more iterations" in reason), reason
 
 
 @pytest.mark.parametrize(
