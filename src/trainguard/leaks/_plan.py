@@ -765,7 +765,7 @@ def warmup_hold(
     look waits, and the final look is ``inconclusive`` with the budget that reaches past the warm-up.
 
     V8 grows a clean TF.js fit step's RSS by 22-37 KiB a call over its first 100 calls: a 2-second
-    budget (a gate lowered to 60 calls) called examples/tfjs's disposed step a leak in 2 of 3 runs."""
+    budget (a gate lowered to 60 calls) called examples/tfjs's disposed step a leak in 7 of 8 runs."""
     est = memory.slope
     if iterations >= plan.warmup_calls or est is None or est.ci_low > plan.warmup_leak_bytes:
         return memory
