@@ -772,8 +772,6 @@ def warmup_hold(
     grows = f"memory grows {_fmt_signed(est.slope)}/iter (CI {_fmt_signed(est.ci_low)} .. {_fmt_signed(est.ci_high)})"
     if not final:
         return replace(memory, verdict=None, reason=f"{grows}; waiting past the engine's warm-up")
-    from trainguard.units import format_duration
-
     calls = math.ceil(plan.warmup_calls / LEAK_GATE_BUDGET_SHARE)
     seconds = math.ceil(1.2 * elapsed_s * calls / max(iterations, 1))
     return replace(
@@ -783,8 +781,7 @@ def warmup_hold(
             f"{grows} over the first {iterations} calls, within the engine's warm-up (V8 compiles the "
             f"step's code and grows its heap over the first {plan.warmup_calls} calls; before then memory "
             f"alone calls a leak only above {_fmt_signed(plan.warmup_leak_bytes)}/iter): not called a leak; "
-            f"raise max_time: --max-time {format_duration(float(seconds)).replace(' ', '')} would give "
-            f"about {calls} calls"
+            f"raise max_time: {_max_time_flag(seconds)} would give about {calls} calls"
         ),
     )
 
@@ -820,12 +817,17 @@ MIN_VERDICT_READINGS = 8
 def budget_hint(elapsed_s: float | None, readings: int, needed_readings: float) -> str:
     """``"; --max-time 3m would ..."``: the time budget that gives ``needed_readings`` at the rate
     the readings so far came (empty when that cannot be estimated)."""
-    from trainguard.units import format_duration
-
     if not elapsed_s or readings < 2 or not math.isfinite(needed_readings):
         return ""
     seconds = math.ceil(1.2 * elapsed_s * needed_readings / max(readings - 1, 1))
-    return f"; --max-time {format_duration(float(seconds)).replace(' ', '')} would give {math.ceil(needed_readings)} readings"
+    return f"; {_max_time_flag(seconds)} would give {math.ceil(needed_readings)} readings"
+
+
+def _max_time_flag(seconds: float) -> str:
+    """``--max-time 3m40s``: a budget as the command line takes it."""
+    from trainguard.units import format_duration
+
+    return f"--max-time {format_duration(float(seconds)).replace(' ', '')}"
 
 
 def readings_needed(decision: stats.Decision, readings: int, tolerance: float) -> float:
