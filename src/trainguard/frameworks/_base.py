@@ -150,8 +150,10 @@ class BaseAdapter:
         return []
 
     @staticmethod
-    def _names(exc: BaseException) -> list[tuple[str, str]]:
-        return _type_names(exc)
+    def _raised_as(exc: BaseException, classes: tuple[str, ...], modules: tuple[str, ...]) -> bool:
+        """Whether ``exc``'s class or one of its bases is named one of ``classes`` and defined in a
+        module whose name starts with one of ``modules`` (by name: the framework is not imported)."""
+        return any(name in classes and module.startswith(modules) for module, name in _type_names(exc))
 
     def _module_for_stats(self, import_framework: bool) -> Any:
         mod = self.loaded_module()

@@ -15,10 +15,8 @@ class JaxAdapter(BaseAdapter):
     distributions = ("jax",)
 
     def _matches_oom(self, exc: BaseException) -> bool:
-        for module, cls_name in self._names(exc):
-            if cls_name in ("XlaRuntimeError", "JaxRuntimeError") and module.startswith(("jax", "jaxlib")):
-                return "RESOURCE_EXHAUSTED" in str(exc) or "out of memory" in str(exc).lower()
-        return False
+        raised_by_xla = self._raised_as(exc, ("XlaRuntimeError", "JaxRuntimeError"), ("jax", "jaxlib"))
+        return raised_by_xla and ("RESOURCE_EXHAUSTED" in str(exc) or "out of memory" in str(exc).lower())
 
     def clear_caches(self) -> bool:
         """``jax.clear_caches()`` if JAX is already imported: the compiled executables and tracing

@@ -24,9 +24,8 @@ class TensorFlowAdapter(BaseAdapter):
     )
 
     def _matches_oom(self, exc: BaseException) -> bool:
-        for module, cls_name in self._names(exc):
-            if cls_name == "ResourceExhaustedError" and module.startswith("tensorflow"):
-                return True
+        if self._raised_as(exc, ("ResourceExhaustedError",), ("tensorflow",)):
+            return True
         # Keras and tf.function sometimes wrap the error; TF's message is stable.
         return "OOM when allocating tensor" in str(exc)
 

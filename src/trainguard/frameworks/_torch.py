@@ -24,9 +24,8 @@ class TorchAdapter(BaseAdapter):
     distributions = ("torch",)
 
     def _matches_oom(self, exc: BaseException) -> bool:
-        for module, cls_name in self._names(exc):
-            if cls_name == "OutOfMemoryError" and module.startswith("torch"):
-                return True
+        if self._raised_as(exc, ("OutOfMemoryError",), ("torch",)):
+            return True
         if isinstance(exc, RuntimeError):
             text = str(exc)
             return any(m in text for m in _OOM_MESSAGES)

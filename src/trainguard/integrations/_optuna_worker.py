@@ -112,16 +112,13 @@ class TrialProxy:
         return self._call("suggest_float", name, low, high, **kwargs)
 
     def suggest_int(self, name: str, low: int, high: int, **kwargs: Any) -> int:
-        """``optuna.Trial.suggest_int``, asked of the real trial in the study's process.
+        """``optuna.Trial.suggest_int``: :meth:`suggest_float` for an integer parameter.
 
         Args:
-            name: the parameter's name.
-            low: the lowest value.
-            high: the highest value.
-            **kwargs: ``step``, ``log`` as Optuna takes them.
+            name, low, high, **kwargs: as for :meth:`suggest_float`.
 
         Returns:
-            The suggested value.
+            The suggested integer.
         """
         return self._call("suggest_int", name, low, high, **kwargs)
 
