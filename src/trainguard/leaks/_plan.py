@@ -170,20 +170,11 @@ def auto_tolerance(
     return max(1024.0 * 1024.0 * per_minute, min(floor, 64 * 1024.0 * 1024.0 * per_minute), measured / calls)
 
 
-def _batch_size(
-    config: Any,
-    series: list[dict[str, Any]],
-    iterations: int,
-    measure_cost_s: float,
-    step_time_s: float,
-    elapsed_s: float,
+def _batch_cap(
+    config: Any, series: list[dict[str, Any]], iterations: int, step_time_s: float, elapsed_s: float
 ) -> int:
-    """Calls per reading so that reading costs about OVERHEAD_TARGET of the time in the step,
-    capped so that the budget still holds about 40 readings and a fast leak cannot outrun
-    ``max_growth`` in fewer than 60 readings."""
-    if config.calls_per_measurement is not None:
-        return int(config.calls_per_measurement)
-    want = math.ceil(measure_cost_s / max(OVERHEAD_TARGET * step_time_s, 1e-9))
+    """The most calls per reading: the budget still holds about 40 readings and a fast leak cannot
+    outrun ``max_growth`` in fewer than 60 readings."""
     cap = MAX_CALLS_PER_MEASUREMENT
     if config.max_iterations is not None:
         cap = max(1, min(cap, (config.max_iterations - iterations) // 40))
@@ -196,7 +187,7 @@ def _batch_size(
         per_call = grown / max(iterations - int(series[1]["iteration"]), 1)
         if per_call > 0:
             cap = max(1, min(cap, int(config.max_growth_bytes / 60 / per_call)))
-    return int(min(max(1, want), cap))
+    return cap
 
 
 def calibrate(
@@ -219,9 +210,12 @@ def calibrate(
     looks and the new ones; ``calls_per_measurement`` then keeps the batch size the first plan chose
     (the call-by-call readings cost more, e.g. a PSS walk at each, and would batch far more calls).
     """
-    k = calls_per_measurement or _batch_size(
-        config, series, iterations, measure_cost_s, step_time_s, elapsed_s
-    )
+    k = calls_per_measurement or config.calls_per_measurement
+    if k is None:
+        # calls per reading so that reading costs about OVERHEAD_TARGET of the time in the step
+        want = math.ceil(measure_cost_s / max(OVERHEAD_TARGET * step_time_s, 1e-9))
+        k = min(max(1, want), _batch_cap(config, series, iterations, step_time_s, elapsed_s))
+    k = int(k)
     tolerance = config.tolerance_bytes_per_iter
     if tolerance is None:
         tolerance = auto_tolerance(step_time_s, k, bookkeeping_bytes_per_reading)

@@ -24,7 +24,9 @@ import ctypes.util
 import os
 import platform
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["AllocatorProbe", "detect_allocator", "KNOWN_ALLOCATORS"]
 
@@ -55,28 +57,67 @@ def detect_allocator(environ: dict[str, str] | None = None, maps_path: str = "/p
 class _Mallinfo2(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
+        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
     ]
 
 
-def _process_symbol(name: str) -> object | None:
-    """``name`` as the dynamic linker resolves it in this process (a preloaded library first)."""
+def _process_symbol(name: str) -> Any:
+    """``name`` as the dynamic linker resolves it in this process (a preloaded library first), or
+    None when nothing loaded defines it."""
     try:
-        func: object = getattr(ctypes.CDLL(None), name)
+        return getattr(ctypes.CDLL(None), name)
     except (AttributeError, OSError):
         return None
-    return func
+
+
+def _glibc_reader(mallinfo2: Any) -> Callable[[], int]:
+    """glibc's bytes in use: every arena's plus the chunks it serves with ``mmap``."""
+    mallinfo2.argtypes = []
+
+    def read() -> int:
+        info = mallinfo2()
+        return int(info.uordblks + info.hblkhd)
+
+    return read
+
+
+def _jemalloc_reader(mallctl: Any) -> Callable[[], int]:
+    """jemalloc's ``stats.allocated``."""
+    epoch = ctypes.c_uint64(1)
+    value = ctypes.c_size_t(0)
+    size = ctypes.c_size_t(ctypes.sizeof(value))
+
+    def read() -> int:
+        # stats are cached until the epoch is bumped
+        mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(8))
+        size.value = ctypes.sizeof(value)
+        rc = mallctl(b"stats.allocated", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0))
+        if rc != 0:
+            raise OSError(rc, "mallctl('stats.allocated') failed (jemalloc built without stats?)")
+        return int(value.value)
+
+    return read
+
+
+def _tcmalloc_reader(get_property: Any) -> Callable[[], int]:
+    """tcmalloc's ``generic.current_allocated_bytes``."""
+    value = ctypes.c_size_t(0)
+
+    def read() -> int:
+        if not get_property(b"generic.current_allocated_bytes", ctypes.byref(value)):
+            raise OSError("tcmalloc does not know generic.current_allocated_bytes")
+        return int(value.value)
+
+    return read
+
+
+#: Each allocator with a reader: the C function its statistic is read through, the type that
+#: function returns, and what makes the reader of it.
+_READERS: dict[str, tuple[str, Any, Callable[[Any], Callable[[], int]]]] = {
+    "glibc": ("mallinfo2", _Mallinfo2, _glibc_reader),
+    "jemalloc": ("mallctl", ctypes.c_int, _jemalloc_reader),
+    "tcmalloc": ("MallocExtension_GetNumericProperty", ctypes.c_int, _tcmalloc_reader),
+}
 
 
 class AllocatorProbe:
@@ -94,77 +135,28 @@ class AllocatorProbe:
         self._read = self._bind()
         self.available = self._read is not None
 
-    def _bind(self) -> object | None:
-        binders = {
-            "glibc": self._bind_glibc,
-            "jemalloc": self._bind_jemalloc,
-            "tcmalloc": self._bind_tcmalloc,
-        }
-        binder = binders.get(self.name)
-        if binder is None:
+    def _bind(self) -> Callable[[], int] | None:
+        """The reader of this allocator's statistic, or None with ``reason`` saying why not."""
+        entry = _READERS.get(self.name)
+        if entry is None:
             where = "this platform's" if self.name == "system" else f"the {self.name}"
             self.reason = (
                 f"allocator evidence unavailable: {where} allocator has no bytes-in-use statistic trainguard "
                 "reads (glibc, jemalloc and tcmalloc do)"
             )
             return None
-        reader = binder()
-        if reader is None and not self.reason:
-            self.reason = f"allocator evidence unavailable: {self.name}'s statistic cannot be called here"
-        return reader
-
-    def _bind_glibc(self) -> object | None:
-        func = _process_symbol("mallinfo2")
+        symbol, restype, make_reader = entry
+        func = _process_symbol(symbol)
         if func is None:
             self.reason = (
                 f"allocator evidence unavailable: glibc {platform.libc_ver()[1] or '?'} has no mallinfo2() "
                 "(glibc 2.33 or later has)"
+                if self.name == "glibc"
+                else f"allocator evidence unavailable: {self.name}'s statistic cannot be called here"
             )
             return None
-        func.restype = _Mallinfo2  # type: ignore[attr-defined]
-        func.argtypes = []  # type: ignore[attr-defined]
-
-        def read() -> int:
-            info = func()  # type: ignore[operator]
-            return int(info.uordblks + info.hblkhd)
-
-        return read
-
-    def _bind_jemalloc(self) -> object | None:
-        mallctl = _process_symbol("mallctl")
-        if mallctl is None:
-            return None
-        mallctl.restype = ctypes.c_int  # type: ignore[attr-defined]
-        epoch = ctypes.c_uint64(1)
-        value = ctypes.c_size_t(0)
-        size = ctypes.c_size_t(ctypes.sizeof(value))
-
-        def read() -> int:
-            # stats are cached until the epoch is bumped
-            mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(8))  # type: ignore[operator]
-            size.value = ctypes.sizeof(value)
-            rc = mallctl(
-                b"stats.allocated", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)
-            )  # type: ignore[operator]
-            if rc != 0:
-                raise OSError(rc, "mallctl('stats.allocated') failed (jemalloc built without stats?)")
-            return int(value.value)
-
-        return read
-
-    def _bind_tcmalloc(self) -> object | None:
-        func = _process_symbol("MallocExtension_GetNumericProperty")
-        if func is None:
-            return None
-        func.restype = ctypes.c_int  # type: ignore[attr-defined]
-        value = ctypes.c_size_t(0)
-
-        def read() -> int:
-            if not func(b"generic.current_allocated_bytes", ctypes.byref(value)):  # type: ignore[operator]
-                raise OSError("tcmalloc does not know generic.current_allocated_bytes")
-            return int(value.value)
-
-        return read
+        func.restype = restype
+        return make_reader(func)
 
     def read(self) -> int | None:
         """The bytes in use now, or None when no reader is available (or the reader failed once:
@@ -172,7 +164,7 @@ class AllocatorProbe:
         if self._read is None:
             return None
         try:
-            return int(self._read())  # type: ignore[operator]
+            return int(self._read())
         except OSError as err:
             self._read = None
             self.available = False

@@ -48,16 +48,11 @@ def JOB_LIMIT_FLAGS(memory_limit_bytes: int | None) -> int:  # noqa: N802 - the 
 
 
 class _IoCounters(ctypes.Structure):
+    # IO_COUNTERS: Read/Write/OtherOperationCount, then Read/Write/OtherTransferCount
     _fields_ = [
-        (name, ctypes.c_ulonglong)
-        for name in (
-            "ReadOperationCount",
-            "WriteOperationCount",
-            "OtherOperationCount",
-            "ReadTransferCount",
-            "WriteTransferCount",
-            "OtherTransferCount",
-        )
+        (f"{op}{what}Count", ctypes.c_ulonglong)
+        for what in ("Operation", "Transfer")
+        for op in ("Read", "Write", "Other")
     ]
 
 

@@ -171,6 +171,11 @@ def _n(v: float) -> str:
     return s[:-2] if s.endswith(".0") else s
 
 
+def _dash_attr(dash: str | None) -> str:
+    """The ``stroke-dasharray`` attribute of a dashed stroke (with its leading space), ``""`` if solid."""
+    return f' stroke-dasharray="{dash}"' if dash else ""
+
+
 def minmax_downsample(
     points: Sequence[tuple[float, float]], x_min: float, x_max: float, columns: int
 ) -> list[tuple[float, float]]:
@@ -379,10 +384,9 @@ def _draw_lines(frame: _Frame, lines: Sequence[Line]) -> None:
                 dots.extend(coords)
         if not d_parts:
             continue
-        dash = f' stroke-dasharray="{line.dash}"' if line.dash else ""
         frame.parts.append(
             f'<path class="{line.css_class}" d="{" ".join(d_parts)}" fill="none" stroke="{line.colour}"'
-            f' stroke-width="{line.width}" stroke-linejoin="round"{dash}><title>{text(line.label)}</title></path>'
+            f' stroke-width="{line.width}" stroke-linejoin="round"{_dash_attr(line.dash)}><title>{text(line.label)}</title></path>'
         )
         if dots:
             frame.parts.append(
@@ -397,10 +401,9 @@ def _draw_hlines(frame: _Frame, hlines: Sequence[HLine]) -> None:
         if not frame.y_min <= h.y <= frame.y_max:
             continue
         y = frame.py(h.y)
-        dash = f' stroke-dasharray="{h.dash}"' if h.dash else ""
         frame.parts.append(
             f'<g class="limit"><line x1="{frame.left}" x2="{_n(frame.left + frame.plot_w)}" y1="{_n(y)}" y2="{_n(y)}"'
-            f' stroke="{h.colour}" stroke-width="1.4"{dash}/>'
+            f' stroke="{h.colour}" stroke-width="1.4"{_dash_attr(h.dash)}/>'
             f'<text x="{_n(frame.left + frame.plot_w - 4)}" y="{_n(y + 13 if y < frame.top + 20 else y - 4)}" text-anchor="end" fill="{h.colour}"'
             f' class="lbl">{text(h.label)}</text></g>'
         )
@@ -411,7 +414,6 @@ def _draw_markers(frame: _Frame, markers: Sequence[VMarker]) -> None:
         if not frame.x_min <= m.x <= frame.x_max:
             continue
         x = frame.px(m.x)
-        dash = f' stroke-dasharray="{m.dash}"' if m.dash else ""
         sym = (
             f'<text x="{_n(x)}" y="{frame.top + 11}" text-anchor="middle" fill="{m.colour}" class="sym">'
             f"{text(m.symbol)}</text>"
@@ -421,7 +423,7 @@ def _draw_markers(frame: _Frame, markers: Sequence[VMarker]) -> None:
         frame.parts.append(
             f'<g class="{m.css_class}"><title>{text(m.tooltip)}</title>'
             f'<line x1="{_n(x)}" x2="{_n(x)}" y1="{frame.top}" y2="{_n(frame.top + frame.plot_h)}"'
-            f' stroke="{m.colour}" stroke-width="1.3"{dash}/>{sym}'
+            f' stroke="{m.colour}" stroke-width="1.3"{_dash_attr(m.dash)}/>{sym}'
             f'<rect x="{_n(x - 4)}" y="{frame.top}" width="8" height="{_n(frame.plot_h)}" fill="transparent"/></g>'
         )
 
