@@ -12,7 +12,7 @@ import importlib
 import os
 import platform
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -127,8 +127,8 @@ def _warnings(r: dict[str, Any]) -> list[str]:
     return [*_framework_warnings(r), *_gpu_warnings(r), *_host_warnings(r)]
 
 
-def _framework_warnings(r: dict[str, Any]) -> list[str]:
-    out: list[str] = []
+def _framework_warnings(r: dict[str, Any]) -> Iterator[str]:
+    """What the installed frameworks and their settings call for (Keras graphs, threads)."""
     fw = r["frameworks"]
     keras_version = fw.get("keras")
     keras_major = int(keras_version.split(".")[0]) if keras_version and keras_version[0].isdigit() else None
@@ -139,7 +139,7 @@ def _framework_warnings(r: dict[str, Any]) -> list[str]:
         and r["keras_backend"] == "tensorflow"
         and fw.get("tensorflow")
     ):
-        out.append(
+        yield (
             "Keras 3 on the TensorFlow backend keeps each fit's traced graphs (TensorFlow's gradient "
             "registry holds them through the optimizer's tf.custom_gradient): the process grows "
             "tens of MB per repeated build+fit even after clear_session() and gc.collect(). "
@@ -148,24 +148,23 @@ def _framework_warnings(r: dict[str, Any]) -> list[str]:
             "between fits in your own loop, or set KERAS_BACKEND=torch."
         )
     if keras_major is not None and keras_major < 3 and fw.get("tensorflow"):
-        out.append(
+        yield (
             "Keras 2 (tf.keras) accumulates graph state across models: call "
             "tf.keras.backend.clear_session() between trials, or run them in recycled workers (trainguard run)."
         )
     if fw.get("torch") or fw.get("tensorflow") or fw.get("jax"):
         unset = [v for v in ("OMP_NUM_THREADS",) if not r["threads"].get(v)]
         if unset and usable >= 2:
-            out.append(
+            yield (
                 f"OMP_NUM_THREADS is unset: every process uses all {usable} cores, so several workers "
                 "oversubscribe the CPU (10-20x slower fits measured with 2 workers). Instead: let "
                 "trainguard run give each worker cores/workers threads (its default), or set "
                 "OMP_NUM_THREADS=<cores per worker>."
             )
-    return out
 
 
-def _gpu_warnings(r: dict[str, Any]) -> list[str]:
-    out: list[str] = []
+def _gpu_warnings(r: dict[str, Any]) -> Iterator[str]:
+    """What each framework's GPU memory habits call for, where there are GPUs."""
     fw = r["frameworks"]
     gpus = r["gpus"]
     deep = r.get("deep") or {}
@@ -173,7 +172,7 @@ def _gpu_warnings(r: dict[str, Any]) -> list[str]:
         growth = deep.get("tensorflow_memory_growth")
         env_growth = (r["environment"].get("TF_FORCE_GPU_ALLOW_GROWTH") or "").lower() == "true"
         if not env_growth and (growth is None or not all(growth.values())):
-            out.append(
+            yield (
                 "TensorFlow reserves nearly all GPU memory when it starts (no memory growth), so a second "
                 "worker or framework on the GPU fails with OOM. Instead: set TF_FORCE_GPU_ALLOW_GROWTH=true, "
                 "or tf.config.experimental.set_memory_growth(gpu, True) before first use."
@@ -183,30 +182,29 @@ def _gpu_warnings(r: dict[str, Any]) -> list[str]:
         and gpus
         and (r["environment"].get("XLA_PYTHON_CLIENT_PREALLOCATE") or "").lower() != "false"
     ):
-        out.append(
+        yield (
             "JAX preallocates 75% of GPU memory at start. Instead: set XLA_PYTHON_CLIENT_PREALLOCATE=false "
             "or XLA_PYTHON_CLIENT_MEM_FRACTION=<share per worker>."
         )
     if fw.get("torch") and gpus and not r["environment"].get("PYTORCH_CUDA_ALLOC_CONF"):
-        out.append(
+        yield (
             "PyTorch's CUDA caching allocator fragments when tensor sizes vary between trials. Instead: set "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (and scope() empties the cache between trials)."
         )
-    return out
 
 
-def _host_warnings(r: dict[str, Any]) -> list[str]:
-    out: list[str] = []
+def _host_warnings(r: dict[str, Any]) -> Iterator[str]:
+    """What the machine calls for: its memory limit, swap, free memory, allocator and cores."""
     usable = r["cpus_usable"]
     deep = r.get("deep") or {}
     if r["cgroup_limit_bytes"] is None:
-        out.append(
+        yield (
             "No memory limit on this process's cgroup: a leak grows until the kernel's OOM killer ends some "
             "process without warning. Instead: give trainguard a limit (trainguard run --memory-limit, "
             "Policy(memory_limit=...)) so it recycles the worker first, or run in a container with --memory."
         )
     if r["swap_total_bytes"] == 0:
-        out.append(
+        yield (
             "No swap: when RAM runs out the OOM killer ends the largest process at once. Instead: set "
             "Policy(memory_limit=..., recycle_above=...) below the RAM size so workers are recycled before that."
         )
@@ -214,22 +212,21 @@ def _host_warnings(r: dict[str, Any]) -> list[str]:
     limit = r["cgroup_limit_bytes"]
     budget = min(total, limit) if limit else total
     if budget and r["memory_available_bytes"] < 0.1 * budget:
-        out.append(
+        yield (
             "Less than 10% of memory is available now. Instead: stop other jobs, or run fewer workers "
             "(trainguard run --workers) with a memory limit each."
         )
     if r["allocator"] == "glibc" and usable >= 8 and not r["environment"].get("MALLOC_ARENA_MAX"):
-        out.append(
+        yield (
             f"glibc malloc may create up to {8 * usable} arenas on {usable} cores, which fragments memory "
             "in threaded input pipelines. Instead: set MALLOC_ARENA_MAX=2 or preload jemalloc "
             "(LD_PRELOAD=libjemalloc.so.2). (It does not cure the Keras/TF graph leak, which is live objects.)"
         )
     if deep.get("torch_num_threads") and usable and deep["torch_num_threads"] > usable:
-        out.append(
+        yield (
             f"torch uses {deep['torch_num_threads']} threads but only {usable} cores are usable. Instead: "
             "torch.set_num_threads(<cores per worker>) or OMP_NUM_THREADS."
         )
-    return out
 
 
 def _read_torch(out: dict[str, Any]) -> None:

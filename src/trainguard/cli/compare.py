@@ -10,21 +10,21 @@ HELP = "compare Keras backends, allocators and thread counts by measurement, eac
 __all__ = ["HELP", "register", "run"]
 
 
+#: What is compared, each a comma-separated list: its flag, what it lists, an example, its default.
+_COMPARED = (
+    ("--keras-backend", "Keras backends", "tensorflow,torch,jax", None),
+    ("--allocator", "allocators", "glibc,jemalloc,tcmalloc", "glibc"),
+    ("--threads", "threads per worker", "1,2", None),
+)
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     from trainguard.cli._options import add_limits, add_params_file, add_trial_fn
 
     add_trial_fn(parser)
     add_params_file(parser)
-    parser.add_argument(
-        "--keras-backend", metavar="LIST", help="Keras backends, comma-separated: tensorflow,torch,jax"
-    )
-    parser.add_argument(
-        "--allocator",
-        default="glibc",
-        metavar="LIST",
-        help="allocators, comma-separated: glibc,jemalloc,tcmalloc",
-    )
-    parser.add_argument("--threads", metavar="LIST", help="threads per worker, comma-separated: 1,2")
+    for flag, what, example, default in _COMPARED:
+        parser.add_argument(flag, default=default, metavar="LIST", help=f"{what}, comma-separated: {example}")
     parser.add_argument("--trials", type=int, default=12, help="trials per configuration (default 12)")
     add_limits(parser, gpu=False)
     parser.add_argument(
@@ -44,6 +44,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from trainguard.cli._display import say, to_json, visible
+    from trainguard.cli._options import kwargs_from
     from trainguard.cli.fit import load_one_params
     from trainguard.comparison import compare
 
@@ -61,15 +62,12 @@ def run(args: argparse.Namespace) -> int:
     result = compare(
         args.fn,
         params,
-        keras_backend=args.keras_backend,
-        allocator=args.allocator,
-        threads=args.threads,
-        trials=args.trials,
-        memory_limit=args.memory_limit,
-        timeout=args.timeout,
-        tolerance=args.tolerance,
-        store=args.store,
         progress=progress,
+        **kwargs_from(
+            args,
+            *("keras_backend", "allocator", "threads"),  # the lists compared
+            *("trials", "memory_limit", "timeout", "tolerance", "store"),
+        ),
     )
     if args.html:
         from trainguard.report import write_comparison

@@ -73,6 +73,7 @@ def load_one_params(path: str | None, flag: str = "--params") -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainguard.cli._options import kwargs_from
     from trainguard.fitting import find_batch_size
 
     params = load_one_params(args.params)
@@ -92,15 +93,12 @@ def run(args: argparse.Namespace) -> int:
         args.fn,
         params,
         args.key,
-        memory_limit=args.memory_limit,
-        gpu_memory_limit=args.gpu_memory_limit,
-        margin=args.margin,
-        minimum=args.minimum,
-        maximum=args.maximum,
-        tolerance=args.tolerance,
-        accumulate=args.accumulate,
-        timeout=args.timeout,
         store=None if args.no_store else args.store,
+        **kwargs_from(
+            args,
+            *("memory_limit", "gpu_memory_limit", "timeout"),
+            *("margin", "minimum", "maximum", "tolerance", "accumulate"),
+        ),
         **options,
     )
     from trainguard.cli._display import to_json, visible

@@ -20,7 +20,24 @@ EXIT = {"no_leak": 0, "plateau": 0, "leak": 1, "inconclusive": 3}
 PROGRESS_PREFIX = "trainguard leakcheck: "
 
 
+#: The options that set a field of the check's config (LeakCheckConfig) of the same name.
+_CONFIG_OPTIONS = ("max_iterations", "min_iterations", "max_time", "min_calls", "metric", "tolerance")
+
+#: The on/off flags for what evidence the check gathers, and their help.
+_EVIDENCE_SWITCHES = {
+    "--no-attribution": "skip the census of growing object kinds",
+    "--no-allocator-evidence": "do not read the C allocator's bytes in use (RSS and counts only)",
+    "--tracemalloc": "also report growing Python allocation sites (slow)",
+    "--tracemalloc-stack": (
+        "with --tracemalloc: show each site's whole stack, not only the first frame in your code"
+    ),
+    "--no-trim": "do not call malloc_trim(0) before each reading",
+}
+
+
 def register(parser: argparse.ArgumentParser) -> None:
+    from trainguard.cli._options import add_switches
+
     parser.add_argument(
         "target",
         metavar="FILE.py:STEP",
@@ -67,25 +84,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="growth per iteration below which there is no leak, e.g. 16KB (default automatic)",
     )
-    parser.add_argument(
-        "--no-attribution", action="store_true", help="skip the census of growing object kinds"
-    )
-    parser.add_argument(
-        "--no-allocator-evidence",
-        action="store_true",
-        help="do not read the C allocator's bytes in use (RSS and counts only)",
-    )
-    parser.add_argument(
-        "--tracemalloc", action="store_true", help="also report growing Python allocation sites (slow)"
-    )
-    parser.add_argument(
-        "--tracemalloc-stack",
-        action="store_true",
-        help="with --tracemalloc: show each site's whole stack, not only the first frame in your code",
-    )
-    parser.add_argument(
-        "--no-trim", action="store_true", help="do not call malloc_trim(0) before each reading"
-    )
+    add_switches(parser, _EVIDENCE_SWITCHES)
     parser.add_argument(
         "--plot", metavar="FILE", default=None, help="write the series as PNG or SVG (needs matplotlib)"
     )
@@ -244,19 +243,13 @@ def _table(report: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainguard.cli._options import kwargs_from
     from trainguard.leaks import leakcheck_file, make_config
 
     path, step_name = _split_target(args.target)
-    given = {  # an option left out takes the check's own default (LeakCheckConfig's fields)
-        "max_iterations": args.max_iterations,
-        "min_iterations": args.min_iterations,
-        "max_time": args.max_time,
-        "min_calls": args.min_calls,
-        "metric": args.metric,
-        "tolerance": args.tolerance,
-    }
     config = make_config(
-        **{name: value for name, value in given.items() if value is not None},
+        # an option left out takes the check's own default (LeakCheckConfig's fields)
+        **kwargs_from(args, *_CONFIG_OPTIONS, drop_none=True),
         attribution=not args.no_attribution,
         tracemalloc=args.tracemalloc or args.tracemalloc_stack,
         tracemalloc_full_stack=args.tracemalloc_stack,

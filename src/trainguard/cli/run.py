@@ -401,6 +401,7 @@ def _parse_params_text(text: str, source: str, kind: str | None) -> Any:
 
 
 def _policy(args: argparse.Namespace) -> Any:
+    from trainguard.cli._options import kwargs_from
     from trainguard.exceptions import ConfigError
     from trainguard.runner import Policy
 
@@ -409,20 +410,16 @@ def _policy(args: argparse.Namespace) -> Any:
             f"--peak-ratio {args.peak_ratio} must be above 1 (such as 1.2), or 0 to turn it off"
         )
     return Policy(
-        max_trials_per_worker=args.max_trials_per_worker,
-        max_stages_per_worker=args.max_stages_per_worker,
-        recycle_above=args.recycle_above,
         peak_ratio=args.peak_ratio or None,
-        memory_limit=args.memory_limit,
-        gpu_memory_limit=args.gpu_memory_limit,
-        timeout=args.timeout,
-        retries=args.retries,
         retry_on=tuple(k.strip() for k in args.retry_on.split(",") if k.strip()),
         on_error="stop" if args.stop_on_error else "continue",
         on_oom=getattr(args, "on_oom", None),
-        soft_limit=args.soft_limit,
-        pressure_grace=args.pressure_grace,
         predict_peaks=not args.no_predict,
+        **kwargs_from(
+            args,
+            *("max_trials_per_worker", "max_stages_per_worker", "recycle_above"),
+            *("memory_limit", "gpu_memory_limit", "timeout", "retries", "soft_limit", "pressure_grace"),
+        ),
     )
 
 
@@ -508,25 +505,21 @@ def _backend(args: argparse.Namespace) -> Any:
 
 def _make_runner(args: argparse.Namespace, policy: Any) -> Any:
     from trainguard.cli._device import device_from_args
+    from trainguard.cli._options import kwargs_from
     from trainguard.runner import Runner
 
     return Runner(
-        workers=args.workers,
         policy=policy,
-        store=args.store,
-        keras_backend=args.keras_backend,
-        threads=args.threads,
-        allocator=args.allocator,
         preload=tuple(args.preload),
-        fresh=args.fresh,
         max_result_bytes=args.max_result_size,
-        seed=args.seed,
         device=device_from_args(args),
-        memory_budget=args.memory_budget,
-        gpu_memory_budget=args.gpu_memory_budget,
         backend=_backend(args),
         tf_custom_gradients=not args.keep_tf_gradients,
-        tree_tracking=args.tree_tracking,
+        **kwargs_from(
+            args,
+            *("workers", "memory_budget", "gpu_memory_budget", "store", "fresh", "seed"),
+            *("keras_backend", "threads", "allocator", "tree_tracking"),
+        ),
     )
 
 
