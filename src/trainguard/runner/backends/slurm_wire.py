@@ -48,6 +48,7 @@ __all__ = [
     "encode",
     "fn_digest",
     "from_events",
+    "receive",
     "spec_from_wire",
     "spec_to_wire",
     "to_events",
@@ -122,6 +123,17 @@ def decode(data: bytes, ops: frozenset[str]) -> dict[str, Any]:
     if op == "events":
         msg["events"] = from_events(msg["events"])
     return msg
+
+
+def receive(conn: Any, ops: frozenset[str], max_bytes: int = MAX_WIRE_BYTES) -> dict[str, Any]:
+    """The next message on ``conn`` (a ``multiprocessing.connection`` connection), checked by
+    :func:`decode` against ``ops``.
+
+    Raises:
+        ProtocolError: what came is not a message of the wire.
+        EOFError, OSError: the peer is gone, or sent more than ``max_bytes``.
+    """
+    return decode(conn.recv_bytes(max_bytes), ops)
 
 
 def to_events(events: list[tuple[Any, ...]]) -> list[list[Any]]:
