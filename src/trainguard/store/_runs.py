@@ -271,15 +271,12 @@ class RunRows(StoreRows):
         for *leading, sessions, trial_peak in rows:
             rid, (created, updated, finished) = leading[0], leading[-3:]
             peaks = [p for p in (trial_peak, sample_peaks.get(rid), attempt_peaks.get(rid)) if p is not None]
-            out.append(
-                RunSummary(
-                    *leading,
-                    duration_s=_work_s(work.get(rid), created, finished if finished is not None else updated),
-                    peak_rss_bytes=max(peaks) if peaks else None,
-                    workers_started=int(workers.get(rid, 0)),
-                    sessions=sessions,
-                )
-            )
+            duration_s = _work_s(work.get(rid), created, finished if finished is not None else updated)
+            peak = max(peaks) if peaks else None
+            # a RunSummary's fields in order: the row's leading columns, then duration_s,
+            # peak_rss_bytes, workers_started and sessions
+            fields = [*leading, duration_s, peak, int(workers.get(rid, 0)), sessions]
+            out.append(RunSummary(*fields))
         return out
 
     def run_uuid(self, run_id: int) -> str:
