@@ -10,7 +10,9 @@ so the store's and each section's own definitions win over these declarations.
 from __future__ import annotations
 
 import sqlite3
-from contextlib import AbstractContextManager
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,21 @@ class StoreRows:
 
     def _require_trial(self, conn: sqlite3.Connection, run_id: int, index: int) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    @contextmanager
+    def _write_to_trial(self, run_id: int, index: int) -> Iterator[tuple[sqlite3.Connection, float]]:
+        """One write transaction on a row of trial ``index`` of run ``run_id``, which must exist:
+        yields the connection and the time written, and marks the run updated then when the body
+        ends without an exception (a body that raises writes nothing).
+
+        Raises:
+            StoreError: there is no such trial.
+        """
+        now = time.time()
+        with self._write() as conn:
+            self._require_trial(conn, run_id, index)
+            yield conn, now
+            conn.execute("UPDATE runs SET updated_at=? WHERE run_id=?", (now, run_id))
 
     def _rows_of_run(
         self,

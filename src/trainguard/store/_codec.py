@@ -122,6 +122,13 @@ def _check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
     return value
 
 
+def _check_attempt_key(run_id: Any, index: Any, attempt: Any) -> None:
+    """Check what names one attempt of a trial: a run id, a trial index >= 0 and an attempt >= 1."""
+    _check_int(run_id, "run_id")
+    _check_int(index, "index", minimum=0)
+    _check_int(attempt, "attempt", minimum=1)
+
+
 def _check_optional_number(value: Any, name: str) -> None:
     if value is None:
         return

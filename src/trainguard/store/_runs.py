@@ -249,10 +249,12 @@ class RunRows(StoreRows):
         where, args = ("WHERE r.run_id=?", (run_id,)) if run_id is not None else ("", ())
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT r.run_id, r.name, r.fn_ref, r.status, r.trial_count, r.created_at, r.updated_at,"
-                " r.finished_at, r.sessions,"
+                # a RunSummary's fields up to finished_at, in its fields' order (read positionally),
+                # then the run's sessions and its trials' highest peak
+                "SELECT r.run_id, r.name, r.fn_ref, r.status, r.trial_count,"
                 " coalesce(sum(t.status='ok'), 0), coalesce(sum(t.status='failed'), 0),"
-                " coalesce(sum(t.status='pending'), 0), max(t.peak_rss_bytes)"
+                " coalesce(sum(t.status='pending'), 0), r.created_at, r.updated_at, r.finished_at,"
+                " r.sessions, max(t.peak_rss_bytes)"
                 f" FROM runs r LEFT JOIN trials t ON t.run_id = r.run_id {where}"
                 " GROUP BY r.run_id ORDER BY r.created_at, r.run_id",
                 args,
@@ -266,41 +268,15 @@ class RunRows(StoreRows):
             workers = dict(conn.execute("SELECT run_id, count(*) FROM workers GROUP BY run_id").fetchall())
             work = _work_times(conn, run_id)
         out = []
-        for (
-            rid,
-            name,
-            fn_ref,
-            status,
-            total,
-            created,
-            updated,
-            finished,
-            sessions,
-            ok,
-            failed,
-            pending,
-            trial_peak,
-        ) in rows:
+        for *leading, sessions, trial_peak in rows:
+            rid, (created, updated, finished) = leading[0], leading[-3:]
             peaks = [p for p in (trial_peak, sample_peaks.get(rid), attempt_peaks.get(rid)) if p is not None]
-            out.append(
-                RunSummary(
-                    run_id=rid,
-                    name=name,
-                    fn_ref=fn_ref,
-                    status=status,
-                    trials_total=total,
-                    trials_ok=int(ok),
-                    trials_failed=int(failed),
-                    trials_pending=int(pending),
-                    created_at=created,
-                    updated_at=updated,
-                    finished_at=finished,
-                    duration_s=_work_s(work.get(rid), created, finished if finished is not None else updated),
-                    peak_rss_bytes=max(peaks) if peaks else None,
-                    workers_started=int(workers.get(rid, 0)),
-                    sessions=sessions,
-                )
-            )
+            duration_s = _work_s(work.get(rid), created, finished if finished is not None else updated)
+            peak = max(peaks) if peaks else None
+            # a RunSummary's fields in order: the row's leading columns, then duration_s,
+            # peak_rss_bytes, workers_started and sessions
+            fields = [*leading, duration_s, peak, int(workers.get(rid, 0)), sessions]
+            out.append(RunSummary(*fields))
         return out
 
     def run_uuid(self, run_id: int) -> str:

@@ -5,13 +5,9 @@ One table's section of :class:`~trainguard.store.Store` (see ``_base.py``).
 
 from __future__ import annotations
 
-import time
-
 from trainguard.exceptions import ConfigError
 from trainguard.store._base import StoreRows
-from trainguard.store._codec import (
-    _check_int,
-)
+from trainguard.store._codec import _check_attempt_key, _check_int
 from trainguard.store._records import (
     StageRecord,
 )
@@ -43,21 +39,16 @@ class StageRows(StoreRows):
     ) -> None:
         """Record a staged trial's ``checkpoint`` (stage ``stage`` committed), ``resume`` (from
         stage ``stage``) or ``restart`` (from the beginning; ``note`` says why)."""
-        _check_int(run_id, "run_id")
-        _check_int(index, "index", minimum=0)
-        _check_int(attempt, "attempt", minimum=1)
+        _check_attempt_key(run_id, index, attempt)
         _check_int(stage, "stage", minimum=0)
         if event not in STAGE_EVENTS:
             raise ConfigError(f"stage event {event!r} is not one of {', '.join(STAGE_EVENTS)}")
-        now = time.time()
-        with self._write() as conn:
-            self._require_trial(conn, run_id, index)
+        with self._write_to_trial(run_id, index) as (conn, now):
             conn.execute(
                 "INSERT INTO stages (run_id, idx, attempt, stage, worker_id, time, rss_bytes, peak_rss_bytes,"
                 " event, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, index, attempt, stage, worker_id, now, rss_bytes, peak_rss_bytes, event, note),
             )
-            conn.execute("UPDATE runs SET updated_at=? WHERE run_id=?", (now, run_id))
 
     def stages(self, run_id: int, index: int | None = None) -> list[StageRecord]:
         """A run's stage history (of one trial when ``index`` is given), in the order written."""

@@ -15,6 +15,7 @@ from trainguard.exceptions import ConfigError, StoreError
 from trainguard.outcomes import Failure
 from trainguard.store._base import StoreRows
 from trainguard.store._codec import (
+    _check_attempt_key,
     _check_int,
     _check_optional_number,
     _dump_failure,
@@ -53,13 +54,9 @@ class TrialRows(StoreRows):
 
     def start_attempt(self, run_id: int, index: int, attempt: int, worker_id: int) -> None:
         """Record that ``attempt`` (1, 2, ...) of trial ``index`` started in worker ``worker_id``."""
-        _check_int(run_id, "run_id")
-        _check_int(index, "index", minimum=0)
-        _check_int(attempt, "attempt", minimum=1)
+        _check_attempt_key(run_id, index, attempt)
         _check_int(worker_id, "worker_id")
-        now = time.time()
-        with self._write() as conn:
-            self._require_trial(conn, run_id, index)
+        with self._write_to_trial(run_id, index) as (conn, now):
             conn.execute(
                 # the session: the run's sessions so far (one supervisor at a time holds the run)
                 "INSERT INTO attempts (run_id, idx, attempt, worker_id, started_at, session)"
@@ -70,7 +67,6 @@ class TrialRows(StoreRows):
                 "UPDATE trials SET attempts=max(attempts, ?) WHERE run_id=? AND idx=? AND status='pending'",
                 (attempt, run_id, index),
             )
-            conn.execute("UPDATE runs SET updated_at=? WHERE run_id=?", (now, run_id))
 
     def finish_attempt(
         self,
@@ -93,9 +89,7 @@ class TrialRows(StoreRows):
             ConfigError: ``status`` is not one of :data:`ATTEMPT_STATUSES`, ``error`` is not a ``Failure`` (or not JSON), or
                 the attempt was never started and no ``worker_id`` is given.
         """
-        _check_int(run_id, "run_id")
-        _check_int(index, "index", minimum=0)
-        _check_int(attempt, "attempt", minimum=1)
+        _check_attempt_key(run_id, index, attempt)
         if status not in ATTEMPT_STATUSES:
             raise ConfigError(
                 f"attempt status {status!r} is not one of {', '.join(sorted(ATTEMPT_STATUSES))}"

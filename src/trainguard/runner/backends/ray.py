@@ -42,7 +42,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import ConfigError, missing
 from trainguard.process.charge import MemorySplit
@@ -51,14 +51,15 @@ from trainguard.runner.backends._remote_agent import END_REPORT_S, AgentLink, Re
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner.policy import (
     RATE_WINDOW_S,
-    KillDecision,
     LimitReading,
     Policy,
-    PressureDecision,
     PressureSince,
     growth_rate,
     limit_verdict,
 )
+
+if TYPE_CHECKING:
+    from trainguard.runner.policy import KillDecision, PressureDecision
 
 __all__ = ["RayClusterBackend", "RayWorker", "SlotAgent", "parse_resources"]
 
@@ -146,10 +147,7 @@ class SlotAgent:
     def __init__(
         self, slot: int, policy: Policy, interval_s: float, uss: bool, *, only_slot: bool = False
     ) -> None:
-        self.slot = slot
-        self.policy = policy
-        self.interval_s = interval_s
-        self.uss = uss
+        self.slot, self.policy, self.interval_s, self.uss = slot, policy, interval_s, uss
         self.only_slot = only_slot
         self._hosted: dict[int, _Hosted] = {}
         self._lock = threading.Lock()

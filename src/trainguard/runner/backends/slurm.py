@@ -43,29 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.exceptions import ConfigError, WorkerCrashedError, missing
+from trainguard.runner.backends import slurm_rules
 from trainguard.runner.backends._remote_agent import END_REPORT_S, AgentLink, RemoteWorker
 from trainguard.runner.backends.base import BaseBackend, BaseWorker, WorkerSpec
 from trainguard.runner.backends.slurm_folder import make_private, make_session_folder, prepare_root
 from trainguard.runner.backends.slurm_listen import MAX_HANDSHAKES, PilotDoor, bind_listener
-from trainguard.runner.backends.slurm_rules import (
-    SlurmOptions,
-    ctld_hosts,
-    job_name_for,
-    parse_scontrol,
-    parse_slurm_options,
-    pilot_end,
-    run_owner_key,
-    sbatch_refusal,
-    slurm_oom_line,
-)
-from trainguard.runner.backends.slurm_wire import (
-    MAX_WIRE_BYTES,
-    ProtocolError,
-    decode,
-    encode,
-    fn_digest,
-    spec_to_wire,
-)
+from trainguard.runner.backends.slurm_wire import ProtocolError, encode, fn_digest, receive, spec_to_wire
 from trainguard.runner.policy import EndCause, KillDecision, Policy
 
 __all__ = ["SlurmPilotBackend", "SlurmWorker"]
@@ -103,7 +86,7 @@ def job_info(job_id: str) -> dict[str, str]:
         done = _slurm_cmd(["scontrol", "show", "job", "-o", str(job_id)], 15.0)
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    return parse_scontrol(done.stdout) if done.returncode == 0 else {}
+    return slurm_rules.parse_scontrol(done.stdout) if done.returncode == 0 else {}
 
 
 def queued_jobs(name: str) -> list[str]:
@@ -175,7 +158,9 @@ class SlurmWorker(RemoteWorker):
             if self._link.lost.wait(_FINAL_STATES_WAIT_S + 5.0) and self._link.end is not None:
                 return self._link.end
         if (state and state not in ("RUNNING", "CONFIGURING", "SUSPENDED")) or self._link.terminating:
-            return pilot_end(self.job_id, state, self.host or info.get("NodeList"), info.get("Reason"))
+            return slurm_rules.pilot_end(
+                self.job_id, state, self.host or info.get("NodeList"), info.get("Reason")
+            )
         return None
 
     def classify(self, returncode: int | None, *, in_trial: bool, kill: KillDecision | None) -> EndCause:
@@ -187,7 +172,7 @@ class SlurmWorker(RemoteWorker):
             return EndCause(end.attempt_status if in_trial else None, end.worker_reason, detail, end.message)
         cause = super().classify(returncode, in_trial=in_trial, kill=kill)
         if kill is None and cause.worker_reason == "crashed" and returncode in (-9, 137):
-            line = slurm_oom_line(self._link.log_tail())
+            line = slurm_rules.slurm_oom_line(self._link.log_tail())
             if line is not None:  # Slurm's cgroup killed the worker, the pilot lived on
                 detail = {**cause.detail, "slurm_job": self.job_id, "why": line}
                 message = f"killed by Slurm's cgroup out-of-memory handler on node {self.host} ({line})"
@@ -263,7 +248,7 @@ class _PilotLink(AgentLink):
     def _read(self) -> None:
         while True:
             try:
-                message = decode(self.conn.recv_bytes(MAX_WIRE_BYTES), _FROM_PILOT)
+                message = receive(self.conn, _FROM_PILOT)
             except ProtocolError as err:
                 self.backend._lose_link(self, f"sent something that is not a message of the wire ({err})")
                 return
@@ -302,13 +287,13 @@ class SlurmPilotBackend(PilotDoor, BaseBackend):
     name = "slurm"
 
     def __init__(self, options: Any = None) -> None:
-        self.options: SlurmOptions = parse_slurm_options(options)
+        self.options: slurm_rules.SlurmOptions = slurm_rules.parse_slurm_options(options)
         #: each worker's threads: the pilot's CPUs shared by its workers
         self.threads = self.options.threads_per_worker()
         self._raw = options
         self._run_name: str | None = None
         #: the run's owner key: its store and name (pilots are never found by a name alone)
-        self._run_key = run_owner_key(None, None)
+        self._run_key = slurm_rules.run_owner_key(None, None)
         self._root: Path | None = None
         self._session_folder: Path | None = None
         self._address: tuple[str, int] | None = None
@@ -335,10 +320,10 @@ class SlurmPilotBackend(PilotDoor, BaseBackend):
         the Store, or its path), so a run of the same name in another store never takes them."""
         self._run_name = name
         path = getattr(store, "_path", store)
-        self._run_key = run_owner_key(None if path is None else os.fspath(path), name)
+        self._run_key = slurm_rules.run_owner_key(None if path is None else os.fspath(path), name)
 
     def _job_name(self) -> str:
-        return job_name_for(self._run_name, self._run_key)
+        return slurm_rules.job_name_for(self._run_name, self._run_key)
 
     def check(self, *, fn: Any, policy: Policy, slots: int, data: Any = None) -> None:
         if data is not None:
@@ -358,7 +343,7 @@ class SlurmPilotBackend(PilotDoor, BaseBackend):
         from submitit.slurm.slurm import _make_sbatch_string
 
         known = frozenset(inspect.signature(_make_sbatch_string).parameters) - {"command", "folder"}
-        self.options = parse_slurm_options(self._raw, known)
+        self.options = slurm_rules.parse_slurm_options(self._raw, known)
         self._root = prepare_root(self.options.folder)
         self._driver_ip()
         self._test_submit(submitit)
@@ -391,8 +376,8 @@ class SlurmPilotBackend(PilotDoor, BaseBackend):
             ) from err
         if done.returncode != 0:
             raise ConfigError(
-                f"Slurm refuses the pilot job's options: {sbatch_refusal(done.stderr)}; fix slurm={{...}} "
-                "(--slurm KEY=VALUE): e.g. a partition sinfo lists, a time under its limit"
+                f"Slurm refuses the pilot job's options: {slurm_rules.sbatch_refusal(done.stderr)}; "
+                "fix slurm={...} (--slurm KEY=VALUE): e.g. a partition sinfo lists, a time under its limit"
             )
 
     # -- the session ------------------------------------------------------------------------------
@@ -454,7 +439,7 @@ class SlurmPilotBackend(PilotDoor, BaseBackend):
         try:
             job = self._executor.submit(pilot)
         except Exception as err:  # noqa: BLE001 - submitit raises its own error with sbatch's output
-            raise ConfigError(f"sbatch refused a pilot job: {sbatch_refusal(str(err))}") from err
+            raise ConfigError(f"sbatch refused a pilot job: {slurm_rules.sbatch_refusal(str(err))}") from err
         if self._session_folder is not None:
             make_private(self._session_folder)  # submitit writes with the process's umask
         link = _PilotLink(self, index, job)
@@ -603,7 +588,7 @@ class SlurmPilotBackend(PilotDoor, BaseBackend):
             if state not in ("RUNNING", "COMPLETING", "CONFIGURING") or time.monotonic() > deadline:
                 break
             time.sleep(0.3)
-        end = pilot_end(link.job_id, state, node, reason if why is None else why)
+        end = slurm_rules.pilot_end(link.job_id, state, node, reason if why is None else why)
         link.end = end
         link.dead = end.message
         link.lost.set()
@@ -659,7 +644,7 @@ def _route_to_ctld() -> str | None:
     when the controller is on loopback (a one-node Slurm) or cannot be told."""
     try:
         done = _slurm_cmd(["scontrol", "show", "config"], 15.0)
-        hosts = ctld_hosts(done.stdout) if done.returncode == 0 else []
+        hosts = slurm_rules.ctld_hosts(done.stdout) if done.returncode == 0 else []
         if not hosts:
             return None
         ctld = socket.gethostbyname(hosts[0])

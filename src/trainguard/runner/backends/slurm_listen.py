@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from trainguard.exceptions import ConfigError
-from trainguard.runner.backends.slurm_wire import decode
+from trainguard.runner.backends.slurm_wire import receive
 
 if TYPE_CHECKING:
     from trainguard.runner.backends.slurm import _PilotLink
@@ -77,7 +77,7 @@ class PilotDoor:
         try:
             deliver_challenge(conn, self._token)
             answer_challenge(conn, self._token)
-            hello = decode(conn.recv_bytes(1 << 16), frozenset({"hello"}))
+            hello = receive(conn, frozenset({"hello"}), 1 << 16)
         except Exception as err:  # noqa: BLE001 - a wrong token, a bad hello, a peer gone
             logger.info("refused a connection to the Slurm driver: %s", err)
             conn.close()

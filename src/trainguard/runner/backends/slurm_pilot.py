@@ -36,11 +36,10 @@ from trainguard.runner.backends.base import WorkerSpec
 from trainguard.runner.backends.ray import SlotAgent, _probe_fn
 from trainguard.runner.backends.slurm_folder import check_private_file
 from trainguard.runner.backends.slurm_wire import (
-    MAX_WIRE_BYTES,
     ProtocolError,
-    decode,
     encode,
     fn_digest,
+    receive,
     spec_from_wire,
     to_events,
 )
@@ -203,7 +202,7 @@ class Pilot:
         local_slot: dict[int, int] = {}
         while True:
             try:
-                command = decode(conn.recv_bytes(MAX_WIRE_BYTES), _FROM_DRIVER)
+                command = receive(conn, _FROM_DRIVER)
             except ProtocolError as err:
                 logger.warning(
                     "pilot %d: the driver sent no message of the wire (%s); ending", self.pilot, err

@@ -48,6 +48,7 @@ __all__ = [
     "encode",
     "fn_digest",
     "from_events",
+    "receive",
     "spec_from_wire",
     "spec_to_wire",
     "to_events",
@@ -59,29 +60,25 @@ MAX_WIRE_BYTES = 1 << 30
 _INT_OR_NONE = (int, type(None))
 _NUMBER = (int, float)
 
+
+def _fields(*optional: str, **types: Any) -> list[tuple[str, Any, bool]]:
+    """An op's fields as :func:`decode` checks them: each name's type, and whether it may be left
+    off or None (the names in ``optional``)."""
+    return [(name, kind, name in optional) for name, kind in types.items()]
+
+
 _SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
-    "start": [
-        ("worker_id", int, False),
-        ("spec", dict, False),
-        ("overrides", dict, False),
-        ("index", int, False),
-    ],
-    "send": [("worker_id", int, False), ("msg", dict, False)],
-    "kill": [("worker_id", int, False)],
+    "start": _fields(worker_id=int, spec=dict, overrides=dict, index=int),
+    "send": _fields(worker_id=int, msg=dict),
+    "kill": _fields(worker_id=int),
     "shutdown": [],
-    "hello": [
-        ("pilot", int, False),
-        ("job_id", str, True),
-        ("host", str, False),
-        ("python", str, False),
-        ("executable", str, False),
-        ("pid", int, False),
-        ("problem", str, True),
-    ],
-    "started": [("worker_id", int, False), ("info", dict, False)],
-    "start_failed": [("worker_id", int, False), ("message", str, False)],
-    "events": [("events", list, False)],
-    "ending": [("why", str, False), ("terminating", bool, False)],
+    "hello": _fields(
+        "job_id", "problem", pilot=int, job_id=str, host=str, python=str, executable=str, pid=int, problem=str
+    ),
+    "started": _fields(worker_id=int, info=dict),
+    "start_failed": _fields(worker_id=int, message=str),
+    "events": _fields(events=list),
+    "ending": _fields(why=str, terminating=bool),
 }
 
 #: each event's fields after its kind and worker id
@@ -122,6 +119,17 @@ def decode(data: bytes, ops: frozenset[str]) -> dict[str, Any]:
     if op == "events":
         msg["events"] = from_events(msg["events"])
     return msg
+
+
+def receive(conn: Any, ops: frozenset[str], max_bytes: int = MAX_WIRE_BYTES) -> dict[str, Any]:
+    """The next message on ``conn`` (a ``multiprocessing.connection`` connection), checked by
+    :func:`decode` against ``ops``.
+
+    Raises:
+        ProtocolError: what came is not a message of the wire.
+        EOFError, OSError: the peer is gone, or sent more than ``max_bytes``.
+    """
+    return decode(conn.recv_bytes(max_bytes), ops)
 
 
 def to_events(events: list[tuple[Any, ...]]) -> list[list[Any]]:
