@@ -99,15 +99,14 @@ class Outcomes:
         if status != "ok":
             self.stages.attempt_ended(run.index)  # a half-written checkpoint is never resumed
         self.recorder.finish_attempt(
-            run.index,
-            run.attempt,
-            status=status,
+            run,
+            status,
             error=stored,
-            peak_rss_bytes=end.peak,
+            peak=end.peak,
             duration_s=end.duration_s,
         )
         self.predictions.observe(run, status, end.peak, worker)
-        following, error = self.recovery.next_attempt(worker, run, status, error, end.peak)
+        following, error = self.recovery.next_attempt(worker, replace(end, error=error))
         if following is not None:
             return following
         self.finish_trial(run, status, end.value, error, end.peak, worker_id, end.duration_s)

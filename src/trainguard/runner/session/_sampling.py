@@ -104,23 +104,18 @@ class TreeSampling:
                     if gpu is not None:
                         worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
                 self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
-            now_mono = time.monotonic()
+            mono = time.monotonic()
             self.last.on_sample(
-                worker.worker_id,
-                worker.handle,
-                rss_bytes=rss,
-                gpu_bytes=gpu,
-                mono_s=now_mono,
-                wall_s=now_wall,
+                worker.worker_id, worker.handle, rss_bytes=rss, gpu_bytes=gpu, mono_s=mono, wall_s=now_wall
             )
             if run is None or kill is not None:
                 continue
             trial = (run.index, run.attempt, run.started_mono)
             if worker.handle.enforces_limits:
                 # the verdict is made next to the worker (its node's agent): its pressure kept here
-                self.last.adopt_pressure(worker.worker_id, worker.handle, trial=trial, now_s=now_mono)
+                self.last.adopt_pressure(worker.worker_id, worker.handle, trial=trial, now_s=mono)
                 continue
-            decision = self._verdict(worker, trial, rss=rss, gpu=gpu, split=split, now_s=now_mono)
+            decision = self._verdict(worker, trial, rss=rss, gpu=gpu, split=split, now_s=mono)
             if decision is not None:
                 with pool.lock:
                     if worker.trial is not run:

@@ -280,11 +280,10 @@ class Stages:
             worker.state = "idle"
             peak = max(worker.trial_peak_rss, worker.stage_peak_rss)
         self.recorder.finish_attempt(
-            run.index,
-            run.attempt,
-            status="staged",
+            run,
+            "staged",
             error=None,
-            peak_rss_bytes=peak or None,
+            peak=peak or None,
             duration_s=duration_s,
         )
         resumed = Attempt(

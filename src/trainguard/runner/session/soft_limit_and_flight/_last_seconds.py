@@ -24,10 +24,7 @@ from trainguard.outcomes import Failure
 from trainguard.runner.backends import BaseWorker
 from trainguard.runner.policy import Policy, PressureDecision, PressureSince, RecycleDecision
 from trainguard.runner.session.soft_limit_and_flight._flight_recorder import FlightRecorder
-from trainguard.runner.session.soft_limit_and_flight._pressure_tracker import (
-    Action,
-    PressureTracker,
-)
+from trainguard.runner.session.soft_limit_and_flight._pressure_tracker import Action, PressureTracker
 
 __all__ = ["LastSeconds", "tree_processes"]
 
