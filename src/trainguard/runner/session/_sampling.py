@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainguard.process.watch import Watchdog
 from trainguard.runner.policy import LimitReading, growth_rate, limit_verdict
-from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from trainguard.runner.session._pool import Pool
     from trainguard.runner.session._recorder import Recorder
     from trainguard.runner.session._records import WorkerRecord
+    from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 
 __all__ = ["TreeSampling"]
 
@@ -34,26 +35,19 @@ logger = logging.getLogger(__name__)
 Sample = tuple[float, int, "int | None", "int | None"]
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class TreeSampling:
     """Owns the samples not stored yet and the highest sum seen over the budget."""
 
-    def __init__(
-        self,
-        *,
-        pool: Pool,
-        policy: Policy,
-        recorder: Recorder,
-        interval_s: float,
-        uss: bool,
-        last: LastSeconds | None = None,
-    ) -> None:
-        self.pool = pool
-        #: each worker's last seconds (flight recorder) and memory pressure
-        self.last = last if last is not None else LastSeconds(policy)
-        self.policy = policy
-        self.recorder = recorder
-        self.interval_s = interval_s
-        self.uss = uss
+    pool: Pool
+    policy: Policy
+    recorder: Recorder
+    interval_s: float
+    uss: bool
+    #: each worker's last seconds (flight recorder) and memory pressure
+    last: LastSeconds
+
+    def __post_init__(self) -> None:
         self._samples: dict[int, list[Sample]] = {}
         self._nvml: Callable[[], dict[int, int] | None] | None = None
         self._watchdog: Watchdog | None = None
