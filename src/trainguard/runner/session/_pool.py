@@ -191,16 +191,6 @@ class PoolPlanner:
         if rss_bytes:
             self.spare_bytes = int(rss_bytes)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "budget_bytes": self.budget_bytes,
-            "max_workers": self.max_workers,
-            "target": self.target,
-            "cap": self.cap,
-            "fresh_peak_bytes": self.fresh_peak_bytes,
-            "threads_chosen": dict(self.threads.chosen),
-        }
-
 
 @dataclass(eq=False, repr=False, kw_only=True)
 class Pool:

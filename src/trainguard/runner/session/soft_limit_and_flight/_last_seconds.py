@@ -209,15 +209,10 @@ class LastSeconds:
         )
 
     def record_end(
-        self,
-        recorder: Any,
-        worker: Any,
-        action: Action,
-        *,
-        rss_bytes: int | None = None,
-        stage: int | None = None,
+        self, recorder: Any, worker: Any, action: Action, *, rss_bytes: int | None, stage: int | None = None
     ) -> None:
-        """Record (loop thread) how a pressure on this worker's trial ended; nothing when none."""
+        """Record (loop thread) how a pressure on this worker's trial ended, with the trial's RSS
+        then (and its stage, at a checkpoint); nothing when none."""
         event = self.pressure.resolve(
             worker.worker_id, action, now_s=time.monotonic(), rss_bytes=rss_bytes, stage=stage
         )
