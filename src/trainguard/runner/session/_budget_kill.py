@@ -137,11 +137,10 @@ def after_budget_kill(
 
     def store_killed(run: Attempt) -> None:  # the attempt only: the trial stays unfinished
         recorder.finish_attempt(
-            run.index,
-            run.attempt,
-            status="killed_budget",
+            run,
+            "killed_budget",
             error=error if flight is None else replace(error, flight_recorder=flight),
-            peak_rss_bytes=peak,
+            peak=peak,
             duration_s=duration,
         )
 

@@ -98,11 +98,10 @@ def trial_filled_the_disk(
         event=f"filled up while trial {run.index} wrote its checkpoint",
     )
     recorder.finish_attempt(
-        run.index,
-        run.attempt,
-        status=DISK_FULL,
+        run,
+        DISK_FULL,
         error=replace(error, status=DISK_FULL, message=f"{what}; its half-written checkpoint was removed"),
-        peak_rss_bytes=peak,
+        peak=peak,
         duration_s=duration_s,
     )
     worker.trial = None  # recorded: the shutdown does not end it a second time
@@ -159,13 +158,12 @@ def _record_stopped_attempt(recorder: Recorder, worker: WorkerRecord, run: Attem
     """A trial the full disk stopped (the store's write failed first, not its checkpoint)."""
     try:
         recorder.finish_attempt(
-            run.index,
-            run.attempt,
-            status=DISK_FULL,
+            run,
+            DISK_FULL,
             error=Failure(
                 DISK_FULL, f"stopped: the disk filled up while trial {run.index} ran; it runs again on resume"
             ),
-            peak_rss_bytes=worker.trial_peak_rss or None,
+            peak=worker.trial_peak_rss or None,
             duration_s=time.monotonic() - run.started_mono if run.started_mono else None,
         )
     except Exception:  # noqa: BLE001 - the end of the run must still be recorded

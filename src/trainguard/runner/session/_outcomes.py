@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from trainguard.runner.session._eta import eta_seconds
@@ -33,35 +33,27 @@ if TYPE_CHECKING:
 __all__ = ["Outcomes"]
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Outcomes:
     """The ends of one session's attempts and trials, and what they add up to."""
 
-    def __init__(
-        self,
-        *,
-        policy: Policy,
-        recorder: Recorder,
-        recovery: Recovery,
-        stages: Stages,
-        predictions: Predictions,
-        seed_of: Callable[[int], int | None],
-    ) -> None:
-        self.policy = policy
-        self.recorder = recorder
-        self.recovery = recovery
-        self.stages = stages
-        self.predictions = predictions
-        self.seed_of = seed_of
-        #: results to yield, in the order the trials finished
-        self.out: deque[TrialResult] = deque()
-        #: the failed trial that stopped the run (``on_error='stop'``), else None
-        self.stop_result: TrialResult | None = None
-        self.lock = threading.Lock()
-        self.done = 0
-        self.failed = 0
-        self.done_this_session = 0
-        self.started_mono = time.monotonic()
-        self.last_done_mono: float | None = None
+    policy: Policy
+    recorder: Recorder
+    recovery: Recovery
+    stages: Stages
+    predictions: Predictions
+    seed_of: Callable[[int], int | None]
+    #: results to yield, in the order the trials finished
+    out: deque[TrialResult] = field(default_factory=deque, init=False)
+    #: the failed trial that stopped the run (``on_error='stop'``), else None
+    stop_result: TrialResult | None = field(default=None, init=False)
+    # the counts below are written by the loop and read by progress() from any thread, under it
+    lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    done: int = field(default=0, init=False)
+    failed: int = field(default=0, init=False)
+    done_this_session: int = field(default=0, init=False)
+    started_mono: float = field(default_factory=time.monotonic, init=False)
+    last_done_mono: float | None = field(default=None, init=False)
 
     def progress(
         self, name: str, total: int, workers: tuple[WorkerProgress, ...], recycles: int
@@ -99,15 +91,14 @@ class Outcomes:
         if status != "ok":
             self.stages.attempt_ended(run.index)  # a half-written checkpoint is never resumed
         self.recorder.finish_attempt(
-            run.index,
-            run.attempt,
-            status=status,
+            run,
+            status,
             error=stored,
-            peak_rss_bytes=end.peak,
+            peak=end.peak,
             duration_s=end.duration_s,
         )
         self.predictions.observe(run, status, end.peak, worker)
-        following, error = self.recovery.next_attempt(worker, run, status, error, end.peak)
+        following, error = self.recovery.next_attempt(worker, replace(end, error=error))
         if following is not None:
             return following
         self.finish_trial(run, status, end.value, error, end.peak, worker_id, end.duration_s)

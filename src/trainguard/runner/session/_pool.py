@@ -191,17 +191,8 @@ class PoolPlanner:
         if rss_bytes:
             self.spare_bytes = int(rss_bytes)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "budget_bytes": self.budget_bytes,
-            "max_workers": self.max_workers,
-            "target": self.target,
-            "cap": self.cap,
-            "fresh_peak_bytes": self.fresh_peak_bytes,
-            "threads_chosen": dict(self.threads.chosen),
-        }
 
-
+@dataclass(eq=False, repr=False, kw_only=True)
 class Pool:
     """The worker records of one session and what is done to them: start, reserve, retire, reap.
 
@@ -210,23 +201,16 @@ class Pool:
     recorder, from the loop's thread only.
     """
 
-    def __init__(
-        self,
-        *,
-        config: RunConfig,
-        policy: Policy,
-        backend: BaseBackend,
-        recorder: Recorder,
-        fn_kind: str,
-        private: bool,
-    ) -> None:
-        self.config = config
-        self.policy = policy
-        self.backend = backend
-        self.recorder = recorder
-        self.fn_kind = fn_kind
-        #: shared data in use: each worker is charged its private memory (USS) wherever RSS is used
-        self.private = private
+    config: RunConfig
+    policy: Policy
+    backend: BaseBackend
+    recorder: Recorder
+    fn_kind: str
+    #: shared data in use: each worker is charged its private memory (USS) wherever RSS is used
+    private: bool
+
+    def __post_init__(self) -> None:
+        config = self.config
         self.lock = threading.Lock()
         self.workers: list[WorkerRecord] = []
         self.next_worker_id = 0
@@ -241,7 +225,7 @@ class Pool:
         self.no_prestart = False  # a replacement started early was killed at the budget
         #: the GPU budget's slots, shares and kills (Runner(gpu_memory_budget=...)), else None
         self.gpu = (
-            GpuPool(config.gpu_budget, max_workers=config.workers, predict_peaks=policy.predict_peaks)
+            GpuPool(config.gpu_budget, max_workers=config.workers, predict_peaks=self.policy.predict_peaks)
             if config.gpu_budget is not None
             else None
         )

@@ -287,23 +287,17 @@ class Recorder:
             self.store.start_attempt(self.run_id, index, attempt, worker_id)
 
     def finish_attempt(
-        self,
-        index: int,
-        attempt: int,
-        *,
-        status: str,
-        error: Failure | None,
-        peak_rss_bytes: int | None,
-        duration_s: float | None,
+        self, run: Attempt, status: str, *, error: Failure | None, peak: int | None, duration_s: float | None
     ) -> None:
+        """Record how ``run`` ended: its status, failure, peak RSS (bytes) and duration."""
         if self.run_id is not None:
             self.store.finish_attempt(
                 self.run_id,
-                index,
-                attempt,
+                run.index,
+                run.attempt,
                 status=status,
                 error=error,
-                peak_rss_bytes=peak_rss_bytes,
+                peak_rss_bytes=peak,
                 duration_s=duration_s,
             )
 

@@ -26,7 +26,7 @@ from trainguard.units import format_bytes
 if TYPE_CHECKING:
     from trainguard.runner.policy import Policy
     from trainguard.runner.session._recorder import Recorder
-    from trainguard.runner.session._records import WorkerRecord
+    from trainguard.runner.session._records import Finish, WorkerRecord
 
 __all__ = ["device_key", "Recovery"]
 
@@ -94,19 +94,14 @@ class Recovery:
             failure = replace(failure, ran_with=self._sized_keys(run.sent_params))
         return failure
 
-    def next_attempt(
-        self,
-        worker: WorkerRecord | None,
-        run: Attempt,
-        status: str,
-        error: Failure | None,
-        peak: int | None,
-    ) -> tuple[Attempt | None, Failure | None]:
-        """The attempt that follows this one (None: the trial is finished) and the failure to keep
-        when it is finished (an OOM give-up says why no smaller size was tried)."""
+    def next_attempt(self, worker: WorkerRecord | None, end: Finish) -> tuple[Attempt | None, Failure | None]:
+        """The attempt that follows ``end``'s (None: the trial is finished) and the failure to keep
+        when it is finished (``end.error``, or for an OOM give-up the same saying why no smaller
+        size was tried)."""
+        run, status, error, peak = end.run, end.status, end.error, end.peak
         rule = self.policy.on_oom
         if rule is not None and status in OOM_STATUSES:
-            smaller, error = self._shrink(worker, run, status, error, peak)
+            smaller, error = self._shrink(worker, end)
             if smaller is not None:
                 return smaller, error
         if status == "ok" and rule is not None and run.attempt_params is not None:
@@ -139,11 +134,10 @@ class Recovery:
         self._lost_reruns[run.index] = done + 1
         failure = replace(error, attempt=run.attempt, worker_id=worker.worker_id)
         self.recorder.finish_attempt(
-            run.index,
-            run.attempt,
-            status=error.status,
+            run,
+            error.status,
             error=failure,
-            peak_rss_bytes=peak,
+            peak=peak,
             duration_s=duration_s,
         )
         self.recorder.event(
@@ -224,16 +218,10 @@ class Recovery:
             index=run.index,
         )
 
-    def _shrink(
-        self,
-        worker: WorkerRecord | None,
-        run: Attempt,
-        status: str,
-        error: Failure | None,
-        peak: int | None,
-    ) -> tuple[Attempt | None, Failure | None]:
+    def _shrink(self, worker: WorkerRecord | None, end: Finish) -> tuple[Attempt | None, Failure | None]:
         """The next, smaller attempt of an out-of-memory trial; None (and the failure saying why)
         when there is none."""
+        run, status, error, peak = end.run, end.status, end.error, end.peak
         rule = self.policy.on_oom
         assert rule is not None
         current = run.sent_params

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainguard.process.watch import Watchdog
 from trainguard.runner.policy import LimitReading, growth_rate, limit_verdict
-from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 from trainguard.units import format_bytes
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from trainguard.runner.session._pool import Pool
     from trainguard.runner.session._recorder import Recorder
     from trainguard.runner.session._records import WorkerRecord
+    from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 
 __all__ = ["TreeSampling"]
 
@@ -34,26 +35,19 @@ logger = logging.getLogger(__name__)
 Sample = tuple[float, int, "int | None", "int | None"]
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class TreeSampling:
     """Owns the samples not stored yet and the highest sum seen over the budget."""
 
-    def __init__(
-        self,
-        *,
-        pool: Pool,
-        policy: Policy,
-        recorder: Recorder,
-        interval_s: float,
-        uss: bool,
-        last: LastSeconds | None = None,
-    ) -> None:
-        self.pool = pool
-        #: each worker's last seconds (flight recorder) and memory pressure
-        self.last = last if last is not None else LastSeconds(policy)
-        self.policy = policy
-        self.recorder = recorder
-        self.interval_s = interval_s
-        self.uss = uss
+    pool: Pool
+    policy: Policy
+    recorder: Recorder
+    interval_s: float
+    uss: bool
+    #: each worker's last seconds (flight recorder) and memory pressure
+    last: LastSeconds
+
+    def __post_init__(self) -> None:
         self._samples: dict[int, list[Sample]] = {}
         self._nvml: Callable[[], dict[int, int] | None] | None = None
         self._watchdog: Watchdog | None = None
@@ -104,23 +98,18 @@ class TreeSampling:
                     if gpu is not None:
                         worker.trial_peak_gpu = max(worker.trial_peak_gpu or 0, gpu)
                 self._samples.setdefault(worker.worker_id, []).append((now_wall, rss, uss, gpu))
-            now_mono = time.monotonic()
+            mono = time.monotonic()
             self.last.on_sample(
-                worker.worker_id,
-                worker.handle,
-                rss_bytes=rss,
-                gpu_bytes=gpu,
-                mono_s=now_mono,
-                wall_s=now_wall,
+                worker.worker_id, worker.handle, rss_bytes=rss, gpu_bytes=gpu, mono_s=mono, wall_s=now_wall
             )
             if run is None or kill is not None:
                 continue
             trial = (run.index, run.attempt, run.started_mono)
             if worker.handle.enforces_limits:
                 # the verdict is made next to the worker (its node's agent): its pressure kept here
-                self.last.adopt_pressure(worker.worker_id, worker.handle, trial=trial, now_s=now_mono)
+                self.last.adopt_pressure(worker.worker_id, worker.handle, trial=trial, now_s=mono)
                 continue
-            decision = self._verdict(worker, trial, rss=rss, gpu=gpu, split=split, now_s=now_mono)
+            decision = self._verdict(worker, trial, rss=rss, gpu=gpu, split=split, now_s=mono)
             if decision is not None:
                 with pool.lock:
                     if worker.trial is not run:

@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,6 @@ from trainguard.exceptions import CheckpointError
 from trainguard.runner._checkpoint_safety import open_private_dirs, remove_private
 from trainguard.runner.policy import RecycleDecision, decide_stage, worker_history
 from trainguard.runner.session._records import Attempt
-from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 from trainguard.runner.worker.context import latest_stage, verify_stage
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from trainguard.runner.session._pool import Pool
     from trainguard.runner.session._recorder import Recorder
     from trainguard.runner.session._records import WorkerRecord
+    from trainguard.runner.session.soft_limit_and_flight import LastSeconds
 
 __all__ = ["CheckpointFolders", "prepare_resume", "data_message", "whole_trial", "Stages"]
 
@@ -150,26 +151,18 @@ def data_message(data: Any) -> dict[str, Any] | None:
     return {"path": data.path, "names": list(data.names), "single": bool(data.single)}
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Stages:
     """Staged trials in one session: their checkpoint folders, resumes and exits at a checkpoint."""
 
-    def __init__(
-        self,
-        *,
-        policy: Policy,
-        recorder: Recorder,
-        pool: Pool,
-        staged_kind: bool,
-        last: LastSeconds | None = None,
-    ) -> None:
-        self.policy = policy
-        #: memory pressure: a checkpoint under pressure ends the worker (the trial goes on elsewhere)
-        self.last = last if last is not None else LastSeconds(policy)
-        self.recorder = recorder
-        self.pool = pool
-        #: whether trials of this function can stage (not a command, not a Node function)
-        self.staged_kind = staged_kind
-        self.folders: CheckpointFolders | None = None
+    policy: Policy
+    recorder: Recorder
+    pool: Pool
+    #: whether trials of this function can stage (not a command, not a Node function)
+    staged_kind: bool
+    #: memory pressure: a checkpoint under pressure ends the worker (the trial goes on elsewhere)
+    last: LastSeconds
+    folders: CheckpointFolders | None = field(default=None, init=False)
 
     def whole_trial(
         self, run: Attempt, peak: int | None, duration_s: float | None
@@ -280,11 +273,10 @@ class Stages:
             worker.state = "idle"
             peak = max(worker.trial_peak_rss, worker.stage_peak_rss)
         self.recorder.finish_attempt(
-            run.index,
-            run.attempt,
-            status="staged",
+            run,
+            "staged",
             error=None,
-            peak_rss_bytes=peak or None,
+            peak=peak or None,
             duration_s=duration_s,
         )
         resumed = Attempt(

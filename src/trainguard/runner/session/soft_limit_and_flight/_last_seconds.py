@@ -24,10 +24,7 @@ from trainguard.outcomes import Failure
 from trainguard.runner.backends import BaseWorker
 from trainguard.runner.policy import Policy, PressureDecision, PressureSince, RecycleDecision
 from trainguard.runner.session.soft_limit_and_flight._flight_recorder import FlightRecorder
-from trainguard.runner.session.soft_limit_and_flight._pressure_tracker import (
-    Action,
-    PressureTracker,
-)
+from trainguard.runner.session.soft_limit_and_flight._pressure_tracker import Action, PressureTracker
 
 __all__ = ["LastSeconds", "tree_processes"]
 
@@ -212,15 +209,10 @@ class LastSeconds:
         )
 
     def record_end(
-        self,
-        recorder: Any,
-        worker: Any,
-        action: Action,
-        *,
-        rss_bytes: int | None = None,
-        stage: int | None = None,
+        self, recorder: Any, worker: Any, action: Action, *, rss_bytes: int | None, stage: int | None = None
     ) -> None:
-        """Record (loop thread) how a pressure on this worker's trial ended; nothing when none."""
+        """Record (loop thread) how a pressure on this worker's trial ended, with the trial's RSS
+        then (and its stage, at a checkpoint); nothing when none."""
         event = self.pressure.resolve(
             worker.worker_id, action, now_s=time.monotonic(), rss_bytes=rss_bytes, stage=stage
         )

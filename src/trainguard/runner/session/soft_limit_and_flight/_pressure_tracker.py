@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from trainguard.runner.policy import (
-    KillDecision,
-    LimitReading,
-    Policy,
-    PressureDecision,
-    PressureSince,
-    growth_rate,
-    outcome_text,
-    pressure_verdict,
-)
+from trainguard.runner.policy import LimitReading, PressureSince, growth_rate, outcome_text, pressure_verdict
+
+if TYPE_CHECKING:
+    from trainguard.runner.policy import KillDecision, Policy, PressureDecision
 
 __all__ = ["PressureTracker", "PressureState", "PressureEvent"]
 
