@@ -147,6 +147,32 @@ _SCHEMA: dict[str, list[tuple[str, Any, bool]]] = {
 }
 
 
+def json_object(data: bytes, *, say_why: bool) -> dict[str, Any]:
+    """One message's bytes read as a JSON object, the first check of every channel's messages.
+
+    Args:
+        data: the message as it came off the channel.
+        say_why: add the JSON parser's own words to the error (the local channel does; the Slurm
+            wire, whose bytes come from the network, names only the length and the first bytes).
+
+    Returns:
+        The object.
+
+    Raises:
+        ProtocolError: not UTF-8 JSON, or JSON that is not an object.
+    """
+    try:
+        msg = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        why = f": {err}" if say_why else ""
+        raise ProtocolError(
+            f"a message that is not JSON ({len(data)} bytes starting {data[:16]!r}){why}"
+        ) from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"a message that is a JSON {type(msg).__name__}, not an object")
+    return msg
+
+
 def parse_message(data: bytes) -> dict[str, Any]:
     """Parse and check one worker message.
 
@@ -154,15 +180,7 @@ def parse_message(data: bytes) -> dict[str, Any]:
         ProtocolError: not UTF-8 JSON, not an object, an unknown ``op``, or a field missing or of
             the wrong type.
     """
-    try:
-        msg = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        head = data[:16]
-        raise ProtocolError(
-            f"a message that is not JSON ({len(data)} bytes starting {head!r}): {err}"
-        ) from None
-    if not isinstance(msg, dict):
-        raise ProtocolError(f"a message that is a JSON {type(msg).__name__}, not an object")
+    msg = json_object(data, say_why=True)
     op = msg.get("op")
     fields = _SCHEMA.get(op) if isinstance(op, str) else None
     if fields is None:

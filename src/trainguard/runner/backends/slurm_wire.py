@@ -38,7 +38,7 @@ import hashlib
 import json
 from typing import Any
 
-from trainguard.runner._protocol import ProtocolError, _need
+from trainguard.runner._protocol import ProtocolError, _need, json_object
 from trainguard.runner.backends.base import WorkerSpec
 
 __all__ = [
@@ -103,14 +103,7 @@ def decode(data: bytes, ops: frozenset[str]) -> dict[str, Any]:
     Raises:
         ProtocolError: anything else (the text says what).
     """
-    try:
-        msg = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ProtocolError(
-            f"a message that is not JSON ({len(data)} bytes starting {data[:16]!r})"
-        ) from None
-    if not isinstance(msg, dict):
-        raise ProtocolError(f"a message that is a JSON {type(msg).__name__}, not an object")
+    msg = json_object(data, say_why=False)
     op = msg.get("op")
     if not isinstance(op, str) or op not in ops:
         raise ProtocolError(f"a message with the unexpected op {op!r}")
