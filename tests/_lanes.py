@@ -12,11 +12,19 @@ around them, instead of a long file's tests coming last to one process while the
 
 ``pytest --record-durations tests/durations.json`` writes each test's setup + call + teardown time
 from the run into that file, merged with what it held for the tests that did not run.
+
+``pytest --record-cpu DIR`` writes each test's CPU seconds (this process's and its reaped children's,
+user and system) to ``DIR/cpu-<pid>.json``, one file a pytest process: on 2 cores the parallel phase
+is bound by CPU, not by wall, so CPU is what a cut must lower. ``python tests/_lanes.py DIR`` prints
+the files' tests by CPU, the costliest first.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import resource
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -61,6 +69,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         default=None,
         help="write each test's duration (setup + call + teardown) to PATH as JSON, merged with what it holds",
+    )
+    group.addoption(
+        "--record-cpu",
+        metavar="DIR",
+        default=None,
+        help="write each test's CPU seconds (with its reaped children's) to DIR/cpu-<pid>.json",
     )
 
 
@@ -111,7 +125,55 @@ class DurationRecorder:
         self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")
 
 
+def cpu_seconds() -> float:
+    """User + system CPU of this process and of its children that have been waited for."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class CpuRecorder:
+    """Each test's CPU seconds (setup, call and teardown), written at the end of the session."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / f"cpu-{os.getpid()}.json"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.seconds: dict[str, float] = {}
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> object:
+        before = cpu_seconds()
+        try:
+            return (yield)
+        finally:
+            self.seconds[item.nodeid] = round(cpu_seconds() - before, 3)
+
+    def pytest_sessionfinish(self) -> None:
+        if self.seconds:
+            self.path.write_text(json.dumps(self.seconds, indent=0) + "\n")
+
+
+def costliest(folder: Path, most: int = 40) -> list[str]:
+    """The lines ``python tests/_lanes.py DIR`` prints: files, then tests, by CPU seconds."""
+    seconds: dict[str, float] = {}
+    for path in sorted(folder.glob("cpu-*.json")):
+        seconds.update(json.loads(path.read_text()))
+    files: dict[str, float] = {}
+    for node, cpu in seconds.items():
+        files[node.split("::", 1)[0]] = files.get(node.split("::", 1)[0], 0.0) + cpu
+    lines = [f"{len(seconds)} tests, {sum(seconds.values()):.0f} CPU seconds"]
+    lines += [f"{cpu:8.1f}  {name}" for name, cpu in sorted(files.items(), key=lambda kv: -kv[1])[:most]]
+    lines += [f"{cpu:8.1f}  {node}" for node, cpu in sorted(seconds.items(), key=lambda kv: -kv[1])[:most]]
+    return lines
+
+
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--record-durations")
     if path:
         config.pluginmanager.register(DurationRecorder(Path(path)), "trainguard-durations")
+    folder = config.getoption("--record-cpu")
+    if folder:
+        config.pluginmanager.register(CpuRecorder(Path(folder)), "trainguard-cpu")
+
+
+if __name__ == "__main__":
+    print("\n".join(costliest(Path(sys.argv[1]))))

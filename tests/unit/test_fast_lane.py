@@ -12,6 +12,7 @@ from _lanes import (
     DURATIONS,
     FAST_LANE_BUDGET_S,
     FAST_TEST_MAX_S,
+    costliest,
     fast_lane_excludes,
     load_durations,
     longest_files_first,
@@ -60,3 +61,12 @@ def test_record_durations_merges_into_the_file(tmp_path):
     written = json.loads(record.read_text())
     assert written["elsewhere::kept"] == 9.0
     assert set(written) == {"elsewhere::kept", "test_probe.py::test_one"}
+
+
+def test_the_cpu_record_sums_each_process_file_and_lists_the_costliest_first(tmp_path):
+    (tmp_path / "cpu-1.json").write_text(json.dumps({"tests/a.py::x": 1.0, "tests/b.py::y": 5.0}))
+    (tmp_path / "cpu-2.json").write_text(json.dumps({"tests/a.py::z": 6.0}))
+    lines = costliest(tmp_path)
+    assert lines[0] == "3 tests, 12 CPU seconds"
+    assert [line.split()[1] for line in lines[1:3]] == ["tests/a.py", "tests/b.py"]  # 7 s, then 5 s
+    assert [line.split()[1] for line in lines[3:]] == ["tests/a.py::z", "tests/b.py::y", "tests/a.py::x"]
