@@ -13,7 +13,7 @@ around them, instead of a long file's tests coming last to one process while the
 ``pytest --record-durations tests/durations.json`` writes each test's setup + call + teardown time
 from the run into that file, merged with what it held for the tests that did not run.
 
-``pytest --record-cpu DIR`` writes each test's CPU seconds (this process's and its reaped children's,
+``pytest --record-cpu DIR`` (or ``TRAINGUARD_RECORD_CPU=DIR``) writes each test's CPU seconds (this process's and its reaped children's,
 user and system) to ``DIR/cpu-<pid>.json``, one file a pytest process: on 2 cores the parallel phase
 is bound by CPU, not by wall, so CPU is what a cut must lower. ``python tests/_lanes.py DIR`` prints
 the files' tests by CPU, the costliest first.
@@ -170,7 +170,8 @@ def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--record-durations")
     if path:
         config.pluginmanager.register(DurationRecorder(Path(path)), "trainguard-durations")
-    folder = config.getoption("--record-cpu")
+    # the variable reaches both phases of the test command, and a clone's, without changing its line
+    folder = config.getoption("--record-cpu") or os.environ.get("TRAINGUARD_RECORD_CPU")
     if folder:
         config.pluginmanager.register(CpuRecorder(Path(folder)), "trainguard-cpu")
 
