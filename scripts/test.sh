@@ -12,6 +12,8 @@ PYTHON=${PYTHON:-python3}
 if [ -L .venv ]; then rm .venv; fi
 # shellcheck source=scripts/system_packages.sh
 . scripts/system_packages.sh
+# shellcheck source=scripts/python_packages.sh
+. scripts/python_packages.sh
 
 FAST=()
 ARGS=()
@@ -23,14 +25,16 @@ install_system_packages
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-# torch is pinned to the CPU wheel: an unpinned torch resolves to a multi-GB CUDA build.
-.venv/bin/python -m pip install -q "torch==2.13.0" -e ".[test]"
+install_python_packages
 # TensorFlow.js tests: real @tensorflow/tfjs (pure JavaScript, CPU) from the lock file
 if command -v npm >/dev/null 2>&1 && { [ ! -d js/trainguard/node_modules/@tensorflow/tfjs ] || [ js/trainguard/package-lock.json -nt js/trainguard/node_modules/.package-lock.json ]; }; then
   (cd js/trainguard && npm ci --cache ../../.npm-cache --no-audit --no-fund --loglevel=error)
 fi
 export PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=2
+# Bytecode is written on first import and read after: with PYTHONDONTWRITEBYTECODE set, every test
+# process and worker would compile what it imports from source again (TensorFlow, torch, JAX and
+# scikit-learn: 32 CPU s an import from source here, 12 from bytecode).
+unset PYTHONDONTWRITEBYTECODE
 .venv/bin/ruff check --quiet src tests bench
 .venv/bin/ruff format --check --quiet src tests bench
 # types: strict on runner/, store/, probes/ and leaks/stats.py (settings in pyproject.toml). mypy
