@@ -34,6 +34,9 @@ install_python_packages() {
   local options=()
   .venv/bin/python -m pip install -q "uv>=0.5"
   mapfile -t options < <(uv_options_from_pip)
-  # torch is pinned to the CPU wheel: an unpinned torch resolves to a multi-GB CUDA build.
-  .venv/bin/uv pip install -q --python .venv/bin/python "${options[@]}" "torch==2.13.0" -e ".[test]"
+  # torch is pinned to the CPU wheel: an unpinned torch resolves to a multi-GB CUDA build. Each
+  # package's newest version from any index, as pip picks (uv's default takes the first index that
+  # has the package at all: a local mirror's older release over PyPI's newer one).
+  .venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match "${options[@]}" \
+    "torch==2.13.0" -e ".[test]"
 }
