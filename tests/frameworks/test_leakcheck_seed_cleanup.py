@@ -13,7 +13,8 @@ Beside it, the same step through the Python API under a ``max_time`` that gives 
 calls (a slow step, as two minutes gave a loaded machine 8, ``inconclusive`` before): the check goes
 on past ``max_time`` until its evidence decides, at most ``min_calls`` (100) calls, says so in a
 progress note, and says it is not a leak (``no_leak``, or ``plateau`` where the first fits grew the
-process before it stayed), with what stays of a fit named in the reason. The two
+process before it stayed; beside CPU hogs, undecided at the 100th call with an interval a tenth of
+the seed's leak or less), with what stays of a fit named in the reason. The two
 checks run at once, each in its own process (they share nothing but the machine)."""
 
 from __future__ import annotations
@@ -102,9 +103,15 @@ def test_seed_keras_fit_with_cleanup_is_no_leak_by_cli_and_api_and_a_short_budge
     assert by_api["slope_bytes_per_iter"] < 2**20
     assert "KiB/iter" in by_api["reason"]
     # not a leak: no_leak, or plateau where its first fits grew the process and it then stayed (a CI
-    # run: +6.0 MiB over the first 9 fits, then -19 KiB a fit), said so in the reason
-    assert by_api["verdict"] in ("no_leak", "plateau"), by_api["reason"]
+    # run: +6.0 MiB over the first 9 fits, then -19 KiB a fit), said so in the reason. Beside two CPU
+    # hogs 100 calls may leave it undecided (a loaded round: +40 KiB a fit, interval +20 .. +61 KiB,
+    # the readings' noise 2.1 MiB): then it stopped at min_calls, asked for more calls, and its
+    # interval rules out the seed's +9.8 MiB a fit by a factor of ten or more
+    assert by_api["verdict"] in ("no_leak", "plateau", "inconclusive"), by_api["reason"]
     if by_api["verdict"] == "plateau":
         assert "then leveled off" in by_api["reason"], by_api["reason"]
+    if by_api["verdict"] == "inconclusive":
+        assert by_api["iterations"] == 100 and "run more iterations" in by_api["reason"], by_api["reason"]
+        assert by_api["ci_high_bytes_per_iter"] < MIB, by_api["reason"]
     assert by_cli["verdict"] == "no_leak", by_cli["reason"]
     assert any("is spent after" in n and "at most 100 calls" in n for n in notes), notes
