@@ -172,16 +172,18 @@ def test_step_that_raises_keeps_the_series_and_says_where(targets: Path) -> None
     assert len(data["series"]) >= 2
 
 
-def test_missing_setup_named_setup_is_a_warning_and_the_step_still_runs(targets: Path) -> None:
+def test_missing_setup_named_setup_is_a_warning_and_the_step_still_runs(
+    targets: Path, bad_input_runs: list[dict]
+) -> None:
     # tools pass `--setup setup` to every file alike; a file without one is still checked
     path = targets.parent / "nosetup.py"
     res = cli(f"{path}:step", "--setup", "setup", "--json", "--max-time", "10s", "--min-iterations", "20")
     assert res.returncode == 1, res.stderr
     assert "has no function 'setup'; running the step without setup" in res.stderr
     assert json.loads(res.stdout)["verdict"] == "leak"
-    # a step that needs setup's value still fails as a usage error
-    res = cli(f"{path}:needs", "--setup", "setup", "--max-time", "5s")
-    assert res.returncode == 2 and "requires the argument 'x'" in res.stderr
+    # a step that needs setup's value still fails as a usage error (run with the bad inputs below)
+    needs = bad_input_runs[BAD_INPUT.index(NEEDS_SETUP)]
+    assert needs["code"] == 2 and "requires the argument 'x'" in needs["stderr"]
 
 
 def test_a_process_killed_by_a_signal_is_inconclusive_with_the_signal_and_series(targets: Path) -> None:
@@ -203,31 +205,86 @@ def test_budget_too_short_is_inconclusive(targets: Path) -> None:
     assert data["verdict"] == "inconclusive" and "raise max_time" in data["reason"]
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["{d}/nope.py:step"], "no such file"),
-        (["{d}/broken.py:step"], "ModuleNotFoundError"),
-        (["{t}:missing"], "has no step 'missing'"),
-        (["{t}:leak", "--setup", "nosetup"], "has no setup 'nosetup'"),
-        (["{t}:two_args"], "requires 2 arguments"),
-        (["{t}:leak"], "requires the argument"),
-        (["{t}:flat", "--metric", "vms"], "metric='vms' is unknown"),
-        (["{t}:flat", "--max-iterations", "0"], "max_iterations=0"),
-        (["{t}:flat", "--max-time", "soon"], "not a duration"),
-        (["{t}"], "FILE.py:FUNCTION"),
-        (["{t}:flat", "--plot", "{d}/x.gif"], ".png or .svg"),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2(targets: Path, args: list[str], message: str) -> None:
-    res = cli(
+# a file without `setup` given `--setup setup`, whose step needs setup's value
+NEEDS_SETUP = (["{d}/nosetup.py:needs", "--setup", "setup"], "requires the argument 'x'")
+BAD_INPUT = [
+    (["{d}/nope.py:step"], "no such file"),
+    (["{d}/broken.py:step"], "ModuleNotFoundError"),
+    (["{t}:missing"], "has no step 'missing'"),
+    (["{t}:leak", "--setup", "nosetup"], "has no setup 'nosetup'"),
+    (["{t}:two_args"], "requires 2 arguments"),
+    (["{t}:leak"], "requires the argument"),
+    (["{t}:flat", "--metric", "vms"], "metric='vms' is unknown"),
+    (["{t}:flat", "--max-iterations", "0"], "max_iterations=0"),
+    (["{t}:flat", "--max-time", "soon"], "not a duration"),
+    (["{t}"], "FILE.py:FUNCTION"),
+    (["{t}:flat", "--plot", "{d}/x.gif"], ".png or .svg"),
+    NEEDS_SETUP,
+]
+
+# Every bad command line through the CLI's entry point in ONE child interpreter (one start
+# instead of eleven, about 2 CPU s each): each case's stdout and stderr are captured at the file
+# descriptors, so output a grandchild or C code writes is seen as a separate run would see it.
+_BAD_INPUT_CHILD = """
+import json, os, sys, tempfile
+from trainguard.cli import main
+out = []
+for argv in json.loads(sys.argv[1]):
+    files = [tempfile.TemporaryFile(mode="w+") for _ in range(2)]
+    sys.stdout.flush(); sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(files[0].fileno(), 1); os.dup2(files[1].fileno(), 2)
+    try:
+        code = main(["leakcheck", *argv])
+    except SystemExit as stop:  # argparse's usage errors
+        code = stop.code
+    finally:
+        sys.stdout.flush(); sys.stderr.flush()
+        os.dup2(saved[0], 1); os.dup2(saved[1], 2)
+    texts = []
+    for f in files:
+        f.seek(0)
+        texts.append(f.read())
+    out.append({"code": code, "stdout": texts[0], "stderr": texts[1]})
+print(json.dumps(out))
+"""
+
+
+def _argv(targets: Path, args: list[str]) -> list[str]:
+    return [
         *[a.format(t=targets, d=targets.parent) for a in args],
         "--max-time" if "--max-time" not in args else "--min-iterations",
         "5s" if "--max-time" not in args else "1",
+    ]
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(targets: Path) -> list[dict]:
+    cases = json.dumps([_argv(targets, args) for args, _ in BAD_INPUT])
+    res = subprocess.run(
+        [sys.executable, "-c", _BAD_INPUT_CHILD, cases], capture_output=True, text=True, timeout=300
     )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=[m for _, m in BAD_INPUT])
+def test_bad_input_is_one_line_and_exit_2(bad_input_runs: list[dict], case: int) -> None:
+    message = BAD_INPUT[case][1]
+    res = bad_input_runs[case]
+    assert res["code"] == 2, res["stdout"] + res["stderr"]
+    lines = [ln for ln in res["stderr"].splitlines() if ln.startswith("trainguard leakcheck: error:")]
+    assert len(lines) == 1 and message in lines[0], res["stderr"]
+    assert res["stdout"] == ""
+
+
+def test_bad_input_through_the_console_script_is_exit_2_and_one_line(targets: Path) -> None:
+    # the cases above call the entry point in one interpreter; this one goes through
+    # `python -m trainguard`, as a user does, so the exit status is the process's
+    res = cli(*_argv(targets, ["{t}:flat", "--metric", "vms"]))
     assert res.returncode == 2, res.stdout + res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("trainguard leakcheck: error:")]
-    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert len(lines) == 1 and "metric='vms' is unknown" in lines[0], res.stderr
     assert res.stdout == ""
 
 

@@ -58,31 +58,48 @@ def test_report_before_exit_and_keep_outside_are_config_errors():
         s.keep(np.zeros(1))
 
 
-def test_survivors_name_arrays_left_in_a_global_list():
-    with _scope() as s:
-        for _ in range(3):
-            _GLOBAL.append(np.zeros(SHAPE))
-    try:
-        survivors = _survivor_shapes(s.report)
-        assert survivors[("numpy", "ndarray", SHAPE)] == (3, 3 * 311 * 17 * 8)
-    finally:
-        _GLOBAL.clear()
+FREED = (311, 19)  # arrays made and dropped inside the scope
+KEPT = (311, 20)  # an array inside what the scope keeps, and one of the same shape it does not
+INNER = (311, 21)  # made in the inner scope, alive after both
+OUTER = (311, 22)  # made in the outer scope after the inner one closed
 
 
-def test_arrays_freed_inside_are_not_survivors():
-    with _scope() as s:
-        tmp = [np.zeros(SHAPE) for _ in range(3)]
-        del tmp
-    assert ("numpy", "ndarray", SHAPE) not in _survivor_shapes(s.report)
+@pytest.fixture(scope="module")
+def nested():
+    """One outer scope around one inner scope, each case below in its own distinctive shape.
+
+    Each scope takes a census on entry and exit (a walk of every live object: seconds in a test
+    process that imported the frameworks), so the cases share these two scopes instead of a pair
+    of censuses each; each shape is asserted on its own in the tests that follow."""
+    with _scope() as outer:
+        with _scope() as inner:
+            for _ in range(3):
+                _GLOBAL.append(np.zeros(SHAPE))
+            tmp = [np.zeros(FREED) for _ in range(3)]
+            del tmp
+            result = inner.keep({"weights": np.zeros(KEPT)})
+            other = np.ones(KEPT)
+            a = np.zeros(INNER)
+        b = np.zeros(OUTER)
+    _GLOBAL.clear()  # the reports are taken: the other tests start from an empty list
+    del result, other, a, b
+    return _survivor_shapes(inner.report), _survivor_shapes(outer.report)
 
 
-def test_keep_excludes_what_the_scope_returns():
-    with _scope() as s:
-        result = s.keep({"weights": np.zeros(SHAPE)})
-        other = np.ones(SHAPE)
-    survivors = _survivor_shapes(s.report)
-    assert survivors[("numpy", "ndarray", SHAPE)][0] == 1  # `other` only
-    del result, other
+def test_survivors_name_arrays_left_in_a_global_list(nested):
+    inner, _ = nested
+    assert inner[("numpy", "ndarray", SHAPE)] == (3, 3 * 311 * 17 * 8)
+
+
+def test_arrays_freed_inside_are_not_survivors(nested):
+    inner, outer = nested
+    assert ("numpy", "ndarray", FREED) not in inner
+    assert ("numpy", "ndarray", FREED) not in outer
+
+
+def test_keep_excludes_what_the_scope_returns(nested):
+    inner, _ = nested
+    assert inner[("numpy", "ndarray", KEPT)][0] == 1  # `other` only
 
 
 def test_decorator_keeps_the_return_value_and_reports_each_call():
@@ -97,16 +114,11 @@ def test_decorator_keeps_the_return_value_and_reports_each_call():
     assert out.shape == SHAPE
 
 
-def test_nested_scopes_report_separately():
-    with _scope() as outer:
-        with _scope() as inner:
-            a = np.zeros(SHAPE)
-        b = np.zeros((SHAPE[0], SHAPE[1] + 1))
-    assert _survivor_shapes(inner.report)[("numpy", "ndarray", SHAPE)][0] == 1
-    assert ("numpy", "ndarray", (311, 18)) not in _survivor_shapes(inner.report)
-    outer_s = _survivor_shapes(outer.report)
-    assert outer_s[("numpy", "ndarray", SHAPE)][0] == 1 and outer_s[("numpy", "ndarray", (311, 18))][0] == 1
-    del a, b
+def test_nested_scopes_report_separately(nested):
+    inner, outer = nested
+    assert inner[("numpy", "ndarray", INNER)][0] == 1
+    assert ("numpy", "ndarray", OUTER) not in inner
+    assert outer[("numpy", "ndarray", INNER)][0] == 1 and outer[("numpy", "ndarray", OUTER)][0] == 1
 
 
 _PEAK_CHILD = """
