@@ -27,7 +27,11 @@ def test_in_process_leak_with_progress_and_report_round_trip() -> None:
     report = trainguard.leakcheck(leaky_step, max_time="10s", progress=events.append)
     KEEP.clear()
     assert report.verdict is Verdict.LEAK and report.leaked
-    assert report.slope_bytes_per_iter == pytest.approx(300_000, rel=0.2)
+    # the allocator's bytes in use grow by the step's bytearray; RSS also counts whole pages and the
+    # allocator's slack (+20 % .. +25 % over a short series; a loaded run: +21 %)
+    if report.allocator and report.allocator["available"]:
+        assert report.allocator["slope_bytes_per_iter"] == pytest.approx(300_000, rel=0.05)
+    assert 0.8 * 300_000 < report.slope_bytes_per_iter < 1.5 * 300_000
     assert events and "slope_bytes_per_iter" in events[-1]
     again = LeakReport.from_dict(report.to_dict())
     assert again.verdict is report.verdict and again.iterations == report.iterations
