@@ -48,8 +48,6 @@ def _keras_part() -> dict[str, list[float]]:
 
 
 def draw(params):
-    if params.get("skip"):
-        return None
     out = {
         "random": random.random(),
         "numpy": float(np.random.rand()),

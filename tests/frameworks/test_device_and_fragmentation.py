@@ -17,9 +17,13 @@ from trainguard.exceptions import ConfigError  # noqa: E402
 from trainguard.runner import Device, Policy, Runner, Shrink  # noqa: E402
 
 OOM_TRIALS = str(Path(__file__).parent.parent / "integration" / "oom_trials.py")
+DEVICE_TRIAL = str(Path(__file__).with_name("device_trials.py")) + ":view_then_allocate"
 
 
-def test_device_settings_reach_the_worker_before_the_frameworks_and_are_read_back(tmp_path):
+@pytest.fixture(scope="module")
+def device_run(tmp_path_factory):
+    """One worker with the device settings and TensorFlow's BFC allocator on the CPU: it reads its
+    settings back, then allocates (each TensorFlow worker costs about 10 CPU seconds to start)."""
     device = Device(
         visible_devices="",
         tf_memory_growth=True,
@@ -27,9 +31,17 @@ def test_device_settings_reach_the_worker_before_the_frameworks_and_are_read_bac
         torch_alloc_conf="expandable_segments:True",
         mixed_precision="mixed_float16",
     )
-    with Runner(device=device, store=tmp_path / "d.db", keras_backend="tensorflow") as runner:
-        (result,) = runner.map(f"{OOM_TRIALS}:device_view", [{}], name="d")
-        events = runner.store.events(runner.store.get_run("d").run_id)
+    store = tmp_path_factory.mktemp("device") / "d.db"
+    with Runner(
+        device=device, store=store, keras_backend="tensorflow", env={"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+    ) as runner:
+        (result,) = runner.map(DEVICE_TRIAL, [{"n": 1500}], name="frag")
+        events = runner.store.events(runner.store.get_run("frag").run_id)
+    return store, result, events
+
+
+def test_device_settings_reach_the_worker_before_the_frameworks_and_are_read_back(device_run):
+    _, result, events = device_run
     assert result.ok, result.error
     assert result.value["env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert result.value["env"]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
@@ -91,11 +103,8 @@ def test_run_cli_device_flags(tmp_path, capsys):
         assert "needs jax" in capsys.readouterr().err
 
 
-def test_tensorflow_peak_against_in_use_is_recorded_and_shown(tmp_path, capsys):
-    store = tmp_path / "f.db"
-    with Runner(store=store, env={"TF_CPU_ALLOCATOR_USE_BFC": "true"}) as runner:
-        (result,) = runner.map(f"{OOM_TRIALS}:tf_allocates", [{"n": 1500}], name="frag")
-        events = runner.store.events(runner.store.get_run("frag").run_id)
+def test_tensorflow_peak_against_in_use_is_recorded_and_shown(device_run, capsys):
+    store, result, events = device_run
     assert result.ok, result.error
     (stats,) = [e for e in events if e.kind == "trial_stats"]
     (tf_row,) = [f for f in stats.data["fragmentation"] if f["framework"] == "tensorflow"]
@@ -109,8 +118,9 @@ def test_tensorflow_peak_against_in_use_is_recorded_and_shown(tmp_path, capsys):
 
 def test_mixed_precision_is_an_opt_in_oom_step_before_shrinking(tmp_path):
     policy = Policy(on_oom=Shrink("batch_size", mixed_precision=True), peak_ratio=None)
-    # the torch backend: Keras's dtype policy without a TensorFlow import in each fresh worker
-    with Runner(policy=policy, store=tmp_path / "m.db", keras_backend="torch") as runner:
+    # the numpy backend: Keras's dtype policy without a TensorFlow import in each fresh worker
+    # (Keras on numpy starts in about 5.7 CPU seconds, on torch in about 11: torch._dynamo)
+    with Runner(policy=policy, store=tmp_path / "m.db", keras_backend="numpy") as runner:
         (result,) = runner.map(f"{OOM_TRIALS}:keras_policy", [{"batch_size": 64}], name="mp")
         events = runner.store.events(runner.store.get_run("mp").run_id)
     assert result.ok and result.attempts == 2

@@ -33,30 +33,32 @@ def _run(tmp_path, name, params, *, seed=7, policy=None):
 
 @pytest.mark.slow
 def test_fresh_reused_and_retried_trials_start_the_same(tmp_path):
-    skip = {"skip": True}  # returns at once, imports nothing
-    # trial 1's first attempt runs in a fresh worker, records what it drew and crashes; its retry
-    # runs in another fresh worker
+    # one run, two TensorFlow workers (each costs about 10 CPU seconds to start): trial 0 draws
+    # from every generator in worker A; trial 1's first attempt runs after it in A (reused),
+    # records what it drew and crashes; its retry runs in worker B, fresh
     crash_file = tmp_path / "first_attempt.json"
-    retried, _ = _run(
+    results, workers = _run(
         tmp_path,
-        "retried",
-        [skip, {"crash_once_file": str(crash_file)}],
-        policy=Policy(retries=1, max_trials_per_worker=1, predictive=False),
+        "seeded",
+        [{}, {"crash_once_file": str(crash_file)}],
+        policy=Policy(retries=1, predictive=False),
     )
-    assert retried[1].attempts == 2
-    fresh_value = json.loads(crash_file.read_text())
-    # trial 1 after trial 0 drew from every generator in the same worker
-    reused, reused_workers = _run(tmp_path, "reused", [{}, {}])
-    assert reused[0].worker_id == reused[1].worker_id and len(reused_workers) == 1
+    assert results[1].attempts == 2 and len(workers) == 2
+    reused_value = json.loads(crash_file.read_text())
+    with Store(tmp_path / "s.db", readonly=True) as store:
+        run = store.get_run("seeded")
+        first, retry = store.attempts(run.run_id, 1)
+        assert run.config["seed"] == 7
+        trial_seeds = [t.seed for t in store.trials(run.run_id)]
+    worker_a, worker_b = (w.worker_id for w in workers)
+    assert results[0].worker_id == first.worker_id == worker_a
+    assert retry.worker_id == results[1].worker_id == worker_b
 
     expected_seed = derive_seed(7, 1)
-    assert retried[1].seed == reused[1].seed == expected_seed
-    assert fresh_value == retried[1].value == reused[1].value
+    assert results[1].seed == expected_seed
+    # reused (first attempt, after trial 0) == fresh and retried (second attempt, new worker)
+    assert reused_value == results[1].value
     # the two trials of a run get different seeds, so different draws
-    assert reused[0].value["torch"] != reused[1].value["torch"]
-    assert reused[0].value["keras"]["weights"] != reused[1].value["keras"]["weights"]
-
-    with Store(tmp_path / "s.db", readonly=True) as store:
-        run = store.get_run("reused")
-        assert run.config["seed"] == 7
-        assert [t.seed for t in store.trials(run.run_id)] == [derive_seed(7, 0), expected_seed]
+    assert results[0].value["torch"] != results[1].value["torch"]
+    assert results[0].value["keras"]["weights"] != results[1].value["keras"]["weights"]
+    assert trial_seeds == [derive_seed(7, 0), expected_seed]
