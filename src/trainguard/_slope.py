@@ -15,7 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _sps
+
+# Student's t through scipy.special's functions (stdtr, the CDF; stdtrit, its inverse): the values of
+# scipy.stats.t.sf and .ppf to 1e-12, at 3 us a call where those take 180 us (the leak check computes
+# slopes at every look), and without importing scipy.stats (1.5 CPU s in every leak-check process).
+from scipy.special import stdtr as _t_cdf
+from scipy.special import stdtrit as _t_quantile
 
 from trainguard.exceptions import ConfigError
 
@@ -70,7 +75,7 @@ class SlopeEstimate:
         if self.n < 3 or not math.isfinite(self.ci_high - self.ci_low):
             return math.inf
         df = self.df if self.df is not None else self.n - 2
-        q = float(_sps.t.ppf(0.5 + self.confidence / 2, df))
+        q = float(_t_quantile(df, 0.5 + self.confidence / 2))
         return max((self.ci_high - self.ci_low) / (2 * q), 0.0)
 
 
@@ -265,8 +270,8 @@ def robust_slope(
             df,
         )
     t = slope / se
-    p_increase = float(_sps.t.sf(t, df))
-    q = float(_sps.t.ppf(0.5 + confidence / 2, df))
+    p_increase = float(_t_cdf(df, -t))  # P(T > t)
+    q = float(_t_quantile(df, 0.5 + confidence / 2))
     return SlopeEstimate(
         slope, slope - q * se, slope + q * se, n, float(t), p_increase, confidence, rho, inflation, df
     )

@@ -124,9 +124,11 @@ def test_leak_gives_exit_1_and_one_json_object(targets: Path) -> None:
         assert key in data
     assert data["verdict"] == "leak"
     # the allocator's count calls it within about 15 calls: its slope is the bytearray's; RSS,
-    # over so few readings, also counts whole pages and the allocator's slack (+20 % .. +25 % here)
+    # over so few readings, also counts whole pages and the allocator's slack (+5 % here, +25 % before
+    # the check warmed its own statistics up before its first reading)
     assert data["allocator"]["slope_bytes_per_iter"] == pytest.approx(200_000, rel=0.05)
-    assert 160_000 < data["slope_bytes_per_iter"] < 300_000
+    # 209-211 KB in 3 runs; 308-316 KB when the check's first look allocated inside the series
+    assert 160_000 < data["slope_bytes_per_iter"] < 250_000
     assert data["ci_low_bytes_per_iter"] > 100_000 and data["ci_high_bytes_per_iter"] >= 200_000
     assert "must not run" not in res.stderr
 

@@ -124,6 +124,7 @@ class LoopBase:
 
     def loop(self) -> None:
         """Read, then call a block and read until a look says stop or the budget or the step ends."""
+        stats.warm_up()  # the check's own first-use allocations, before its first reading
         self.start = time.perf_counter()
         self.measure()
         while True:
