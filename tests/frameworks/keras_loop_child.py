@@ -17,7 +17,7 @@ from trainguard.probes.census import census  # noqa: E402
 from trainguard.sampling import Sampler  # noqa: E402
 from trainguard.workloads import keras_fit  # noqa: E402
 
-PARAMS = {"units": 256, "rows": 1000, "features": 20, "epochs": 1, "batch_size": 32}
+PARAMS = {"units": 256, "rows": 256, "features": 20, "epochs": 1, "batch_size": 32}
 
 
 def main() -> None:

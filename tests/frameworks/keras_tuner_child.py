@@ -1,4 +1,12 @@
-"""Child process of test_keras_tuner_guarded: one KerasTuner search, plain or guarded; prints JSON."""
+"""Child process of test_keras_tuner_guarded: KerasTuner searches, plain or guarded; prints one JSON
+line a search.
+
+``python keras_tuner_child.py MODE DIRECTORY`` runs one search in DIRECTORY.
+``python keras_tuner_child.py MODE,MODE,... BASE`` runs them one after another in this process, each
+in BASE/MODE (``resume`` in BASE/guarded, which it resumes): one TensorFlow import pays for them all.
+The guarded searches go first, ``guarded`` the very first (its caller's growth is measured from a
+process that has fitted nothing), ``plain`` last (its fits stay in this process).
+"""
 
 from __future__ import annotations
 
@@ -29,20 +37,7 @@ def _tuner(directory: str, build=models.build, trials: int = 5, cls=keras_tuner.
     )
 
 
-def main(mode: str, directory: str) -> None:
-    x, y = models.data()
-    fit = {"epochs": 2, "validation_split": 0.25, "batch_size": 64, "verbose": 0}
-    proc = psutil.Process()
-    before = proc.memory_info().rss
-    peak = [before]
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(0.1):
-            peak[0] = max(peak[0], proc.memory_info().rss)
-
-    threading.Thread(target=watch, daemon=True).start()
-    start = time.perf_counter()
+def _search(mode: str, directory: str, x, y, fit: dict):
     if mode == "plain":
         tuner = _tuner(directory)
         tuner.search(x, y, **fit)
@@ -62,27 +57,51 @@ def main(mode: str, directory: str) -> None:
 
         tuner = _tuner(directory, trials=2, cls=Guarded)
         tuner.search(x, y, **fit)
+    return tuner
+
+
+def run(mode: str, directory: str) -> dict:
+    x, y = models.data()
+    fit = {"epochs": 2, "validation_split": 0.25, "batch_size": 64, "verbose": 0}
+    models.BUILD_RSS.clear()  # this search's builds only, when one process runs several
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.1):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    threading.Thread(target=watch, daemon=True).start()
+    start = time.perf_counter()
+    tuner = _search(mode, directory, x, y, fit)
     wall = time.perf_counter() - start
     done.set()
     searched = list(models.BUILD_RSS)  # get_best_models below builds in the caller, as it should
     trials = tuner.oracle.trials.values()
     best = tuner.get_best_hyperparameters()[0].values if mode != "killed" else None
     model = tuner.get_best_models()[0] if mode in ("guarded", "mixin") else None
-    print(
-        json.dumps(
-            {
-                "mode": mode,
-                "statuses": sorted(t.status for t in trials),
-                "messages": [t.message for t in trials if t.message],
-                "best": best,
-                "best_model_params": model.count_params() if model is not None else None,
-                "caller_growth_bytes": proc.memory_info().rss - before,
-                "caller_peak_growth_bytes": peak[0] - before,
-                "build_rss": searched,
-                "wall_s": wall,
-            }
-        )
-    )
+    return {
+        "mode": mode,
+        "statuses": sorted(t.status for t in trials),
+        "messages": [t.message for t in trials if t.message],
+        "best": best,
+        "best_model_params": model.count_params() if model is not None else None,
+        "caller_growth_bytes": proc.memory_info().rss - before,
+        "caller_peak_growth_bytes": peak[0] - before,
+        "build_rss": searched,
+        "wall_s": wall,
+    }
+
+
+def main(modes: str, directory: str) -> None:
+    if "," not in modes:
+        print(json.dumps(run(modes, directory)), flush=True)
+        return
+    for mode in modes.split(","):
+        folder = os.path.join(directory, "guarded" if mode == "resume" else mode)
+        print(json.dumps(run(mode, folder)), flush=True)
 
 
 if __name__ == "__main__":
