@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorflow")
-pytest.importorskip("keras")
-pytest.importorskip("torch")
+from _needs import needs
+
+needs("tensorflow")
+needs("keras")
+needs("torch")
 
 from trainguard.cli import main  # noqa: E402
 from trainguard.exceptions import ConfigError  # noqa: E402

@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-import pytest
+from _needs import needs
 
-pytest.importorskip("tensorflow")
+needs("tensorflow")
 
 
 def test_doctor_deep_prints_no_tensorflow_banner():

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("keras")
-pytest.importorskip("tensorflow")
+from _needs import needs
+
+needs("keras")
+needs("tensorflow")
 
 CHILD = str(Path(__file__).parent / "keras_callback_child.py")
 MiB = 2**20

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("jax")
-pytest.importorskip("keras")
+from _needs import needs
+
+needs("jax")
+needs("keras")
 
 from trainguard.leaks.stats import robust_slope  # noqa: E402
 

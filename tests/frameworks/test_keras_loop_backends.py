@@ -26,9 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("keras")
-pytest.importorskip("tensorflow")
-pytest.importorskip("torch")
+from _needs import needs
+
+needs("keras")
+needs("tensorflow")
+needs("torch")
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("keras_tuner")
-pytest.importorskip("tensorflow")
+from _needs import needs
+
+needs("keras_tuner")
+needs("tensorflow")
 
 from trainguard.leaks.stats import robust_slope  # noqa: E402
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from _needs import needs
 from trainguard.cli.leakcheck import EXIT
 
-pytest.importorskip("torch")
+needs("torch")
 
 KERAS = textwrap.dedent(
     """

@@ -27,8 +27,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorflow")
-pytest.importorskip("keras")
+from _needs import needs
+
+needs("tensorflow")
+needs("keras")
 
 CASE = Path(__file__).resolve().parents[2] / "bench" / "leak_corpus" / "keras_tf_seed_fit_cleanup.py"
 MIB = 2**20

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("lightning")
-pytest.importorskip("torch")
+from _needs import needs
+
+needs("lightning")
+needs("torch")
 
 from trainguard.runner import Policy, Runner  # noqa: E402
 

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("keras")
-pytest.importorskip("jax")
+from _needs import needs
+
+needs("keras")
+needs("jax")
 
 from trainguard.runner import Policy, Runner  # noqa: E402
 from trainguard.store import Store  # noqa: E402

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+from _needs import needs
+
+needs("torch")
 
 from trainguard.runner import Policy, Runner  # noqa: E402
 from trainguard.store import Store  # noqa: E402

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("keras")
-pytest.importorskip("tensorflow")
+from _needs import needs
+
+needs("keras")
+needs("tensorflow")
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

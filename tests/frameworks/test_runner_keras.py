@@ -19,8 +19,10 @@ from contextlib import contextmanager
 
 import pytest
 
-pytest.importorskip("tensorflow")
-pytest.importorskip("keras")
+from _needs import needs
+
+needs("tensorflow")
+needs("keras")
 
 from trainguard.leaks.stats import theil_sen  # noqa: E402
 from trainguard.runner import Policy, Runner  # noqa: E402

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("scikeras")
-pytest.importorskip("tensorflow")
-pytest.importorskip("sklearn")
+from _needs import needs
+
+needs("scikeras")
+needs("tensorflow")
+needs("sklearn")
 
 from trainguard.leaks.stats import robust_slope  # noqa: E402
 

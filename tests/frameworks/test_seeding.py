@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("tensorflow")
-pytest.importorskip("keras")
+from _needs import needs
+
+needs("torch")
+needs("tensorflow")
+needs("keras")
 
 from trainguard.runner import Policy, Runner  # noqa: E402
 from trainguard.runner.worker.seeding import derive_seed  # noqa: E402

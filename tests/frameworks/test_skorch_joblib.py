@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
-pytest.importorskip("skorch")
-pytest.importorskip("torch")
+from _needs import needs
+
+needs("skorch")
+needs("torch")
 sys.path.insert(0, os.path.dirname(__file__))
 
 import joblib  # noqa: E402

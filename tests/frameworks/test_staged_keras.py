@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorflow")
-pytest.importorskip("keras")
+from _needs import needs
+
+needs("tensorflow")
+needs("keras")
 
 from trainguard.runner import Policy, Runner  # noqa: E402
 from trainguard.store import Store  # noqa: E402

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorflow")
-pytest.importorskip("keras")
+from _needs import needs
+
+needs("tensorflow")
+needs("keras")
 
 from trainguard.exceptions import ConfigError  # noqa: E402
 from trainguard.leaks.stats import robust_slope  # noqa: E402

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")
-pytest.importorskip("torch")
+from _needs import needs
+
+needs("transformers")
+needs("torch")
 
 from trainguard.runner import Policy, Runner, Shrink  # noqa: E402
 

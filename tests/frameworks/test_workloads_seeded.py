@@ -3,10 +3,10 @@ and fit's shuffling, not only its data (the demo's rows differed from fit to fit
 
 from __future__ import annotations
 
-import pytest
+from _needs import needs
 
-pytest.importorskip("keras")
-pytest.importorskip("tensorflow")
+needs("keras")
+needs("tensorflow")
 
 
 def test_the_same_params_fit_to_the_same_loss_in_one_process():

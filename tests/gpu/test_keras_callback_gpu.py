@@ -12,9 +12,11 @@ import sys
 
 import pytest
 
+from _needs import needs
+
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
-pytest.importorskip("keras")
+needs("keras")
 if not torch.cuda.is_available():
     pytest.skip(f"torch {torch.__version__} sees no CUDA device", allow_module_level=True)
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import pytest
-
+from _needs import needs
 from trainguard import Runner
 from trainguard.runner._gpu_config import GpuBudgetConfig, GpuBudgetDevice
 
-pytest.importorskip("torch")
+needs("torch")
 
 HERE = Path(__file__).parent
 GB = 10**9

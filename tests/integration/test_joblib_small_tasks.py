@@ -8,7 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn")
+from _needs import needs
+
+needs("sklearn")
 sys.path.insert(0, os.path.dirname(__file__))
 
 import joblib  # noqa: E402

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mlflow")
+from _needs import needs
+
+needs("mlflow")
 
 from trainguard.exceptions import ConfigError  # noqa: E402
 from trainguard.store import Store  # noqa: E402

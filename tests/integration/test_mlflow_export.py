@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("mlflow")
+from _needs import needs
+
+needs("mlflow")
 pytest.importorskip("pandas")
 sys.path.insert(0, os.path.dirname(__file__))
 

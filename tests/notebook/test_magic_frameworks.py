@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from _needs import needs
+
 nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("ipykernel")
-pytest.importorskip("torch")
+needs("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = str(ROOT / "src")

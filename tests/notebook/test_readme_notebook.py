@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from _needs import needs
+
 nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("ipykernel")
-pytest.importorskip("keras")
-pytest.importorskip("tensorflow")
+needs("keras")
+needs("tensorflow")
 
 ROOT = Path(__file__).resolve().parents[2]
 
