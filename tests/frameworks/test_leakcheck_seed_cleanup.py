@@ -2,7 +2,8 @@
 ``trainguard.frameworks.cleanup()`` where the seed calls ``clear_session()``
 (bench/leak_corpus/keras_tf_seed_fit_cleanup.py, about 1.3 s a fit here, 10-15 s on a loaded machine).
 
-Through ``trainguard leakcheck`` with the default budget (2 minutes): ``no_leak``. After ``cleanup()``
+Through ``trainguard leakcheck`` with the default budget (2 minutes): ``no_leak`` (or ``plateau``
+where its first fits grew the process before it stayed). After ``cleanup()``
 the counts are exactly flat (0 Operations a fit) and what stays of a fit is about 3.5 KiB of
 TensorFlow's native bookkeeping, a fifth of the tolerance; RSS as a whole still climbs +30-65 KiB a
 fit for a hundred fits, inside glibc's heaps (pages ``malloc_trim`` gave back, touched again), which
@@ -75,7 +76,11 @@ def _check_the_default_budget(rc: int, out: str, err: str) -> dict:
     assert data["allocator"]["available"] is True
     # the seed's loop grows +9.8 MiB a fit; with cleanup() the growth is under a tenth of that
     assert data["slope_bytes_per_iter"] is not None and data["slope_bytes_per_iter"] < 1 * MIB, data["reason"]
-    assert data["verdict"] == "no_leak", data["reason"]
+    # no_leak, or plateau where the first fits grew the process and it then stayed (a clean-clone CI
+    # run: +6.6 MiB over the first 9 fits, then -367 KiB a fit, decided at the 19th), said so
+    assert data["verdict"] in ("no_leak", "plateau"), data["reason"]
+    if data["verdict"] == "plateau":
+        assert "then leveled off" in data["reason"], data["reason"]
     assert rc == 0
     if "glibc's heaps" in data["reason"]:
         # RSS grew where the allocator keeps free memory; live memory decided, under the tolerance
@@ -115,5 +120,5 @@ def test_seed_keras_fit_with_cleanup_is_no_leak_by_cli_and_api_and_a_short_budge
     if by_api["verdict"] == "inconclusive":
         assert by_api["iterations"] == 100 and "run more iterations" in by_api["reason"], by_api["reason"]
         assert by_api["ci_high_bytes_per_iter"] < MIB, by_api["reason"]
-    assert by_cli["verdict"] == "no_leak", by_cli["reason"]
+    assert by_cli["verdict"] in ("no_leak", "plateau"), by_cli["reason"]
     assert any("is spent after" in n and "at most 100 calls" in n for n in notes), notes
