@@ -872,17 +872,3 @@ def trial_bytes_trend(
     else:
         status = "unclear"
     return TrialBytesTrend(status, est.slope, est.ci_low, est.ci_high, first, last, n, settled)
-
-
-def warm_up() -> None:
-    """Run a look's statistics once on a made-up series, so that what numpy and scipy allocate on
-    first use (about 1.3 MiB here) is allocated before a check's first reading instead of showing in
-    its series as the step's growth (a 200 KB-a-call step read +300 KiB a call over 15 calls)."""
-    x = np.arange(24.0)
-    y = 1e6 + 2e5 * x + 1e3 * np.sin(x)
-    for strong in (False, True):
-        decide(y, x, alpha=0.01, tolerance=1e4, strong=strong)
-    decide(y, x, alpha=0.01, tolerance=1e4, final=True)
-    plateau_test(y, x, tolerance=1e4)
-    count_trend(np.arange(24) * 3, x, alpha=0.01)
-    allocator_trend(y, x, alpha=0.01, tolerance=1e4)
