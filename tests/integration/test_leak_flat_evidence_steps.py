@@ -22,8 +22,10 @@ def leakcheck(step: str, budget: str, code: int) -> dict:
         text=True,
         timeout=200,
     )
-    assert res.returncode == code, (res.stdout[-1000:], res.stderr[-2000:])
-    return json.loads(res.stdout)
+    assert res.stdout.startswith("{"), res.stderr[-2000:]
+    data = json.loads(res.stdout)
+    assert res.returncode == code, (data["verdict"], data["iterations"], data["reason"], res.stderr[-1500:])
+    return data
 
 
 @pytest.mark.slow
