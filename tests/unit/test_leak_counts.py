@@ -249,3 +249,21 @@ def test_exact_bytes_of_an_entry_whose_class_module_is_a_descriptor() -> None:
     label = next(k for k in point.kinds if k.startswith("entries of list") and point.kinds[k][0] == 2)
     assert point.kinds[label] == (2, 0) and label not in point.holders
     watch.release()
+
+
+def test_censuses_share_each_kind_name_with_the_first() -> None:
+    """The check keeps every census it takes: a new string per kind per census was memory the check
+    grew by in the measured process, read as the step's growth where a census follows every call."""
+
+    class Kept:
+        pass
+
+    kept = [Kept() for _ in range(3)]
+    first = _evidence.take_counts(1, None)
+    kept.append(Kept())
+    second = _evidence.take_counts(2, None)
+    shared = set(first.kinds) & set(second.kinds)
+    assert any("Kept" in k for k in shared), sorted(shared)
+    by_name = {k: k for k in first.kinds}
+    assert all(k is by_name[k] for k in second.kinds if k in by_name)
+    assert len(kept) == 4
