@@ -12,7 +12,8 @@
 #
 # The private cluster (the tests' own) never touches /etc/slurm and runs beside any other Slurm on
 # the machine: its own ClusterName, SlurmctldPort/SlurmdPort picked free, its own state, spool, pid
-# and log files, daemons started with -f DIR/slurm.conf. munge is shared (started when not running).
+# and log files, daemons started with -f DIR/slurm.conf. munge is shared: started when not running,
+# stopped by stop or stop-private when this script started it and no slurmctld is left.
 #
 # State (config, spool, logs) lives in $TRAINGUARD_SLURM_DIR (default /tmp/trainguard-slurm).
 # The config goes to /etc/slurm/slurm.conf only when there is none or it is one of ours: a real
@@ -143,10 +144,7 @@ stop() {
     sleep 1
     stop_pid "$DIR/slurmd.pid"
     stop_pid "$DIR/slurmctld.pid"
-    if [ -f "$DIR/munge.ours" ] && [ -f /run/munge/munged.pid ]; then
-      stop_pid /run/munge/munged.pid
-      rm -f "$DIR/munge.ours"
-    fi
+    stop_munge_if_last
     echo "slurm-local.sh: stopped"
   else
     echo "slurm-local.sh: no one-node Slurm of ours here"
@@ -171,9 +169,15 @@ start_private() {
     "SlurmctldPort=$ctld
 SlurmdPort=$slurmd_port"
   mkdir -p "$DIR"
+  # munged is shared by every cluster on the machine: a private cluster's stop (stop_munge_if_last)
+  # must not take it away between this start of it and this slurmctld coming up
+  exec 9>"$DIR/munge.lock"
+  flock 9
   start_munge
   export SLURM_CONF=$conf
   slurmctld -f "$conf"
+  flock -u 9
+  exec 9>&-
   slurmd -f "$conf"
   for _ in $(seq 1 60); do
     if answers; then
@@ -194,6 +198,21 @@ stop_private() {
   SLURM_CONF="$dir/slurm.conf" timeout 10 scancel --user="$(id -un)" >/dev/null 2>&1 || true
   stop_pid "$dir/slurmd.pid"
   stop_pid "$dir/slurmctld.pid"
+  stop_munge_if_last
+}
+
+# munged goes when this script started it and no slurmctld is left to use it (another private
+# cluster, `start`'s, or a Slurm of the machine's own keeps it running)
+stop_munge_if_last() {
+  [ -f "$DIR/munge.ours" ] || return 0
+  exec 9>"$DIR/munge.lock"
+  flock 9
+  if ! pgrep -x slurmctld >/dev/null; then
+    stop_pid /run/munge/munged.pid
+    rm -f "$DIR/munge.ours"
+  fi
+  flock -u 9
+  exec 9>&-
 }
 
 case "${1:-}" in
