@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: builds the test environment in .venv (idempotent) and runs the suite.
-#   bash scripts/test.sh            # ruff, then the whole suite with mypy beside it (about 27 min on 2 cores)
+#   bash scripts/test.sh            # ruff, then the whole suite with mypy beside it (about 19 min on 2 cores)
 #   bash scripts/test.sh --fast     # the same with the fast lane (under 5 min on 2 cores; tests/_lanes.py)
 #   bash scripts/test.sh -k scope   # extra arguments go to pytest, in both phases
 # As root it installs the Debian packages the tests need, and says which before it does; as any other
