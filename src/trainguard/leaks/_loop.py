@@ -65,9 +65,10 @@ def _warm_up_statistics(readings: int) -> None:
     its ``max_measurements``), so that what numpy and scipy allocate on first use (about 1.3 MiB
     here), and the largest working set a look needs, are allocated before the check's first reading
     instead of showing in its series as the step's growth: a 200 KB-a-call step read +300 KiB a
-    call over 15 calls without the warm-up; a no-op step read after every call grew 1.3-1.7 KiB a
-    call with a 24-reading warm-up (each look's temporaries a little larger than the last) and 0.5
-    with this one (tests/integration/test_leak_self_growth.py). About 35 ms at 300 readings."""
+    call over 15 calls without the warm-up; a no-op step read after every call (no census, no
+    allocator evidence) grew 1.59-1.64 KiB a call with a 24-reading warm-up (each look's temporaries
+    a little larger than the last) and 0.86-0.90 with this one, the readings' own rows
+    (tests/integration/test_leak_self_growth.py). About 35 ms at 300 readings."""
     x = np.arange(float(max(readings, 24)))
     y = 1e6 + 2e5 * x + 1e3 * np.sin(x)
     for strong in (False, True):
